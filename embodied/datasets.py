@@ -1,0 +1,191 @@
+"""Datasets on disk: generation (parallel workers), the JSONL + video format, and loading.
+
+Layout of a dataset root (see data/FORMAT.md)::
+
+    manifest.json             generator, version, seeds, counts per split and task, clip settings
+    train.jsonl val.jsonl ... one record per line
+    videos/<split>/<id>.mp4   the clips, referenced by each record's `video` field (relative path)
+
+The same files load with Hugging Face `datasets`: `load_dataset("json", data_files=...)`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing as mp
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from embodied.tasks import arrow_of_time
+from embodied.video import Clip, VideoError, read_video, write_video
+
+FORMAT_VERSION = 1
+SPLITS = ("train", "val", "test")
+REQUIRED_FIELDS = ("id", "task", "question", "options", "answer")
+
+
+@dataclass
+class DataConfig:
+    """A generated dataset: where it goes, how big, and what its clips look like."""
+
+    root: str = "data/generated/arrow_of_time"
+    """Dataset folder (created; relative paths are relative to the working directory)."""
+    seed: int = 0
+    """Base seed; every split draws from its own disjoint seed stream derived from it."""
+    n_train: int = 3000
+    n_val: int = 200
+    n_test: int = 400
+    width: int = 112
+    height: int = 112
+    clip: arrow_of_time.ClipSpec = field(default_factory=arrow_of_time.ClipSpec)
+    workers: int = 2
+    """Worker processes for simulation and rendering (0 = in this process)."""
+
+
+def split_seeds(base_seed: int, split: str, n: int) -> list[int]:
+    """Per-record simulation seeds of `split`: disjoint streams per split, reproducible per index."""
+    code = SPLITS.index(split) if split in SPLITS else 100 + int(hashlib.md5(split.encode()).hexdigest()[:6], 16)
+    seq = np.random.SeedSequence([base_seed, code])
+    return [int(s) for s in seq.generate_state(n, dtype=np.uint64) % (2**63)]
+
+
+# --- generation -------------------------------------------------------------------------------------
+
+_WORLD = None  # one world (and GL context) per worker process, reused for every clip
+
+
+def _init_worker(width: int, height: int) -> None:
+    global _WORLD
+    from embodied.worlds import DropWorld
+
+    _WORLD = DropWorld(width=width, height=height)
+
+
+def _make_one(job: tuple) -> dict:
+    root, split, index, seed, reverse, clip_spec = job
+    record, frames = arrow_of_time.make_example(_WORLD, seed, reverse, clip_spec)
+    rid = f"{split}-{index:06d}"
+    rel = f"videos/{split}/{rid}.mp4"
+    write_video(Path(root) / rel, frames, clip_spec.fps)
+    return {"id": rid, "task": record["task"], "video": rel, **{k: v for k, v in record.items() if k != "task"}}
+
+
+def generate_dataset(cfg: DataConfig, progress: bool = True) -> dict:
+    """Write the train/val/test splits of `cfg` under `cfg.root`; returns the manifest."""
+    root = Path(cfg.root)
+    root.mkdir(parents=True, exist_ok=True)
+    sizes = {"train": cfg.n_train, "val": cfg.n_val, "test": cfg.n_test}
+    seeds = {s: split_seeds(cfg.seed, s, n) for s, n in sizes.items()}
+    all_seeds = [x for v in seeds.values() for x in v]
+    if len(set(all_seeds)) != len(all_seeds):
+        raise RuntimeError("seed collision between splits; choose another data.seed")
+    jobs = []
+    for split, n in sizes.items():
+        rev = arrow_of_time.balanced_directions(n, np.random.default_rng([cfg.seed, 7919, SPLITS.index(split)]))
+        jobs += [(str(root), split, i, seeds[split][i], bool(rev[i]), cfg.clip) for i in range(n)]
+    t0 = time.perf_counter()
+    bar = tqdm(total=len(jobs), desc="generate", unit="clip", disable=not progress)
+    records: list[dict] = []
+    if cfg.workers > 0:
+        ctx = mp.get_context("spawn")  # fresh processes: GL contexts do not survive fork
+        with ctx.Pool(cfg.workers, initializer=_init_worker, initargs=(cfg.width, cfg.height)) as pool:
+            for rec in pool.imap(_make_one, jobs, chunksize=16):
+                records.append(rec)
+                bar.update()
+    else:
+        _init_worker(cfg.width, cfg.height)
+        for job in jobs:
+            records.append(_make_one(job))
+            bar.update()
+    bar.close()
+    wall = time.perf_counter() - t0
+    for split in sizes:
+        _write_jsonl(root / f"{split}.jsonl", [r for r in records if r["id"].startswith(f"{split}-")])
+    manifest = {
+        "generator": "embodied.datasets.generate_dataset",
+        "format_version": FORMAT_VERSION,
+        "tasks": [arrow_of_time.NAME],
+        "seed": cfg.seed,
+        "seed_streams": {s: [cfg.seed, SPLITS.index(s)] for s in sizes},
+        "counts": {s: {arrow_of_time.NAME: n} for s, n in sizes.items()},
+        "answers": {s: _answer_counts(r for r in records if r["id"].startswith(f"{s}-")) for s in sizes},
+        "config": asdict(cfg),
+        "wall_s": round(wall, 2),
+        "clips_per_s": round(len(jobs) / wall, 2) if wall > 0 else None,
+    }
+    (root / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return manifest
+
+
+def _answer_counts(records) -> dict:
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r["answer"]] = counts.get(r["answer"], 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def _write_jsonl(path: Path, records: list[dict]) -> None:
+    tmp = path.with_suffix(".jsonl.tmp")
+    with tmp.open("w") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+    tmp.replace(path)
+
+
+# --- loading ----------------------------------------------------------------------------------------
+
+
+def load_records(root: str | Path, split: str) -> list[dict]:
+    """Read `<root>/<split>.jsonl`, checking each line; errors name the file, the line and the fix."""
+    path = Path(root) / f"{split}.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such split. Generate it with `embodied generate data.root={root}`.")
+    records = []
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{lineno}: not valid JSON ({e})") from e
+        missing = [k for k in REQUIRED_FIELDS if k not in rec]
+        if missing or ("video" not in rec and "images" not in rec):
+            raise ValueError(f"{path}:{lineno}: record lacks {missing or ['video or images']}; see data/FORMAT.md")
+        records.append(rec)
+    return records
+
+
+@dataclass
+class Example:
+    record: dict
+    clip: Clip
+
+
+def load_examples(
+    root: str | Path, split: str, fps: float = 2.0, max_frames: int = 32, limit: int | None = None,
+    progress: bool = False,
+) -> tuple[list[Example], list[str]]:
+    """Records of `split` with their decoded clips. Unreadable videos are skipped and returned as a list
+    of `path: reason` strings (also warned about), so one bad file never stops a run."""
+    records = load_records(root, split)[:limit]
+    examples, skipped = [], []
+    for rec in tqdm(records, desc=f"load {split}", unit="clip", disable=not progress):
+        try:
+            clip = read_video(Path(root) / rec["video"], fps=fps, max_frames=max_frames)
+        except VideoError as e:
+            skipped.append(str(e))
+            continue
+        examples.append(Example(rec, clip))
+    if skipped:
+        warnings.warn(
+            f"{len(skipped)} of {len(records)} videos in {root}/{split} could not be read and were skipped; "
+            f"first: {skipped[0]}",
+            stacklevel=2,
+        )
+    return examples, skipped

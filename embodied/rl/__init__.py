@@ -1,0 +1,1 @@
+"""Reinforcement-learning pieces as pure functions of tensors: rewards, advantages, losses."""

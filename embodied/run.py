@@ -1,0 +1,166 @@
+"""What each `embodied` command does, as plain functions of a `Config` (the CLI only parses arguments)."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from embodied.config import Config, to_yaml
+from embodied.datasets import generate_dataset, load_examples
+from embodied.evaluate import evaluate, format_result
+from embodied.metrics import plot_curves, read_metrics
+from embodied.policy import count_parameters, load, save_policy
+from embodied.train.common import seed_everything
+
+
+def _run_dir(cfg: Config, command: str) -> Path:
+    out = Path(cfg.run_dir or f"runs/{command}")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(to_yaml(cfg))
+    return out
+
+
+def _setup(cfg: Config, command: str) -> Path:
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
+    seed_everything(cfg.seed)
+    return _run_dir(cfg, command)
+
+
+def _examples(cfg: Config, split: str, progress: bool, limit: int | None = None):
+    examples, skipped = load_examples(
+        cfg.data.root, split, cfg.video.fps, cfg.video.max_frames, limit=limit, progress=progress
+    )
+    if not examples:
+        raise ValueError(f"{cfg.data.root}/{split}.jsonl has no readable examples ({len(skipped)} skipped)")
+    return examples, skipped
+
+
+def generate(cfg: Config, progress: bool = True) -> dict:
+    manifest = generate_dataset(cfg.data, progress=progress)
+    return {k: manifest[k] for k in ("counts", "answers", "wall_s", "clips_per_s")} | {"root": cfg.data.root}
+
+
+def _dataset_matches(cfg: Config) -> bool:
+    path = Path(cfg.data.root) / "manifest.json"
+    if not path.is_file():
+        return False
+    old = json.loads(path.read_text()).get("config", {})
+    new = asdict(cfg.data)
+    return {k: v for k, v in old.items() if k != "workers"} == {k: v for k, v in new.items() if k != "workers"}
+
+
+def _write_eval(out: Path, name: str, result: dict) -> None:
+    (out / f"eval_{name}.json").write_text(json.dumps(result, indent=2))
+
+
+def eval(cfg: Config, progress: bool = True) -> dict:  # noqa: A001 - the command's name
+    out = _setup(cfg, "eval")
+    model, processor = load(cfg.policy)
+    examples, skipped = _examples(cfg, cfg.eval.split, progress, cfg.eval.limit)
+    result = evaluate(model, processor, examples, cfg.video, cfg.eval.batch_size, cfg.eval.max_new_tokens,
+                      cfg.eval.choice, progress)
+    result["skipped_videos"] = skipped
+    _write_eval(out, cfg.eval.split, result)
+    print(f"{cfg.policy.path} on {cfg.data.root}/{cfg.eval.split}: {format_result(result)}")
+    return {k: v for k, v in result.items() if k != "predictions"}
+
+
+def sft(cfg: Config, progress: bool = True) -> dict:
+    from embodied.train.sft import train_sft
+
+    out = _setup(cfg, "sft")
+    model, processor = load(cfg.policy)
+    train, _ = _examples(cfg, "train", progress)
+    val, _ = _examples(cfg, "val", progress)
+    info = train_sft(model, processor, train, cfg.sft, cfg.video, out, val, cfg.seed, progress)
+    save_policy(model, processor, out / "model")
+    plot_curves(read_metrics(out / "metrics.jsonl"), out / "curves.png")
+    return info | {"model": str(out / "model")}
+
+
+def grpo(cfg: Config, progress: bool = True) -> dict:
+    from embodied.train.grpo import train_grpo
+
+    out = _setup(cfg, "grpo")
+    model, processor = load(cfg.policy)
+    train, _ = _examples(cfg, "train", progress)
+    val, _ = _examples(cfg, "val", progress)
+    info = train_grpo(model, processor, train, cfg.grpo, cfg.video, out, val, cfg.seed, progress)
+    save_policy(model, processor, out / "model")
+    plot_curves(read_metrics(out / "metrics.jsonl"), out / "curves.png")
+    return info | {"model": str(out / "model")}
+
+
+def quickstart(cfg: Config, progress: bool = True) -> dict:
+    """The whole path on the tiny model: data -> eval -> SFT -> eval -> GRPO -> eval, with a summary."""
+    from embodied.examples_sheet import write_examples
+    from embodied.train.grpo import train_grpo
+    from embodied.train.sft import train_sft
+
+    t0 = time.perf_counter()
+    out = _setup(cfg, "quickstart")
+    (out / "metrics.jsonl").unlink(missing_ok=True)
+    timings: dict[str, float] = {}
+
+    def lap(name: str, since: float) -> float:
+        timings[name] = round(time.perf_counter() - since, 1)
+        return time.perf_counter()
+
+    t = time.perf_counter()
+    if _dataset_matches(cfg):
+        print(f"reusing the dataset in {cfg.data.root} (same config)")
+    else:
+        generate_dataset(cfg.data, progress=progress)
+    t = lap("generate", t)
+    model, processor = load(cfg.policy)
+    train, skipped = _examples(cfg, "train", progress)
+    val, _ = _examples(cfg, "val", progress)
+    test, _ = _examples(cfg, "test", progress)
+    t = lap("load", t)
+
+    results: dict[str, dict] = {}
+
+    def run_eval(stage: str) -> None:
+        nonlocal t
+        res = evaluate(model, processor, test, cfg.video, cfg.eval.batch_size, cfg.eval.max_new_tokens,
+                       cfg.eval.choice, progress, desc=f"eval {stage}")
+        results[stage] = res
+        _write_eval(out, stage, res)
+        print(f"[{stage}] {format_result(res)}")
+        t = lap(f"eval_{stage}", t)
+
+    run_eval("initial")
+    train_sft(model, processor, train, cfg.sft, cfg.video, out, val, cfg.seed, progress)
+    t = lap("sft", t)
+    run_eval("sft")
+    save_policy(model, processor, out / "sft_model")
+    t = time.perf_counter()
+    train_grpo(model, processor, train, cfg.grpo, cfg.video, out, val, cfg.seed, progress)
+    t = lap("grpo", t)
+    run_eval("grpo")
+    save_policy(model, processor, out / "grpo_model")
+    plot_curves(read_metrics(out / "metrics.jsonl"), out / "curves.png")
+    write_examples(out / "examples", test, results, cfg.data.root, n=4)
+    stages = ("initial", "sft", "grpo")
+    summary = {
+        "accuracy": {s: round(results[s]["accuracy"], 4) for s in stages},
+        "ci95": {s: [round(x, 4) for x in results[s]["ci95"]] for s in stages},
+        "choice_accuracy": {s: round(results[s].get("choice_accuracy", float("nan")), 4) for s in stages},
+        "unparseable": {s: round(results[s]["unparseable"], 4) for s in stages},
+        "chance": round(results["grpo"]["chance"], 4),
+        "n_test": len(test),
+        "n_train": len(train),
+        "skipped_videos": len(skipped),
+        "parameters": count_parameters(model),
+        "timings_s": timings,
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "threads": torch.get_num_threads(),
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    print(f"summary: {out / 'summary.json'}; curves: {out / 'curves.png'}; examples: {out / 'examples'}")
+    return summary

@@ -1,0 +1,50 @@
+"""Question families. Each module owns its generator and its verifier.
+
+A record is one JSON line (see data/FORMAT.md): `id`, `task`, `video` or `images`, `question`, `options`,
+`answer` (a letter), `meta`. The prompt format follows Cosmos-Reason1: the question, the options as
+`(A) ...` lines, and an instruction to reason in `<think>` and answer in `<answer>`.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Iterator, Sequence
+
+LETTERS = string.ascii_uppercase
+
+INSTRUCTION = (
+    "Answer the question about the video. Reason inside <think></think>, "
+    "then give only the letter of the correct option inside <answer></answer>."
+)
+
+
+def format_question(question: str, options: Sequence[str]) -> str:
+    """The user turn's text: question, lettered options, answer-format instruction."""
+    lines = [question, *(f"({LETTERS[i]}) {opt}" for i, opt in enumerate(options)), INSTRUCTION]
+    return "\n".join(lines)
+
+
+def format_response(reasoning: str, letter: str) -> str:
+    """The target format of a response (used for SFT targets)."""
+    return f"<think>{reasoning}</think><answer>{letter}</answer>"
+
+
+def tokenizer_corpus() -> Iterator[str]:
+    """Every fixed phrase the families write, for training the tiny model's tokenizer."""
+    from embodied.tasks import arrow_of_time
+
+    yield INSTRUCTION
+    yield from arrow_of_time.phrases()
+
+
+TASKS = ("arrow_of_time",)
+
+
+def sft_target(record: dict) -> str:
+    """The SFT response for a record: its family's rationale, then the answer letter."""
+    from embodied.tasks import arrow_of_time
+
+    families = {arrow_of_time.NAME: arrow_of_time}
+    if record["task"] not in families:
+        raise KeyError(f"unknown task {record['task']!r}; known: {sorted(families)}")
+    return format_response(families[record["task"]].reasoning_for(record), record["answer"])

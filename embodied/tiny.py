@@ -1,0 +1,212 @@
+"""The built-in tiny Qwen2.5-VL, made locally with no download.
+
+`build_tiny_policy` makes a real `Qwen2_5_VLForConditionalGeneration` of about 1.6 M parameters with a
+byte-level BPE tokenizer trained locally (plus Qwen's special tokens and chat template), saved as an
+ordinary Hugging Face folder that `embodied.policy.load_policy` loads like any real checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+TINY_VERSION = 1
+
+# Qwen2.5-VL's special tokens, in Qwen's order, so ids line up with the real vocabulary's tail layout.
+QWEN_SPECIAL_TOKENS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
+# Reasoning tags stay whole in the tiny vocabulary so that generation and parsing never see them split.
+TAG_TOKENS = ["<think>", "</think>", "<answer>", "</answer>"]
+
+# Qwen2-VL chat format: system turn by default, media placeholders expanded later by the processor.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if loop.first and message['role'] != 'system' %}"
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+    "<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'video' %}<|vision_start|><|video_pad|><|vision_end|>"
+    "{% elif part['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}<|im_end|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    """Sizes of the locally built model (defaults: 1.6 M parameters, trains on 2 CPU cores)."""
+
+    seed: int = 0
+    vocab_size: int = 4000
+    vision_depth: int = 2
+    vision_hidden: int = 64
+    vision_heads: int = 4
+    text_layers: int = 2
+    text_hidden: int = 128
+    text_heads: int = 4
+    text_kv_heads: int = 2
+    text_intermediate: int = 512
+    tokens_per_second: int = 2
+
+    def key(self) -> str:
+        blob = json.dumps({"v": TINY_VERSION, **asdict(self)}, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def _tokenizer_corpus() -> list[str]:
+    """Text the tiny BPE is trained on: every prompt this framework writes, plus plain English words.
+
+    The question families contribute their own phrasing, so prompts tokenize into few tokens.
+    """
+    from embodied.tasks import tokenizer_corpus
+
+    words = ["the", "a", "an", "is", "are", "was", "be", "to", "of", "and", "or", "in", "on", "at", "by", "for", "with", "from", "as", "it", "this", "that", "these", "those", "what", "which", "who", "where", "when", "why", "how", "not", "no", "yes", "one", "two", "three", "four", "first", "second", "third", "last", "left", "right", "top", "bottom", "up", "down", "before", "after", "behind", "front", "object", "objects", "ball", "block", "box", "cup", "frame", "frames", "clip", "video", "image", "picture", "order", "real", "shuffled", "piece", "patch", "time", "forward", "backward", "reversed", "moving", "falls", "drops", "bounces", "rolls", "slides", "stops", "rest", "stands", "topples", "hidden", "appears", "vanishes", "physics", "gravity", "energy", "friction", "collision", "answer", "question", "think", "reason", "option", "options"]
+    corpus = list(tokenizer_corpus())
+    corpus += ["system\nYou are a helpful assistant.", "user\n", "assistant\n"] * 4
+    corpus += [" ".join(words[i : i + 12]) for i in range(0, len(words), 12)]
+    corpus += [f"({chr(65 + i)}) {w}" for i, w in enumerate(words[:26])]
+    corpus += ["0123456789 0.5 1.0 2.0 10 20 100 -1 +1 = % : ; , . ! ? ' \" ( ) [ ] { } < > / \\"]
+    return corpus
+
+
+def _train_tokenizer(spec: TinySpec):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=spec.vocab_size,
+        special_tokens=QWEN_SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_tokenizer_corpus(), trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=QWEN_SPECIAL_TOKENS[1:],
+        clean_up_tokenization_spaces=False,
+    )
+    fast.add_tokens(TAG_TOKENS)
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def _tiny_config(spec: TinySpec, tokenizer):
+    from transformers import Qwen2_5_VLConfig
+
+    ids = tokenizer.convert_tokens_to_ids
+    vocab = 64 * ((len(tokenizer) + 63) // 64)  # padded for matmul efficiency, as Qwen does
+    head_dim = spec.text_hidden // spec.text_heads
+    # mrope splits head_dim/2 rotary frequencies over (time, height, width) like Qwen's [16, 24, 24] / 64.
+    t_sec = head_dim // 8
+    mrope = [t_sec, (head_dim // 2 - t_sec) // 2, head_dim // 2 - t_sec - (head_dim // 2 - t_sec) // 2]
+    return Qwen2_5_VLConfig(
+        text_config={
+            "vocab_size": vocab,
+            "hidden_size": spec.text_hidden,
+            "intermediate_size": spec.text_intermediate,
+            "num_hidden_layers": spec.text_layers,
+            "num_attention_heads": spec.text_heads,
+            "num_key_value_heads": spec.text_kv_heads,
+            "max_position_embeddings": 4096,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": mrope},
+            "bos_token_id": ids("<|endoftext|>"),
+            "eos_token_id": ids("<|im_end|>"),
+            "pad_token_id": ids("<|endoftext|>"),
+            "tie_word_embeddings": True,
+        },
+        vision_config={
+            "depth": spec.vision_depth,
+            "hidden_size": spec.vision_hidden,
+            "intermediate_size": 2 * spec.vision_hidden,
+            "num_heads": spec.vision_heads,
+            "out_hidden_size": spec.text_hidden,
+            "fullatt_block_indexes": [spec.vision_depth - 1],
+            "tokens_per_second": spec.tokens_per_second,
+            "window_size": 112,
+        },
+        image_token_id=ids("<|image_pad|>"),
+        video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"),
+        vision_end_token_id=ids("<|vision_end|>"),
+        tie_word_embeddings=True,
+    )
+
+
+def _tiny_processor(tokenizer):
+    from transformers import Qwen2_5_VLProcessor, Qwen2VLImageProcessor, Qwen2VLVideoProcessor
+
+    # Small budgets: a 112x112 frame is 8 merged tokens. Explicit min/max so frames are never upscaled.
+    pixels = {"min_pixels": 28 * 28, "max_pixels": 224 * 224}
+    return Qwen2_5_VLProcessor(
+        image_processor=Qwen2VLImageProcessor(**pixels),
+        tokenizer=tokenizer,
+        video_processor=Qwen2VLVideoProcessor(**pixels, cap_pixels_per_frame=True, do_sample_frames=False),
+        chat_template=CHAT_TEMPLATE,
+    )
+
+
+def cache_dir() -> Path:
+    """Where built artefacts are kept: `$EMBODIED_CACHE`, else `~/.cache/embodied`."""
+    return Path(os.environ.get("EMBODIED_CACHE", Path.home() / ".cache" / "embodied"))
+
+
+def build_tiny_policy(out: str | Path | None = None, spec: TinySpec | None = None) -> Path:
+    """Build (or reuse) the tiny Qwen2.5-VL folder for `spec`; deterministic for `spec.seed`.
+
+    Written to a temporary folder and renamed, so an interrupted build never leaves a half folder.
+    """
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    spec = spec or TinySpec()
+    out = Path(out) if out else cache_dir() / f"tiny-qwen2.5-vl-{spec.key()}"
+    if (out / "config.json").exists():
+        return out
+    tokenizer = _train_tokenizer(spec)
+    processor = _tiny_processor(tokenizer)
+    config = _tiny_config(spec, tokenizer)
+    with torch.random.fork_rng():
+        torch.manual_seed(spec.seed)
+        model = Qwen2_5_VLForConditionalGeneration(config)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        processor.save_pretrained(tmp)
+        (tmp / "embodied_tiny.json").write_text(json.dumps(asdict(spec), indent=2))
+        tmp.rename(out)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (out / "config.json").exists():  # another process may have won the race
+            raise
+    return out
+
+

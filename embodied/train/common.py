@@ -1,0 +1,62 @@
+"""Small pieces both training loops share: seeding, batch order, the optimizer step."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def index_batches(n: int, batch_size: int, seed: int) -> Iterator[list[int]]:
+    """Endless batches of indices into `n` items: a fresh permutation every epoch, reproducible by seed.
+
+    A batch never spans two epochs, so every item is seen once per epoch.
+    """
+    if n == 0:
+        raise ValueError("no training examples")
+    rng = np.random.default_rng(seed)
+    batch_size = min(batch_size, n)
+    while True:
+        perm = rng.permutation(n)
+        for i in range(0, n - batch_size + 1, batch_size):
+            yield perm[i : i + batch_size].tolist()
+
+
+class NonFiniteGuard:
+    """Skips updates whose loss or gradient norm is not finite; stops the run after `limit` in a row."""
+
+    def __init__(self, limit: int = 3):
+        self.limit, self.in_row, self.total = limit, 0, 0
+
+    def ok(self, loss: torch.Tensor, grad_norm: torch.Tensor, step: int) -> bool:
+        if torch.isfinite(loss) and torch.isfinite(grad_norm):
+            self.in_row = 0
+            return True
+        self.in_row += 1
+        self.total += 1
+        if self.in_row >= self.limit:
+            raise FloatingPointError(
+                f"step {step}: loss or gradient was not finite {self.limit} times in a row "
+                f"(loss={loss.item()}, grad_norm={grad_norm.item()}); lower the learning rate or check the data."
+            )
+        return False
+
+
+def optimizer_step(model, optimizer, loss, grad_clip: float, guard: NonFiniteGuard, step: int) -> float:
+    """Backward, clip, and step unless the loss or gradient is non-finite; returns the gradient norm."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    params = [p for p in model.parameters() if p.grad is not None]
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else float("inf"))
+    if guard.ok(loss.detach(), grad_norm, step):
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return float(grad_norm)

@@ -1,0 +1,82 @@
+"""Supervised fine-tuning: teach the answer format and the first physical intuitions.
+
+Targets are each family's templated rationale followed by the answer letter (`tasks.sft_target`);
+the loss is the mean negative log-likelihood over all target tokens of the batch.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from embodied.datasets import Example
+from embodied.evaluate import evaluate
+from embodied.metrics import MetricsLog
+from embodied.policy import completion_logprobs, encode_completions, encode_prompts
+from embodied.rl.losses import masked_mean
+from embodied.tasks import sft_target
+from embodied.train.common import NonFiniteGuard, index_batches, optimizer_step
+from embodied.video import VideoConfig
+
+
+def warmup_cosine(warmup: int, total: int, floor: float = 0.1):
+    """LR multiplier: linear warmup to 1, then cosine decay to `floor`."""
+
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return f
+
+
+def train_sft(
+    model, processor, train: Sequence[Example], cfg, video: VideoConfig, out_dir: str | Path,
+    val: Sequence[Example] = (), seed: int = 0, progress: bool = True,
+) -> dict:
+    """Run `cfg.steps` SFT steps (`cfg` is an `SFTConfig`); metrics go to `out_dir/metrics.jsonl`."""
+    device = next(model.parameters()).device
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(cfg.warmup_steps, cfg.steps))
+    log = MetricsLog(Path(out_dir) / "metrics.jsonl", "sft")
+    order = index_batches(len(train), cfg.batch_size, seed)
+    guard = NonFiniteGuard()
+    bar = tqdm(range(1, cfg.steps + 1), desc="sft", unit="step", disable=not progress)
+    loss_sum, tok_sum, t_start = 0.0, 0, time.perf_counter()
+    for step in bar:
+        t0 = time.perf_counter()
+        chunk = [train[i] for i in next(order)]
+        records = [e.record for e in chunk]
+        batch = encode_prompts(processor, records, [e.clip for e in chunk], video, device)
+        ids, mask = encode_completions(processor, [sft_target(r) for r in records], device)
+        logp = completion_logprobs(model, batch, ids, mask)
+        loss = -masked_mean(logp, mask)
+        grad_norm = optimizer_step(model, optimizer, loss, cfg.grad_clip, guard, step)
+        schedule.step()
+        loss_sum += loss.item()
+        tok_sum += int(mask.sum())
+        if step % cfg.log_every == 0 or step == cfg.steps:
+            metrics = {
+                "loss/sft": loss_sum / cfg.log_every if step % cfg.log_every == 0 else loss.item(),
+                "optim/lr": schedule.get_last_lr()[0],
+                "optim/grad_norm": grad_norm,
+                "time/step": time.perf_counter() - t0,
+                "train/tokens": tok_sum,
+                "train/skipped_steps": guard.total,
+            }
+            log.log(step, metrics)
+            bar.set_postfix(loss=f"{metrics['loss/sft']:.3f}")
+            loss_sum = 0.0
+        if cfg.eval_every and val and step % cfg.eval_every == 0:
+            res = evaluate(model, processor, val[: cfg.eval_examples], video, choice=False, progress=False)
+            log.log(step, {"eval/accuracy": res["accuracy"], "eval/unparseable": res["unparseable"]})
+            bar.write(f"sft step {step}: val accuracy {res['accuracy']:.3f}")
+    model.eval()
+    return {"steps": cfg.steps, "wall_s": time.perf_counter() - t_start, "skipped_steps": guard.total}

@@ -1,0 +1,348 @@
+"""Drop world: 1-4 rigid objects dropped onto a floor, bouncing with energy loss, coming to rest.
+
+The scene is built for clearly irreversible physics (the arrow-of-time task): objects fall, lose
+energy at every bounce and stop. Played backwards, objects would leap off the floor.
+
+Model strategy (measured on 1 CPU core, 4 objects): compiling a fresh model per episode with
+``mujoco.MjSpec`` costs ~0.7 ms, rebinding the renderer's ``MjrContext`` + ``MjvScene`` ~4-5 ms,
+against ~45 ms for the 8 rendered frames and ~20 ms of physics (3.5 s at 2 ms) of a clip;
+end to end ~13 episodes/s at 128x128 on one core. A fixed model with ``max_objects`` slots
+whose geom types/sizes are rewritten per episode would save those ~5 ms, but must keep masses,
+inertias, ``geom_rbound``/``geom_aabb`` and contact parameters consistent by hand (a silent source
+of wrong physics). So each episode compiles its own model (MuJoCo computes every derived
+quantity), while ONE GL context is shared by the whole process (:mod:`embodied.worlds.render`).
+
+Restitution calibration (sphere r=6 cm dropped from 1 m onto the floor, 2 ms timestep, contact
+``solref = (0.02, dampratio)``; rebound = apex after first contact / drop height). A *lower*
+damping ratio also means a *stiffer* contact spring in MuJoCo's parametrisation, and below ~0.1
+the stiff spring is under-resolved at 2 ms and injects energy (rebound > 1):
+
+====================  ======  ======  ======  ======  ======  ======  ======  ======  ======
+dampratio             0.05    0.1     0.15    0.2     0.3     0.4     0.5     0.7     1.0
+rebound, tc = 0.02    5.16    0.59    0.44    0.35    0.20    0.12    0.075   0.025   0.000
+rebound, tc = 0.01    122     6.1     0.60    0.47    0.24    0.14    0.085   0.033   0.006
+rebound, tc = 0.005   706     128     27.8    8.4     1.42    0.35    0.11    0.051   0.012
+====================  ======  ======  ======  ======  ======  ======  ======  ======  ======
+
+The same ratios hold for radii 7-11 cm; from 0.3 m the range gives 0.46 / 0.069.
+We therefore fix ``timeconst = 0.02`` and draw ``dampratio`` from :data:`DAMPRATIO_RANGE`
+(rebound ~45% down to ~6% of drop height), well clear of the energy-gain cliff; the floor's
+``solmix = 0`` makes each object's own solref govern its floor contacts.
+"""
+
+from __future__ import annotations
+
+import colorsys
+from collections.abc import Sequence
+from typing import Any
+
+import mujoco
+import numpy as np
+
+from embodied.worlds import scene_path
+from embodied.worlds.render import FrameRenderer
+
+# Ellipsoids were tried and dropped: they keep rocking on the floor for 4+ s (MuJoCo's soft
+# contact on a curved, non-spherical surface), which breaks the "at rest by ~2.5 s" contract.
+SHAPES = ("sphere", "box", "capsule", "cylinder")
+TIMECONST = 0.02
+DAMPRATIO_RANGE = (0.15, 0.5)
+DROP_HEIGHT_RANGE = (0.3, 1.0)  # metres from floor to the object's lowest point
+SIZE_RANGE = (0.07, 0.11)  # characteristic radius, metres
+CONTROL_DT = 0.02  # one step() call
+REST_SPEED = 0.02  # m/s: below this, an object counts as at rest
+REST_WINDOW = 0.1  # s: speed must stay low this long (an apex is momentarily still)
+FRICTION = (0.9, 0.02, 0.02)  # slide, torsion, roll: rolling friction stops rolling balls
+# Viscous damping on the rotational dofs only (N m s/rad): stops edge-rolling cylinders and long
+# spins; it can only remove energy, and leaves the vertical bounce (the calibration) untouched.
+ANGULAR_DAMPING = 0.005
+_GEOM_TYPES = {s: getattr(mujoco.mjtGeom, f"mjGEOM_{s.upper()}") for s in SHAPES}
+
+
+def _size(shape: str, r: float, rng: np.random.Generator) -> list[float]:
+    """Geom size vector for ``shape`` with characteristic radius ``r`` (MuJoCo conventions)."""
+    if shape == "sphere":
+        return [r, 0.0, 0.0]
+    if shape == "box":
+        return [float(r * rng.uniform(0.6, 1.0)) for _ in range(3)]
+    if shape == "capsule":
+        return [0.7 * r, float(r * rng.uniform(0.6, 1.2)), 0.0]
+    if shape == "cylinder":
+        return [r, float(r * rng.uniform(0.5, 1.0)), 0.0]
+    if shape == "ellipsoid":
+        return [float(r * rng.uniform(0.6, 1.1)) for _ in range(3)]
+    raise ValueError(f"unknown shape {shape!r}")
+
+
+def _bound_radius(shape: str, size: list[float]) -> float:
+    """Radius of a sphere enclosing the geom, used to keep release poses apart."""
+    if shape == "box":
+        return float(np.linalg.norm(size))
+    if shape == "capsule":
+        return size[0] + size[1]
+    if shape == "cylinder":
+        return float(np.hypot(size[0], size[1]))
+    return max(size)
+
+
+def _colours(n: int, rng: np.random.Generator) -> list[list[float]]:
+    """Saturated colours with hues spread around the wheel so objects are told apart."""
+    start = rng.uniform(0.0, 1.0)
+    hues = [(start + k / n + rng.uniform(-0.08, 0.08)) % 1.0 for k in range(n)]
+    return [
+        [*colorsys.hsv_to_rgb(h, rng.uniform(0.75, 1.0), rng.uniform(0.8, 1.0)), 1.0] for h in hues
+    ]
+
+
+def _place(radii: list[float], rng: np.random.Generator) -> list[list[float]]:
+    """Release centres whose bounding spheres do not overlap (rejection sampling in 3-D).
+
+    Objects may share xy (then they collide in flight); only interpenetration at release is
+    excluded. A centre sits at drop height + bounding radius, so the lowest point is at least
+    the drop height above the floor.
+    """
+    r = np.asarray(radii)
+    for _ in range(500):
+        xy = rng.uniform([-0.28, -0.15], [0.28, 0.15], size=(len(radii), 2))
+        z = rng.uniform(*DROP_HEIGHT_RANGE, size=len(radii)) + r
+        pos = np.column_stack([xy, z])
+        gap = np.linalg.norm(pos[:, None] - pos[None], axis=-1) - (r[:, None] + r[None]) - 0.01
+        if np.all(gap[np.triu_indices(len(radii), 1)] > 0):
+            return pos.tolist()
+    raise RuntimeError("could not place objects without overlap")
+
+
+def sample_params(rng: np.random.Generator, max_objects: int = 4) -> dict[str, Any]:
+    """Draw one episode's scene parameters (JSON-serialisable: ints, floats, strings, lists)."""
+    n = int(rng.integers(1, max_objects + 1))
+    shapes = [str(s) for s in rng.choice(SHAPES, size=n)]
+    sizes = [_size(s, float(rng.uniform(*SIZE_RANGE)), rng) for s in shapes]
+    radii = [_bound_radius(s, z) for s, z in zip(shapes, sizes, strict=True)]
+    pos = _place(radii, rng)
+    colours = _colours(n, rng)
+    objects = []
+    for i in range(n):
+        quat = rng.normal(size=4)
+        objects.append(
+            {
+                "shape": shapes[i],
+                "size": [float(v) for v in sizes[i]],
+                "rgba": [float(v) for v in colours[i]],
+                "pos": pos[i],
+                "quat": (quat / np.linalg.norm(quat)).tolist(),
+                "linvel": [*rng.uniform(-0.2, 0.2, size=2).tolist(), 0.0],
+                "angvel": rng.uniform(-3.0, 3.0, size=3).tolist(),
+                "dampratio": float(rng.uniform(*DAMPRATIO_RANGE)),
+                "density": float(rng.uniform(400.0, 1200.0)),
+            }
+        )
+    camera = {
+        "pos_offset": rng.uniform(-0.08, 0.08, size=3).tolist(),
+        "rot_offset_deg": rng.uniform(-3.0, 3.0, size=3).tolist(),  # about camera x, y, z
+    }
+    return {"n_objects": n, "objects": objects, "camera": camera, "timeconst": TIMECONST}
+
+
+def build_model(
+    base: mujoco.MjSpec, params: dict[str, Any], width: int = 128, height: int = 128
+) -> mujoco.MjModel:
+    """Compile the base scene plus this episode's objects; MuJoCo derives mass and inertia."""
+    spec = base.copy()
+    spec.geom("floor").solmix = 0.0  # object solref wins on floor contacts (calibrated)
+    spec.visual.global_.offwidth = max(width, spec.visual.global_.offwidth)
+    spec.visual.global_.offheight = max(height, spec.visual.global_.offheight)
+    for i, obj in enumerate(params["objects"]):
+        body = spec.worldbody.add_body(name=f"obj{i}", pos=obj["pos"], quat=obj["quat"])
+        body.add_freejoint(name=f"obj{i}")
+        body.add_geom(
+            name=f"obj{i}",
+            type=_GEOM_TYPES[obj["shape"]],
+            size=obj["size"],
+            rgba=obj["rgba"],
+            density=obj["density"],
+            condim=6,
+            friction=list(FRICTION),
+            solref=[params["timeconst"], obj["dampratio"]],
+            solmix=1.0,
+        )
+    model = spec.compile()
+    n = len(params["objects"])
+    model.dof_damping[:] = np.tile([0.0, 0.0, 0.0, *[ANGULAR_DAMPING] * 3], n)
+    _jitter_camera(model, params["camera"])
+    return model
+
+
+def _jitter_camera(model: mujoco.MjModel, camera: dict[str, Any]) -> None:
+    """Offset camera ``cam`` around its nominal pose from the XML (static within an episode)."""
+    cam = model.camera("cam")
+    cam.pos += np.asarray(camera["pos_offset"])
+    rotvec = np.deg2rad(np.asarray(camera["rot_offset_deg"]))
+    delta = np.zeros(4)
+    mujoco.mju_axisAngle2Quat(
+        delta, rotvec / max(np.linalg.norm(rotvec), 1e-12), float(np.linalg.norm(rotvec))
+    )
+    out = np.zeros(4)
+    mujoco.mju_mulQuat(out, cam.quat.copy(), delta)  # right-multiply: rotate in camera frame
+    cam.quat[:] = out
+
+
+def object_speeds(model: mujoco.MjModel, data: mujoco.MjData) -> np.ndarray:
+    """Translational speed (m/s) of each dropped object; free joints' first 3 dofs are linear."""
+    del model  # objects are the only bodies with dofs: 6 per object
+    return np.linalg.norm(data.qvel.reshape(-1, 6)[:, :3], axis=1)
+
+
+def total_energy(model: mujoco.MjModel, data: mujoco.MjData) -> float:
+    """Potential + kinetic energy (J), the quantity a bounce must never increase.
+
+    After ``mj_step`` the body poses and mass matrix in ``data`` still describe the state
+    *before* the integration, so they are recomputed first (without touching the solver's warm
+    start, which would perturb the trajectory).
+    """
+    mujoco.mj_fwdPosition(model, data)
+    mujoco.mj_energyPos(model, data)
+    mujoco.mj_energyVel(model, data)
+    return float(data.energy[0] + data.energy[1])
+
+
+def single_drop_params(
+    shape: str = "sphere",
+    size: Sequence[float] = (0.06, 0.0, 0.0),
+    height: float = 1.0,
+    dampratio: float = DAMPRATIO_RANGE[0],
+    timeconst: float = TIMECONST,
+) -> dict[str, Any]:
+    """Params for one object released at rest with its lowest point ``height`` above the floor.
+
+    For calibration and tests: the same code path as random episodes, minus the randomness.
+    """
+    radius = _bound_radius(shape, list(size))
+    obj = {
+        "shape": shape,
+        "size": [float(v) for v in size],
+        "rgba": [0.9, 0.2, 0.1, 1.0],
+        "pos": [0.0, 0.0, height + radius],
+        "quat": [1.0, 0.0, 0.0, 0.0],
+        "linvel": [0.0, 0.0, 0.0],
+        "angvel": [0.0, 0.0, 0.0],
+        "dampratio": dampratio,
+        "density": 800.0,
+    }
+    camera = {"pos_offset": [0.0, 0.0, 0.0], "rot_offset_deg": [0.0, 0.0, 0.0]}
+    return {"n_objects": 1, "objects": [obj], "camera": camera, "timeconst": timeconst}
+
+
+def measure_rebound(
+    base: mujoco.MjSpec,
+    dampratio: float,
+    timeconst: float = TIMECONST,
+    height: float = 1.0,
+    radius: float = 0.06,
+) -> float:
+    """Apex after the first floor contact over drop height for a sphere released at rest.
+
+    This is how the table in the module docstring was produced (> 1 means energy gain).
+    """
+    params = single_drop_params("sphere", (radius, 0.0, 0.0), height, dampratio, timeconst)
+    model = build_model(base, params)
+    data = mujoco.MjData(model)
+    touched, apex = False, 0.0
+    while data.time < 4.0:
+        mujoco.mj_step(model, data)
+        if data.ncon:
+            if touched and apex > 0.0:
+                break  # second contact: the first rebound is over
+            touched = True
+        elif touched:
+            apex = max(apex, float(data.qpos[2]) - radius)
+    return apex / height
+
+
+class DropWorld:
+    """Gymnasium-shaped drop scene; physics in ``step``/``record``, pixels in ``render``."""
+
+    def __init__(self, width: int = 128, height: int = 128, max_objects: int = 4) -> None:
+        if not 1 <= max_objects <= 4:
+            raise ValueError("max_objects must be in 1..4 (the drop area fits four objects)")
+        self.width, self.height, self.max_objects = width, height, max_objects
+        self._base = mujoco.MjSpec.from_file(str(scene_path("drop")))
+        self._renderer = FrameRenderer(width, height)
+        self.model: mujoco.MjModel | None = None
+        self.data: mujoco.MjData | None = None
+        self.params: dict[str, Any] = {}
+        self._quiet_time = 0.0
+
+    def reset(self, seed: int | np.random.Generator) -> tuple[dict, dict]:
+        """Start a new episode; the same seed gives the same scene, state and frames."""
+        rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+        self.params = sample_params(rng, self.max_objects)
+        self.model = build_model(self._base, self.params, self.width, self.height)
+        self.data = self._initial_data()
+        self._renderer.set_model(self.model)
+        self._quiet_time = 0.0
+        return self._obs(), {"params": self.params}
+
+    def _initial_data(self) -> mujoco.MjData:
+        """Fresh MjData at the release state (t = 0) with the sampled velocities."""
+        assert self.model is not None
+        data = mujoco.MjData(self.model)
+        for i, obj in enumerate(self.params["objects"]):
+            # Free-joint velocity: linear in world frame, angular in the body frame.
+            data.qvel[6 * i : 6 * i + 6] = [*obj["linvel"], *obj["angvel"]]
+        mujoco.mj_forward(self.model, data)
+        return data
+
+    def _obs(self) -> dict[str, Any]:
+        assert self.data is not None
+        return {
+            "qpos": self.data.qpos.copy(),
+            "qvel": self.data.qvel.copy(),
+            "time": float(self.data.time),
+        }
+
+    def step(self, action: Any = None) -> tuple[dict, float, bool, bool, dict]:
+        """Advance CONTROL_DT seconds; terminated once every object stayed still REST_WINDOW s."""
+        del action  # passive scene
+        if self.model is None or self.data is None:
+            raise RuntimeError("call reset() before step()")
+        n_sub = round(CONTROL_DT / self.model.opt.timestep)
+        mujoco.mj_step(self.model, self.data, nstep=n_sub)
+        speeds = object_speeds(self.model, self.data)
+        still = bool(np.all(speeds < REST_SPEED))
+        self._quiet_time = self._quiet_time + CONTROL_DT if still else 0.0
+        terminated = self._quiet_time >= REST_WINDOW - 1e-9
+        info = {"max_speed": float(speeds.max())}
+        return self._obs(), 0.0, terminated, False, info
+
+    def render(self) -> np.ndarray:
+        """(H, W, 3) uint8 frame of the current state from camera ``cam``."""
+        if self.model is None or self.data is None:
+            raise RuntimeError("call reset() before render()")
+        return self._renderer.render(self.data, "cam")
+
+    def record(self, times: Sequence[float]) -> np.ndarray:
+        """Frames at ``times`` (s after release, ascending), replayed from the reset state.
+
+        Only the requested frames are rendered; physics alone runs in between. The episode's
+        own state (``step``) is not disturbed.
+        """
+        if self.model is None:
+            raise RuntimeError("call reset() before record()")
+        t = np.asarray(times, dtype=float)
+        if t.ndim != 1 or (t.size and (t[0] < 0 or np.any(np.diff(t) < 0))):
+            raise ValueError("times must be a 1-D ascending sequence of non-negative seconds")
+        data = self._initial_data()
+        frames = np.empty((t.size, self.height, self.width, 3), dtype=np.uint8)
+        done = 0
+        for k, tk in enumerate(t):
+            target = round(tk / self.model.opt.timestep)
+            if target > done:
+                mujoco.mj_step(self.model, data, nstep=target - done)
+                done = target
+            frames[k] = self._renderer.render(data, "cam")
+        return frames
+
+    def close(self) -> None:
+        """Release model-bound GL resources (the process-wide GL context is kept for reuse)."""
+        self._renderer.close()
+        self.model = self.data = None
