@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omegaconf import OmegaConf
+import yaml
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from embodied.datasets import DataConfig
@@ -98,12 +99,23 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"config file {p} not found")
-        layers.append((str(p), OmegaConf.load(p)))
+        try:
+            layer = OmegaConf.load(p)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{p}: not valid YAML ({' '.join(str(e).split())})") from None
+        if not isinstance(layer, DictConfig):
+            kind = type(layer).__name__
+            raise ConfigError(f"{p}: must hold a mapping of sections (sft:, data:, ...), not a {kind}")
+        layers.append((str(p), layer))
     if overrides:
         bad = [o for o in overrides if "=" not in o]
         if bad:
             raise ConfigError(f"overrides must look like key=value, got {bad}")
-        layers.append(("command line", OmegaConf.from_dotlist(overrides)))
+        try:
+            layers.append(("command line", OmegaConf.from_dotlist(overrides)))
+        except yaml.YAMLError as e:
+            why = " ".join(str(e).split())
+            raise ConfigError(f"command line: cannot parse {overrides} ({why})") from None
     for where, layer in layers:
         try:
             merged = OmegaConf.merge(merged, layer)

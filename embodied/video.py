@@ -70,14 +70,17 @@ def sample_indices(total_frames: int, src_fps: float, fps: float = 2.0, max_fram
         idx = [min(total_frames - 1, round(i * src_fps / fps)) for i in range(n)]
         return idx, float(fps)
     idx = np.linspace(0, total_frames - 1, max_frames).round().astype(int).tolist()
+    if idx[-1] == idx[0]:  # max_frames == 1: a single frame has no spacing; keep the requested rate
+        return idx, float(fps)
     return idx, float((max_frames - 1) * src_fps / (idx[-1] - idx[0]))
 
 
 def read_video(path: str | Path, fps: float = 2.0, max_frames: int = 32) -> Clip:
     """Decode `path` (mp4, avi, mkv, ... via PyAV) and sample it at `fps`, at most `max_frames` frames.
 
-    A truncated file is used up to its last good frame. Raises `VideoError` naming the file when it is
-    missing, cannot be opened or holds no decodable frame.
+    A truncated file is used up to its last good frame (when its index comes first, as `write_video`
+    writes it; an mp4 whose index sits at the end is unreadable once cut). Raises `VideoError` naming
+    the file when it is missing, cannot be opened or holds no decodable frame.
     """
     import av
 
@@ -114,7 +117,8 @@ def write_video(path: str | Path, frames: np.ndarray, fps: float) -> None:
     """Write frames `(T, H, W, 3)` uint8 as H.264 mp4, every frame a keyframe.
 
     All-intra coding gives forward and reversed clips the same compression pattern per position, so
-    codec artifacts cannot reveal the direction of time.
+    codec artifacts cannot reveal the direction of time. The index (moov) goes first (faststart), so a
+    truncated copy still decodes up to its last complete frame.
     """
     import av
 
@@ -123,7 +127,7 @@ def write_video(path: str | Path, frames: np.ndarray, fps: float) -> None:
     t, h, w = frames.shape[:3]
     if h % 2 or w % 2:
         raise ValueError(f"H.264 needs even frame sizes, got {w}x{h}")
-    with av.open(str(path), mode="w") as container:
+    with av.open(str(path), mode="w", options={"movflags": "+faststart"}) as container:
         stream = container.add_stream("libx264", rate=Fraction(fps).limit_denominator(1000))
         stream.width, stream.height, stream.pix_fmt = w, h, "yuv444p"
         stream.codec_context.gop_size = 1

@@ -95,6 +95,18 @@ def _try_backend(backend: str, width: int, height: int) -> Any:
     return ctx
 
 
+def _load_triton_first() -> None:
+    """Import triton (if installed) before Mesa's EGL driver is loaded.
+
+    Measured here: once a Mesa EGL context exists, importing triton (which transformers and torch
+    pull in lazily) segfaults inside its native LLVM. Loaded the other way round, both work.
+    """
+    try:
+        importlib.import_module("triton")
+    except Exception:  # noqa: BLE001 - triton is optional; any failure just means nothing to pre-load
+        pass
+
+
 def gl_context(width: int = 640, height: int = 480) -> tuple[Any, str]:
     """Return the process-wide offscreen GL context and its backend name, creating it once.
 
@@ -105,6 +117,7 @@ def gl_context(width: int = 640, height: int = 480) -> tuple[Any, str]:
     if _CONTEXT is not None:
         _CONTEXT.make_current()
         return _CONTEXT, str(_BACKEND)
+    _load_triton_first()
     first = os.environ["MUJOCO_GL"].lower()
     candidates = [first]
     if first == "egl" and not _USER_CHOSE_GL:

@@ -1,0 +1,128 @@
+"""The config system: dataclass defaults <- YAML <- dotted overrides, and its errors; the CLI's use of it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from embodied.cli import main
+from embodied.config import Config, ConfigError, load_config, to_dict, to_yaml
+
+CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.y*ml"))
+
+
+def test_defaults_load():
+    cfg = load_config()
+    assert isinstance(cfg, Config)
+    assert cfg == Config()
+    assert cfg.sft.lr == 2e-3 and cfg.video.fps == 2.0 and cfg.data.clip.num_frames == 4
+    assert type(cfg.data.clip).__name__ == "ClipSpec"  # nested dataclasses come back as dataclasses
+
+
+def test_yaml_and_overrides_merge(tmp_path):
+    f = tmp_path / "run.yaml"
+    f.write_text("sft:\n  lr: 0.1\n  steps: 7\ndata:\n  clip:\n    fps: 4.0\neval:\n  limit: 5\n")
+    cfg = load_config(f, ["sft.lr=0.5", "grpo.group_size=4"])
+    assert cfg.sft.lr == 0.5  # the override wins over the file
+    assert cfg.sft.steps == 7  # the file wins over the default
+    assert cfg.data.clip.fps == 4.0 and cfg.eval.limit == 5
+    assert cfg.grpo.group_size == 4
+    assert cfg.sft.batch_size == Config().sft.batch_size  # untouched keys keep their defaults
+    # Round trip through YAML keeps every value.
+    again = tmp_path / "again.yaml"
+    again.write_text(to_yaml(cfg))
+    assert load_config(again) == cfg
+    assert to_dict(cfg)["sft"]["lr"] == 0.5
+
+
+def test_overrides_convert_types():
+    cfg = load_config(None, ["sft.steps=12", "sft.lr=1e-3", "eval.limit=null", "eval.choice=false"])
+    assert cfg.sft.steps == 12 and isinstance(cfg.sft.steps, int)
+    assert cfg.sft.lr == 1e-3 and cfg.eval.limit is None and cfg.eval.choice is False
+
+
+def test_unknown_key_in_yaml(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("sft:\n  lr: 0.1\n  learning_rat: 3\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(f)
+    assert "learning_rat" in str(e.value) and str(f) in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "override,key", [("sft.nope=1", "nope"), ("nope=1", "nope"), ("data.clip.fpz=3", "fpz")]
+)
+def test_unknown_key_on_command_line(override, key):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [override])
+    assert key in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("sft.steps=abc", "sft.steps"),
+        ("sft.lr=fast", "sft.lr"),
+        ("data.clip.num_frames=2.5", "data.clip.num_frames"),
+        ("sft.lr=null", "sft.lr"),
+    ],
+)
+def test_wrong_type(override, key):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [override])
+    assert key in str(e.value)
+
+
+def test_wrong_type_in_yaml(tmp_path):
+    f = tmp_path / "t.yaml"
+    f.write_text("grpo:\n  group_size: eight\n")
+    with pytest.raises(ConfigError, match="group_size"):
+        load_config(f)
+
+
+@pytest.mark.parametrize(
+    "text,expect",
+    [("sft: {lr: [1\n", "not valid YAML"), ("- a\n- b\n", "mapping")],
+    ids=["syntax-error", "not-a-mapping"],
+)
+def test_malformed_yaml_is_config_error(tmp_path, text, expect):
+    f = tmp_path / "m.yaml"
+    f.write_text(text)
+    with pytest.raises(ConfigError, match=expect):
+        load_config(f)
+
+
+def test_missing_file_and_malformed_override(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "absent.yaml")
+    with pytest.raises(ConfigError, match="key=value"):
+        load_config(None, ["sft.lr"])
+
+
+@pytest.mark.parametrize("path", CONFIGS or [None], ids=[p.name for p in CONFIGS] or ["none"])
+def test_shipped_configs_load(path):
+    if path is None:
+        pytest.skip("configs/ holds no YAML files")
+    assert isinstance(load_config(path), Config)
+
+
+# --- CLI --------------------------------------------------------------------------------------------
+
+
+def test_cli_show_config(capsys):
+    assert main(["show-config", "sft.lr=0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "lr: 0.5" in out
+    shown = yaml.safe_load(out)
+    assert shown["sft"]["lr"] == 0.5
+    assert shown["grpo"]["lr"] == Config().grpo.lr  # only the named key changed
+    assert shown["sft"]["steps"] == Config().sft.steps
+
+
+def test_cli_bad_override_exits_2(capsys):
+    assert main(["sft", "nope=1"]) == 2
+    captured = capsys.readouterr()
+    assert "nope" in captured.err and "config error" in captured.err
+    assert captured.out == ""

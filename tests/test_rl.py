@@ -1,0 +1,160 @@
+"""Rewards, advantages and the GRPO loss, checked against numbers worked out by hand."""
+
+import math
+
+import pytest
+import torch
+
+from embodied.rl.advantages import group_normalized_advantages
+from embodied.rl.losses import grpo_loss, k3_kl, masked_mean
+from embodied.rl.rewards import accuracy_reward, format_reward, mcq_reward, parse_answer
+
+LN = math.log
+
+
+# --- rewards -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "text, answer, acc, fmt",
+    [
+        ("<think>falls then rests</think><answer>A</answer>", "A", 1.0, 1.0),
+        ("<think>x</think>\n<answer> A </answer>\n", "A", 1.0, 1.0),  # whitespace is fine
+        ("<think>x</think><answer>B</answer>", "A", 0.0, 1.0),  # well formed, wrong
+        ("<think>x</think>", "A", 0.0, 0.0),  # missing answer
+        ("<think>x</think><answer></answer>", "A", 0.0, 0.0),  # empty answer
+        ("<think>x</think><answer>  </answer>", "A", 0.0, 0.0),  # blank answer
+        ("<think>x</think><answer>A</answer><answer>A</answer>", "A", 0.0, 0.0),  # duplicated
+        ("<think>x</think><answer>A</answer><answer>B</answer>", "A", 0.0, 0.0),  # hedging
+        ("<think>x</think><answer>A<answer>B</answer>", "A", 0.0, 0.0),  # nested
+        ("<answer>A</answer>", "A", 1.0, 0.0),  # right letter, no reasoning block
+        ("<think>x</think><answer>A</answer> trailing words", "A", 1.0, 0.0),
+        ("<think>x</think><answer>a</answer>", "A", 0.0, 1.0),  # exact letter: case matters
+        ("<think>x</think><answer>(A)</answer>", "A", 0.0, 1.0),  # exact letter only
+        ("<think>x<think>y</think></think><answer>A</answer>", "A", 1.0, 0.0),  # nested think
+        ("<think>x</think><answer>A", "A", 0.0, 0.0),  # unterminated
+        ("", "A", 0.0, 0.0),
+    ],
+)
+def test_reward_edge_cases(text, answer, acc, fmt):
+    assert accuracy_reward(text, answer) == acc
+    assert format_reward(text) == fmt
+
+
+def test_parse_answer_and_weighted_total():
+    assert parse_answer("<think></think><answer>C</answer>") == "C"
+    assert parse_answer("no tags") is None
+    r = mcq_reward("<think>x</think><answer>B</answer>", "B", accuracy_weight=1.0, format_weight=0.5)
+    assert r == {"reward/accuracy": 1.0, "reward/format": 1.0, "reward/total": 1.5}
+    r = mcq_reward("<answer>B</answer>", "B", accuracy_weight=2.0, format_weight=0.5)
+    assert r["reward/total"] == 2.0
+
+
+# --- advantages --------------------------------------------------------------------------------------
+
+def test_group_advantages_by_hand():
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0], [2.0, 2.0, 2.0, 2.0], [3.0, 0.0, 0.0, 0.0]])
+    adv = group_normalized_advantages(rewards, eps=0.0 + 1e-12)
+    # group 0: mean 0.5; unbiased std = sqrt(4 * 0.25 / 3) = 0.577350 -> +-0.5 / 0.577350 = +-0.866025
+    assert torch.allclose(adv[0], torch.tensor([0.866025, -0.866025, -0.866025, 0.866025]), atol=1e-5)
+    # group 1: no spread -> exactly zero, not NaN
+    assert torch.equal(adv[1], torch.zeros(4))
+    # group 2: mean 0.75; deviations 2.25, -0.75 x3; std = sqrt((5.0625 + 3 * 0.5625) / 3) = 1.5
+    assert torch.allclose(adv[2], torch.tensor([1.5, -0.5, -0.5, -0.5]), atol=1e-5)
+    # mean-only centring (Dr. GRPO style) keeps the raw deviations
+    assert torch.allclose(group_normalized_advantages(rewards, scale=False)[2], torch.tensor([2.25, -0.75, -0.75, -0.75]))
+
+
+def test_group_advantages_loop_equals_vectorised():
+    torch.manual_seed(0)
+    rewards = torch.randint(0, 3, (6, 8)).float()
+    adv = group_normalized_advantages(rewards)
+    for i, row in enumerate(rewards):
+        mean = sum(row.tolist()) / len(row)
+        std = math.sqrt(sum((x - mean) ** 2 for x in row.tolist()) / (len(row) - 1))
+        expected = [(x - mean) / (std + 1e-6) for x in row.tolist()]
+        assert torch.allclose(adv[i], torch.tensor(expected), atol=1e-5)
+    assert not torch.isnan(group_normalized_advantages(torch.ones(3, 8))).any()
+
+
+# --- losses ------------------------------------------------------------------------------------------
+
+def _hand_example():
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    old = torch.tensor([[-1.0, -2.0, -0.5], [-1.5, -0.3, -2.0]])
+    # log-ratios chosen so the ratios are 1.5, 1.0, 0.5 and 1.1, 0.7 (the padded one is arbitrary)
+    logprobs = old + torch.tensor([[LN(1.5), 0.0, LN(0.5)], [LN(1.1), LN(0.7), 5.0]])
+    advantages = torch.tensor([1.0, -2.0])
+    return logprobs, old, advantages, mask
+
+
+def test_grpo_loss_by_hand():
+    logprobs, old, adv, mask = _hand_example()
+    loss, m = grpo_loss(logprobs, old, adv, mask, clip_eps=0.2)
+    # sequence 0 (A = +1): tokens -min(r A, clip(r) A):
+    #   r=1.5 -> -min(1.5, 1.2) = -1.2 ; r=1.0 -> -1.0 ; r=0.5 -> -min(0.5, 0.8) = -0.5 ; mean -0.9
+    # sequence 1 (A = -2): r=1.1 -> -min(-2.2, -2.2) = 2.2 ; r=0.7 -> -min(-1.4, -1.6) = 1.6 ; mean 1.9
+    # loss = mean over sequences = (-0.9 + 1.9) / 2 = 0.5
+    assert loss.item() == pytest.approx(0.5, abs=1e-6)
+    assert m["loss/kl"].item() == 0.0
+    # clipped term chosen for (seq 0, r=1.5) and (seq 1, r=0.7): 2 of 5 real tokens
+    assert m["clip/fraction"].item() == pytest.approx(0.4, abs=1e-6)
+
+
+def test_grpo_loss_with_k3_kl_by_hand():
+    logprobs, old, adv, mask = _hand_example()
+    # d = ref - logprobs per token; k3(d) = e^d - d - 1
+    d = torch.tensor([[0.0, LN(2.0), -LN(2.0)], [LN(2.0), 0.0, 3.0]])
+    ref = logprobs + d
+    # seq 0: 0 + (2 - ln2 - 1) + (0.5 + ln2 - 1) = 0.5, mean 1/6 ; seq 1: (1 - ln2 + 0) / 2 = 0.153426
+    kl_expected = (0.5 / 3 + (1 - LN(2.0)) / 2) / 2
+    loss, m = grpo_loss(logprobs, old, adv, mask, ref_logprobs=ref, clip_eps=0.2, kl_coef=0.1)
+    assert m["loss/kl"].item() == pytest.approx(kl_expected, abs=1e-6)
+    assert loss.item() == pytest.approx(0.5 + 0.1 * kl_expected, abs=1e-6)
+    with pytest.raises(ValueError):
+        grpo_loss(logprobs, old, adv, mask, kl_coef=0.1)
+
+
+def test_k3_is_nonnegative_and_zero_at_equality():
+    x = torch.randn(4, 5)
+    assert torch.all(k3_kl(x, x) == 0)
+    assert torch.all(k3_kl(x, x + torch.randn(4, 5)) >= 0)
+
+
+def test_grpo_gradient_on_policy_by_hand():
+    # At the sampling policy (ratio 1) the gradient wrt each real token's log-prob is -A_i / (B |o_i|).
+    _, old, adv, mask = _hand_example()
+    logprobs = old.clone().requires_grad_(True)
+    loss, _ = grpo_loss(logprobs, old, adv, mask)
+    loss.backward()
+    expected = torch.tensor([[-1 / 6, -1 / 6, -1 / 6], [2 / 4, 2 / 4, 0.0]])
+    assert torch.allclose(logprobs.grad, expected, atol=1e-7)
+
+
+def test_grpo_loss_loop_equals_vectorised():
+    torch.manual_seed(1)
+    B, T = 5, 7
+    old = -torch.rand(B, T) * 3
+    logprobs = old + 0.3 * torch.randn(B, T)
+    ref = old + 0.2 * torch.randn(B, T)
+    adv = torch.randn(B)
+    lengths = [7, 3, 5, 1, 6]
+    mask = torch.tensor([[1] * n + [0] * (T - n) for n in lengths])
+    loss, _ = grpo_loss(logprobs, old, adv, mask, ref, clip_eps=0.2, kl_coef=0.05)
+    total = 0.0
+    for i in range(B):
+        seq = 0.0
+        for t in range(lengths[i]):
+            r = math.exp(logprobs[i, t] - old[i, t])
+            a = adv[i].item()
+            pg = -min(r * a, min(max(r, 0.8), 1.2) * a)
+            dd = (ref[i, t] - logprobs[i, t]).item()
+            seq += pg + 0.05 * (math.exp(dd) - dd - 1)
+        total += seq / lengths[i]
+    assert loss.item() == pytest.approx(total / B, rel=1e-5)
+
+
+def test_masked_mean():
+    x = torch.tensor([[1.0, 2.0, 100.0], [3.0, 100.0, 100.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    assert masked_mean(x, mask).item() == pytest.approx(2.0)
+    assert torch.allclose(masked_mean(x, mask, dim=1), torch.tensor([1.5, 3.0]))
