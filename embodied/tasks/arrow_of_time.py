@@ -37,7 +37,7 @@ class ClipSpec:
 
     fps: float = 2.0
     num_frames: int = 4
-    max_start: float = 0.5
+    max_start: float = 0.25
     """Latest clip start after release (s). Later starts give nearly static clips with no answer."""
 
 

@@ -47,8 +47,8 @@ from embodied.worlds.render import FrameRenderer
 SHAPES = ("sphere", "box", "capsule", "cylinder")
 TIMECONST = 0.02
 DAMPRATIO_RANGE = (0.15, 0.5)
-DROP_HEIGHT_RANGE = (0.3, 1.0)  # metres from floor to the object's lowest point
-SIZE_RANGE = (0.07, 0.11)  # characteristic radius, metres
+DROP_HEIGHT_RANGE = (0.5, 1.0)  # metres from floor to the object's lowest point
+SIZE_RANGE = (0.08, 0.11)  # characteristic radius, metres
 CONTROL_DT = 0.02  # one step() call
 REST_SPEED = 0.02  # m/s: below this, an object counts as at rest
 REST_WINDOW = 0.1  # s: speed must stay low this long (an apex is momentarily still)
@@ -101,15 +101,18 @@ def _place(radii: list[float], rng: np.random.Generator) -> list[list[float]]:
     excluded. A centre sits at drop height + bounding radius, so the lowest point is at least
     the drop height above the floor.
     """
-    r = np.asarray(radii)
-    for _ in range(500):
-        xy = rng.uniform([-0.28, -0.15], [0.28, 0.15], size=(len(radii), 2))
-        z = rng.uniform(*DROP_HEIGHT_RANGE, size=len(radii)) + r
-        pos = np.column_stack([xy, z])
-        gap = np.linalg.norm(pos[:, None] - pos[None], axis=-1) - (r[:, None] + r[None]) - 0.01
-        if np.all(gap[np.triu_indices(len(radii), 1)] > 0):
-            return pos.tolist()
-    raise RuntimeError("could not place objects without overlap")
+    placed: list[np.ndarray] = []
+    for i, ri in enumerate(radii):
+        # One object at a time: whole-set rejection fails too often with four large objects.
+        for _ in range(1000):
+            xy = rng.uniform([-0.3, -0.2], [0.3, 0.2])
+            p = np.array([xy[0], xy[1], rng.uniform(*DROP_HEIGHT_RANGE) + ri])
+            if all(np.linalg.norm(p - q) - (ri + radii[j]) - 0.01 > 0 for j, q in enumerate(placed)):
+                placed.append(p)
+                break
+        else:
+            raise RuntimeError(f"could not place object {i} without overlap")
+    return [p.tolist() for p in placed]
 
 
 def sample_params(rng: np.random.Generator, max_objects: int = 4) -> dict[str, Any]:
