@@ -24,7 +24,9 @@ COMMANDS = {
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="embodied", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="embodied", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, help_ in COMMANDS.items():
         s = sub.add_parser(name, help=help_, description=help_)

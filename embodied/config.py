@@ -91,7 +91,9 @@ class ConfigError(ValueError):
     """A config file or override that does not fit the schema; the message says which and why."""
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None, base: Config | None = None) -> Config:
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | None = None, base: Config | None = None
+) -> Config:
     """Schema defaults (or `base`) <- YAML file <- dotted overrides, checked against the dataclasses."""
     merged = OmegaConf.structured(base if base is not None else Config())
     layers = []

@@ -50,7 +50,9 @@ class DataConfig:
 
 def split_seeds(base_seed: int, split: str, n: int) -> list[int]:
     """Per-record simulation seeds of `split`: disjoint streams per split, reproducible per index."""
-    code = SPLITS.index(split) if split in SPLITS else 100 + int(hashlib.md5(split.encode()).hexdigest()[:6], 16)
+    code = (
+        SPLITS.index(split) if split in SPLITS else 100 + int(hashlib.md5(split.encode()).hexdigest()[:6], 16)
+    )
     seq = np.random.SeedSequence([base_seed, code])
     return [int(s) for s in seq.generate_state(n, dtype=np.uint64) % (2**63)]
 
@@ -73,7 +75,12 @@ def _make_one(job: tuple) -> dict:
     rid = f"{split}-{index:06d}"
     rel = f"videos/{split}/{rid}.mp4"
     write_video(Path(root) / rel, frames, clip_spec.fps)
-    return {"id": rid, "task": record["task"], "video": rel, **{k: v for k, v in record.items() if k != "task"}}
+    return {
+        "id": rid,
+        "task": record["task"],
+        "video": rel,
+        **{k: v for k, v in record.items() if k != "task"},
+    }
 
 
 def generate_dataset(cfg: DataConfig, progress: bool = True) -> dict:
@@ -87,7 +94,9 @@ def generate_dataset(cfg: DataConfig, progress: bool = True) -> dict:
         raise RuntimeError("seed collision between splits; choose another data.seed")
     jobs = []
     for split, n in sizes.items():
-        rev = arrow_of_time.balanced_directions(n, np.random.default_rng([cfg.seed, 7919, SPLITS.index(split)]))
+        rev = arrow_of_time.balanced_directions(
+            n, np.random.default_rng([cfg.seed, 7919, SPLITS.index(split)])
+        )
         jobs += [(str(root), split, i, seeds[split][i], bool(rev[i]), cfg.clip) for i in range(n)]
     t0 = time.perf_counter()
     bar = tqdm(total=len(jobs), desc="generate", unit="clip", disable=not progress)
@@ -145,7 +154,9 @@ def load_records(root: str | Path, split: str) -> list[dict]:
     """Read `<root>/<split>.jsonl`, checking each line; errors name the file, the line and the fix."""
     path = Path(root) / f"{split}.jsonl"
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such split. Generate it with `embodied generate data.root={root}`.")
+        raise FileNotFoundError(
+            f"{path}: no such split. Generate it with `embodied generate data.root={root}`."
+        )
     records = []
     for lineno, line in enumerate(path.read_text().splitlines(), 1):
         if not line.strip():
@@ -156,7 +167,9 @@ def load_records(root: str | Path, split: str) -> list[dict]:
             raise ValueError(f"{path}:{lineno}: not valid JSON ({e})") from e
         missing = [k for k in REQUIRED_FIELDS if k not in rec]
         if missing or ("video" not in rec and "images" not in rec):
-            raise ValueError(f"{path}:{lineno}: record lacks {missing or ['video or images']}; see data/FORMAT.md")
+            raise ValueError(
+                f"{path}:{lineno}: record lacks {missing or ['video or images']}; see data/FORMAT.md"
+            )
         records.append(rec)
     return records
 
@@ -168,7 +181,11 @@ class Example:
 
 
 def load_examples(
-    root: str | Path, split: str, fps: float = 2.0, max_frames: int = 32, limit: int | None = None,
+    root: str | Path,
+    split: str,
+    fps: float = 2.0,
+    max_frames: int = 32,
+    limit: int | None = None,
     progress: bool = False,
 ) -> tuple[list[Example], list[str]]:
     """Records of `split` with their decoded clips. Unreadable videos are skipped and returned as a list

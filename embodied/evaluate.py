@@ -50,14 +50,21 @@ def _choice_letters(model, processor, batch, records: Sequence[dict]) -> list[st
     ids, mask = encode_completions(processor, texts, device=batch["input_ids"].device)
     lp = (completion_logprobs(model, grouped, ids, mask) * mask).sum(1).view(len(records), k)
     for i, r in enumerate(records):
-        lp[i, len(r["options"]):] = -torch.inf
+        lp[i, len(r["options"]) :] = -torch.inf
     return [LETTERS[j] for j in lp.argmax(1).tolist()]
 
 
 @torch.no_grad()
 def evaluate(
-    model, processor, examples: Sequence[Example], video: VideoConfig, batch_size: int = 64,
-    max_new_tokens: int = 48, choice: bool = True, progress: bool = True, desc: str = "eval",
+    model,
+    processor,
+    examples: Sequence[Example],
+    video: VideoConfig,
+    batch_size: int = 64,
+    max_new_tokens: int = 48,
+    choice: bool = True,
+    progress: bool = True,
+    desc: str = "eval",
 ) -> dict:
     """Greedy evaluation of `examples`. Returns a JSON-ready dict with overall and per-task figures and
     every prediction (`id`, `answer`, `predicted`, `response`)."""
@@ -73,10 +80,16 @@ def evaluate(
         texts = decode(processor, ids, mask)
         chosen = _choice_letters(model, processor, batch, records) if choice else [None] * len(records)
         for rec, text, letter in zip(records, texts, chosen):
-            predictions.append({
-                "id": rec["id"], "task": rec["task"], "answer": rec["answer"],
-                "predicted": parse_answer(text), "response": text, "choice": letter,
-            })
+            predictions.append(
+                {
+                    "id": rec["id"],
+                    "task": rec["task"],
+                    "answer": rec["answer"],
+                    "predicted": parse_answer(text),
+                    "response": text,
+                    "choice": letter,
+                }
+            )
     model.train(was_training)
     result = summarize(predictions, {e.record["id"]: len(e.record["options"]) for e in examples})
     result["predictions"] = predictions
@@ -111,8 +124,10 @@ def summarize(predictions: Sequence[dict], n_options: dict[str, int]) -> dict:
 def format_result(result: dict) -> str:
     """One line for humans: accuracy [interval], chance, unparseable, forced choice."""
     lo, hi = result["ci95"]
-    line = (f"accuracy {result['accuracy']:.3f} [{lo:.3f}, {hi:.3f}] on n={result['n']} "
-            f"(chance {result['chance']:.2f}, unparseable {result['unparseable']:.1%}")
+    line = (
+        f"accuracy {result['accuracy']:.3f} [{lo:.3f}, {hi:.3f}] on n={result['n']} "
+        f"(chance {result['chance']:.2f}, unparseable {result['unparseable']:.1%}"
+    )
     if "choice_accuracy" in result:
         line += f", forced-choice {result['choice_accuracy']:.3f}"
     return line + ")"

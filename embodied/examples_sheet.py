@@ -23,9 +23,10 @@ def pick_examples(examples: Sequence[Example], n: int) -> list[Example]:
     return picked
 
 
-def write_examples(out: str | Path, examples: Sequence[Example], results: dict[str, dict], root: str | Path,
-                   n: int = 4) -> Path:
-    """Copy `n` test clips to `out`, write `examples.json` and `examples.png` (frames + every stage's answer)."""
+def write_examples(
+    out: str | Path, examples: Sequence[Example], results: dict[str, dict], root: str | Path, n: int = 4
+) -> Path:
+    """Copy `n` test clips to `out`; write `examples.json` and `examples.png` (frames, every stage's answer)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -39,8 +40,14 @@ def write_examples(out: str | Path, examples: Sequence[Example], results: dict[s
     for e in chosen:
         rid = e.record["id"]
         shutil.copyfile(Path(root) / e.record["video"], out / f"{rid}.mp4")
-        rows.append({"id": rid, "answer": e.record["answer"], "truth": e.record["meta"].get("direction"),
-                     **{stage: preds[stage][rid]["response"] for stage in preds}})
+        rows.append(
+            {
+                "id": rid,
+                "answer": e.record["answer"],
+                "truth": e.record["meta"].get("direction"),
+                **{stage: preds[stage][rid]["response"] for stage in preds},
+            }
+        )
     (out / "examples.json").write_text(json.dumps(rows, indent=2))
     t = max(len(e.clip.frames) for e in chosen)
     fig, axes = plt.subplots(len(chosen), t, figsize=(1.6 * t + 4.5, 1.9 * len(chosen)), squeeze=False)
@@ -53,8 +60,15 @@ def write_examples(out: str | Path, examples: Sequence[Example], results: dict[s
                 ax.set_title(f"t={c / e.clip.fps:.1f}s", fontsize=7)
         lines = [f"{row['id']}  truth: {row['answer']} ({row['truth']})"]
         lines += [f"{stage}: {_short(row[stage])}" for stage in preds]
-        axes[r][-1].text(1.08, 0.5, "\n".join(lines), transform=axes[r][-1].transAxes, fontsize=7,
-                         va="center", family="monospace")
+        axes[r][-1].text(
+            1.08,
+            0.5,
+            "\n".join(lines),
+            transform=axes[r][-1].transAxes,
+            fontsize=7,
+            va="center",
+            family="monospace",
+        )
     fig.tight_layout()
     path = out / "examples.png"
     fig.savefig(path, dpi=110, bbox_inches="tight")

@@ -67,7 +67,7 @@ def plot_curves(rows: Sequence[dict], out: str | Path, keys: Sequence[str] | Non
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(names):]:
+    for ax in list(axes.flat)[len(names) :]:
         ax.axis("off")
     fig.tight_layout()
     out = Path(out)

@@ -103,13 +103,17 @@ def load(cfg: PolicyConfig):
 
 def prompt_text(processor, record: dict) -> str:
     """The chat-formatted prompt for a record, ending where the assistant starts answering."""
-    media = [{"type": "video"}] if "video" in record else [{"type": "image"} for _ in record.get("images", [])]
+    media = (
+        [{"type": "video"}] if "video" in record else [{"type": "image"} for _ in record.get("images", [])]
+    )
     content = [*media, {"type": "text", "text": format_question(record["question"], record["options"])}]
     messages = [{"role": "user", "content": content}]
     return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
-def encode_prompts(processor, records: Sequence[dict], clips: Sequence[Clip], video: VideoConfig, device="cpu"):
+def encode_prompts(
+    processor, records: Sequence[dict], clips: Sequence[Clip], video: VideoConfig, device="cpu"
+):
     """Left-padded prompt batch with the clips' pixels, grids and correct video metadata."""
     texts = [prompt_text(processor, r) for r in records]
     batch = processor(text=texts, padding=True, return_tensors="pt", **processor_video_kwargs(clips, video))
@@ -127,7 +131,9 @@ def repeat_batch(batch, n: int):
         if "second_per_grid_ts" in batch:
             out["second_per_grid_ts"] = batch["second_per_grid_ts"].repeat_interleave(n, dim=0)
     if "pixel_values" in batch:
-        raise NotImplementedError("repeat_batch supports one video per prompt; image prompts are not grouped yet")
+        raise NotImplementedError(
+            "repeat_batch supports one video per prompt; image prompts are not grouped yet"
+        )
     return out
 
 
@@ -161,18 +167,26 @@ def vision_token_ids(processor) -> list[int]:
 def generate(model, processor, batch, max_new_tokens: int, temperature: float = 1.0, do_sample: bool = True):
     """Sample completions for a prompt batch: `(ids (B, T), mask (B, T))`, padding after the first eos."""
     eos = eos_token_ids(model, processor)
-    kwargs = {"do_sample": do_sample, "temperature": temperature, "top_p": 1.0, "top_k": 0} if do_sample else {
-        "do_sample": False}
-    out = model.generate(
-        **batch, max_new_tokens=max_new_tokens, eos_token_id=eos,
-        pad_token_id=processor.tokenizer.pad_token_id, suppress_tokens=vision_token_ids(processor), **kwargs,
+    kwargs = (
+        {"do_sample": do_sample, "temperature": temperature, "top_p": 1.0, "top_k": 0}
+        if do_sample
+        else {"do_sample": False}
     )
-    ids = out[:, batch["input_ids"].shape[1]:]
+    out = model.generate(
+        **batch,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=eos,
+        pad_token_id=processor.tokenizer.pad_token_id,
+        suppress_tokens=vision_token_ids(processor),
+        **kwargs,
+    )
+    ids = out[:, batch["input_ids"].shape[1] :]
     return ids, completion_mask(ids, eos)
 
 
-def completion_logprobs(model, batch, ids: torch.Tensor, mask: torch.Tensor, temperature: float = 1.0,
-                        with_entropy: bool = False):
+def completion_logprobs(
+    model, batch, ids: torch.Tensor, mask: torch.Tensor, temperature: float = 1.0, with_entropy: bool = False
+):
     """Per-token log-probs `(B, T)` of completion `ids` after the prompts of `batch`.
 
     Logits are divided by `temperature` so that the log-probs are those of the distribution the tokens
@@ -182,7 +196,9 @@ def completion_logprobs(model, batch, ids: torch.Tensor, mask: torch.Tensor, tem
     prompt_len = batch["input_ids"].shape[1]
     inputs = {k: v for k, v in batch.items() if k in _VISUAL}
     inputs["input_ids"] = torch.cat([batch["input_ids"], ids], dim=1)
-    inputs["attention_mask"] = torch.cat([batch["attention_mask"], mask.to(batch["attention_mask"].dtype)], dim=1)
+    inputs["attention_mask"] = torch.cat(
+        [batch["attention_mask"], mask.to(batch["attention_mask"].dtype)], dim=1
+    )
     if "mm_token_type_ids" in batch:
         mm = batch["mm_token_type_ids"]
         inputs["mm_token_type_ids"] = torch.cat([mm, torch.zeros_like(ids, dtype=mm.dtype)], dim=1)

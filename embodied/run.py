@@ -51,7 +51,9 @@ def _dataset_matches(cfg: Config) -> bool:
         return False
     old = json.loads(path.read_text()).get("config", {})
     new = asdict(cfg.data)
-    return {k: v for k, v in old.items() if k != "workers"} == {k: v for k, v in new.items() if k != "workers"}
+    return {k: v for k, v in old.items() if k != "workers"} == {
+        k: v for k, v in new.items() if k != "workers"
+    }
 
 
 def _write_eval(out: Path, name: str, result: dict) -> None:
@@ -62,8 +64,16 @@ def eval(cfg: Config, progress: bool = True) -> dict:  # noqa: A001 - the comman
     out = _setup(cfg, "eval")
     model, processor = load(cfg.policy)
     examples, skipped = _examples(cfg, cfg.eval.split, progress, cfg.eval.limit)
-    result = evaluate(model, processor, examples, cfg.video, cfg.eval.batch_size, cfg.eval.max_new_tokens,
-                      cfg.eval.choice, progress)
+    result = evaluate(
+        model,
+        processor,
+        examples,
+        cfg.video,
+        cfg.eval.batch_size,
+        cfg.eval.max_new_tokens,
+        cfg.eval.choice,
+        progress,
+    )
     result["skipped_videos"] = skipped
     _write_eval(out, cfg.eval.split, result)
     print(f"{cfg.policy.path} on {cfg.data.root}/{cfg.eval.split}: {format_result(result)}")
@@ -127,8 +137,17 @@ def quickstart(cfg: Config, progress: bool = True) -> dict:
 
     def run_eval(stage: str) -> None:
         nonlocal t
-        res = evaluate(model, processor, test, cfg.video, cfg.eval.batch_size, cfg.eval.max_new_tokens,
-                       cfg.eval.choice, progress, desc=f"eval {stage}")
+        res = evaluate(
+            model,
+            processor,
+            test,
+            cfg.video,
+            cfg.eval.batch_size,
+            cfg.eval.max_new_tokens,
+            cfg.eval.choice,
+            progress,
+            desc=f"eval {stage}",
+        )
         results[stage] = res
         _write_eval(out, stage, res)
         print(f"[{stage}] {format_result(res)}")

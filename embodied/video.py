@@ -53,7 +53,9 @@ class Clip:
         )
 
 
-def sample_indices(total_frames: int, src_fps: float, fps: float = 2.0, max_frames: int = 32) -> tuple[list[int], float]:
+def sample_indices(
+    total_frames: int, src_fps: float, fps: float = 2.0, max_frames: int = 32
+) -> tuple[list[int], float]:
     """Indices of the frames to keep when sampling `total_frames` at `src_fps` down to `fps`.
 
     Frames are taken at t = 0, 1/fps, 2/fps, ... while t is inside the video. If that gives more than
@@ -86,7 +88,9 @@ def read_video(path: str | Path, fps: float = 2.0, max_frames: int = 32) -> Clip
 
     path = Path(path)
     if not path.is_file():
-        raise VideoError(f"{path}: no such video file. Check the dataset root and the record's `video` field.")
+        raise VideoError(
+            f"{path}: no such video file. Check the dataset root and the record's `video` field."
+        )
     frames: list[np.ndarray] = []
     try:
         with av.open(str(path)) as container:
@@ -133,7 +137,9 @@ def write_video(path: str | Path, frames: np.ndarray, fps: float) -> None:
         stream.codec_context.gop_size = 1
         stream.options = {"crf": "10", "preset": "veryfast", "tune": "stillimage"}
         for img in frames:
-            container.mux(stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(img), format="rgb24")))
+            container.mux(
+                stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(img), format="rgb24"))
+            )
         container.mux(stream.encode())
 
 

@@ -35,8 +35,11 @@ def _clips(n, seed=0):
 
 def _records():
     return [
-        {"question": "Is this video playing forward or reversed in time?", "options": ["forward", "reversed"],
-         "video": "a.mp4"},
+        {
+            "question": "Is this video playing forward or reversed in time?",
+            "options": ["forward", "reversed"],
+            "video": "a.mp4",
+        },
         {"question": "Which way?", "options": ["up", "down", "left"], "video": "b.mp4"},
     ]
 
@@ -83,9 +86,13 @@ def test_batched_logprobs_equal_one_by_one(tiny):
     model, processor = tiny
     records, clips = _records(), _clips(2)
     batch = encode_prompts(processor, records, clips, VideoConfig())
-    assert batch["attention_mask"][1].sum() < batch["attention_mask"].shape[1] or \
-        batch["attention_mask"][0].sum() < batch["attention_mask"].shape[1]  # padding is exercised
-    ids, mask = encode_completions(processor, ["<think>a b c</think><answer>A</answer>", "<answer>B</answer>"])
+    assert (
+        batch["attention_mask"][1].sum() < batch["attention_mask"].shape[1]
+        or batch["attention_mask"][0].sum() < batch["attention_mask"].shape[1]
+    )  # padding is exercised
+    ids, mask = encode_completions(
+        processor, ["<think>a b c</think><answer>A</answer>", "<answer>B</answer>"]
+    )
     with torch.no_grad():
         together = completion_logprobs(model, batch, ids, mask)
         for i in range(2):

@@ -14,6 +14,7 @@ LN = math.log
 
 # --- rewards -----------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "text, answer, acc, fmt",
     [
@@ -51,6 +52,7 @@ def test_parse_answer_and_weighted_total():
 
 # --- advantages --------------------------------------------------------------------------------------
 
+
 def test_group_advantages_by_hand():
     rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0], [2.0, 2.0, 2.0, 2.0], [3.0, 0.0, 0.0, 0.0]])
     adv = group_normalized_advantages(rewards, eps=0.0 + 1e-12)
@@ -61,7 +63,9 @@ def test_group_advantages_by_hand():
     # group 2: mean 0.75; deviations 2.25, -0.75 x3; std = sqrt((5.0625 + 3 * 0.5625) / 3) = 1.5
     assert torch.allclose(adv[2], torch.tensor([1.5, -0.5, -0.5, -0.5]), atol=1e-5)
     # mean-only centring (Dr. GRPO style) keeps the raw deviations
-    assert torch.allclose(group_normalized_advantages(rewards, scale=False)[2], torch.tensor([2.25, -0.75, -0.75, -0.75]))
+    assert torch.allclose(
+        group_normalized_advantages(rewards, scale=False)[2], torch.tensor([2.25, -0.75, -0.75, -0.75])
+    )
 
 
 def test_group_advantages_loop_equals_vectorised():
@@ -77,6 +81,7 @@ def test_group_advantages_loop_equals_vectorised():
 
 
 # --- losses ------------------------------------------------------------------------------------------
+
 
 def _hand_example():
     mask = torch.tensor([[1, 1, 1], [1, 1, 0]])

@@ -52,8 +52,16 @@ def test_sft_then_grpo_change_parameters_and_stay_finite(examples, tiny_path, tm
     after_sft = _params(model)
     assert any(not torch.equal(before[k], after_sft[k]) for k in before)
 
-    grpo = GRPOConfig(steps=4, prompts_per_step=4, group_size=8, max_new_tokens=32, temperature=1.5,
-                      lr=1e-4, kl_coef=0.04, log_every=1)
+    grpo = GRPOConfig(
+        steps=4,
+        prompts_per_step=4,
+        group_size=8,
+        max_new_tokens=32,
+        temperature=1.5,
+        lr=1e-4,
+        kl_coef=0.04,
+        log_every=1,
+    )
     train_grpo(model, processor, examples, grpo, VideoConfig(), tmp_path, progress=False)
     rows = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["stage"] == "grpo"]
     assert len(rows) == 4
@@ -69,18 +77,36 @@ def test_quickstart_cli_end_to_end(tmp_path, monkeypatch, capsys):
     from embodied.cli import main
 
     monkeypatch.chdir(tmp_path)
-    rc = main([
-        "quickstart", "-q", "data.n_train=16", "data.n_val=4", "data.n_test=6", "data.workers=0",
-        "sft.steps=6", "sft.batch_size=8", "sft.eval_every=0", "grpo.steps=2", "grpo.prompts_per_step=2",
-        "grpo.group_size=4", "eval.max_new_tokens=16",
-    ])
+    rc = main(
+        [
+            "quickstart",
+            "-q",
+            "data.n_train=16",
+            "data.n_val=4",
+            "data.n_test=6",
+            "data.workers=0",
+            "sft.steps=6",
+            "sft.batch_size=8",
+            "sft.eval_every=0",
+            "grpo.steps=2",
+            "grpo.prompts_per_step=2",
+            "grpo.group_size=4",
+            "eval.max_new_tokens=16",
+        ]
+    )
     assert rc == 0
     out = tmp_path / "runs" / "quickstart"
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["accuracy"]) == {"initial", "sft", "grpo"}
     assert summary["chance"] == 0.5 and summary["n_test"] == 6
     assert 0 <= summary["accuracy"]["grpo"] <= 1 and summary["wall_s"] > 0
-    for name in ("curves.png", "examples/examples.png", "examples/examples.json", "eval_grpo.json",
-                 "sft_model/config.json", "grpo_model/model.safetensors"):
+    for name in (
+        "curves.png",
+        "examples/examples.png",
+        "examples/examples.json",
+        "eval_grpo.json",
+        "sft_model/config.json",
+        "grpo_model/model.safetensors",
+    ):
         assert (out / name).is_file(), name
     assert (tmp_path / "data/generated/arrow_of_time/manifest.json").is_file()

@@ -100,8 +100,7 @@ def test_record_shape_motion_early_and_rest_late(world: DropWorld) -> None:
     frames = world.record(CLIP_TIMES)
     assert frames.shape == (8, 112, 112, 3) and frames.dtype == np.uint8
     diff = [
-        np.abs(a.astype(int) - b.astype(int)).mean()
-        for a, b in zip(frames[:-1], frames[1:], strict=True)
+        np.abs(a.astype(int) - b.astype(int)).mean() for a, b in zip(frames[:-1], frames[1:], strict=True)
     ]
     assert diff[0] > 1.0, diff  # falling objects change the picture
     assert diff[-1] < 0.05, diff  # t = 3.0 -> 3.5 s: at rest

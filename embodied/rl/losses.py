@@ -64,4 +64,8 @@ def grpo_loss(
         kl = masked_mean(k3_kl(logprobs, ref_logprobs), mask, dim=1).mean()
     loss = policy_loss + kl_coef * kl
     clip_frac = masked_mean((clipped < unclipped).to(logprobs.dtype), mask)
-    return loss, {"loss/policy": policy_loss.detach(), "loss/kl": kl.detach(), "clip/fraction": clip_frac.detach()}
+    return loss, {
+        "loss/policy": policy_loss.detach(),
+        "loss/kl": kl.detach(),
+        "clip/fraction": clip_frac.detach(),
+    }

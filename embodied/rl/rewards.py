@@ -38,7 +38,9 @@ def format_reward(text: str) -> float:
     return 1.0 if _FORMAT.fullmatch(text) and parse_answer(text) is not None else 0.0
 
 
-def mcq_reward(text: str, answer: str, accuracy_weight: float = 1.0, format_weight: float = 0.5) -> dict[str, float]:
+def mcq_reward(
+    text: str, answer: str, accuracy_weight: float = 1.0, format_weight: float = 0.5
+) -> dict[str, float]:
     """Named reward terms for one response; `reward/total` is their weighted sum."""
     acc = accuracy_reward(text, answer)
     fmt = format_reward(text)

@@ -45,7 +45,7 @@ class NonFiniteGuard:
         if self.in_row >= self.limit:
             raise FloatingPointError(
                 f"step {step}: loss or gradient was not finite {self.limit} times in a row "
-                f"(loss={loss.item()}, grad_norm={grad_norm.item()}); lower the learning rate or check the data."
+                f"(loss={loss.item()}, grad_norm={grad_norm.item()}); lower the lr or check the data"
             )
         return False
 

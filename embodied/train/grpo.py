@@ -27,8 +27,15 @@ from embodied.video import VideoConfig
 
 
 def train_grpo(
-    model, processor, train: Sequence[Example], cfg, video: VideoConfig, out_dir: str | Path,
-    val: Sequence[Example] = (), seed: int = 0, progress: bool = True,
+    model,
+    processor,
+    train: Sequence[Example],
+    cfg,
+    video: VideoConfig,
+    out_dir: str | Path,
+    val: Sequence[Example] = (),
+    seed: int = 0,
+    progress: bool = True,
 ) -> dict:
     """Run `cfg.steps` GRPO steps (`cfg` is a `GRPOConfig`); metrics go to `out_dir/metrics.jsonl`."""
     device = next(model.parameters()).device
@@ -53,8 +60,10 @@ def train_grpo(
         t_rollout = time.perf_counter() - t0
 
         # Rewards and advantages, normalised within each group of G.
-        terms = [mcq_reward(t, records[i // G]["answer"], cfg.accuracy_weight, cfg.format_weight)
-                 for i, t in enumerate(texts)]
+        terms = [
+            mcq_reward(t, records[i // G]["answer"], cfg.accuracy_weight, cfg.format_weight)
+            for i, t in enumerate(texts)
+        ]
         rewards = torch.tensor([t["reward/total"] for t in terms], device=device).view(len(records), G)
         advantages = group_normalized_advantages(rewards).flatten()
 
@@ -65,7 +74,9 @@ def train_grpo(
         if ref is not None:
             with torch.no_grad():
                 ref_logp = completion_logprobs(ref, batch, ids, mask, cfg.temperature)
-        loss, loss_terms = grpo_loss(logp, logp.detach(), advantages, mask, ref_logp, cfg.clip_eps, cfg.kl_coef)
+        loss, loss_terms = grpo_loss(
+            logp, logp.detach(), advantages, mask, ref_logp, cfg.clip_eps, cfg.kl_coef
+        )
         grad_norm = optimizer_step(model, optimizer, loss, cfg.grad_clip, guard, step)
 
         if step % cfg.log_every == 0 or step == cfg.steps:

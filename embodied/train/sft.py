@@ -37,8 +37,15 @@ def warmup_cosine(warmup: int, total: int, floor: float = 0.1):
 
 
 def train_sft(
-    model, processor, train: Sequence[Example], cfg, video: VideoConfig, out_dir: str | Path,
-    val: Sequence[Example] = (), seed: int = 0, progress: bool = True,
+    model,
+    processor,
+    train: Sequence[Example],
+    cfg,
+    video: VideoConfig,
+    out_dir: str | Path,
+    val: Sequence[Example] = (),
+    seed: int = 0,
+    progress: bool = True,
 ) -> dict:
     """Run `cfg.steps` SFT steps (`cfg` is an `SFTConfig`); metrics go to `out_dir/metrics.jsonl`."""
     device = next(model.parameters()).device

@@ -89,9 +89,7 @@ def _colours(n: int, rng: np.random.Generator) -> list[list[float]]:
     """Saturated colours with hues spread around the wheel so objects are told apart."""
     start = rng.uniform(0.0, 1.0)
     hues = [(start + k / n + rng.uniform(-0.08, 0.08)) % 1.0 for k in range(n)]
-    return [
-        [*colorsys.hsv_to_rgb(h, rng.uniform(0.75, 1.0), rng.uniform(0.8, 1.0)), 1.0] for h in hues
-    ]
+    return [[*colorsys.hsv_to_rgb(h, rng.uniform(0.75, 1.0), rng.uniform(0.8, 1.0)), 1.0] for h in hues]
 
 
 def _place(radii: list[float], rng: np.random.Generator) -> list[list[float]]:

@@ -13,6 +13,7 @@ neither works the error names the Debian packages to install.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
@@ -101,10 +102,8 @@ def _load_triton_first() -> None:
     Measured here: once a Mesa EGL context exists, importing triton (which transformers and torch
     pull in lazily) segfaults inside its native LLVM. Loaded the other way round, both work.
     """
-    try:
+    with contextlib.suppress(Exception):  # triton is optional: nothing to pre-load then
         importlib.import_module("triton")
-    except Exception:  # noqa: BLE001 - triton is optional; any failure just means nothing to pre-load
-        pass
 
 
 def gl_context(width: int = 640, height: int = 480) -> tuple[Any, str]:
