@@ -26,7 +26,7 @@ def pick_examples(examples: Sequence[Example], n: int) -> list[Example]:
 def write_examples(
     out: str | Path, examples: Sequence[Example], results: dict[str, dict], root: str | Path, n: int = 4
 ) -> Path:
-    """Copy `n` test clips to `out`; write `examples.json` and `examples.png` (frames, every stage's answer)."""
+    """Copy `n` test clips to `out`; write `examples.json` and `examples.png` with each stage's answer."""
     import matplotlib
 
     matplotlib.use("Agg")
