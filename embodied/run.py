@@ -80,30 +80,28 @@ def eval(cfg: Config, progress: bool = True) -> dict:  # noqa: A001 - the comman
     return {k: v for k, v in result.items() if k != "predictions"}
 
 
-def sft(cfg: Config, progress: bool = True) -> dict:
+def _train(cfg: Config, stage: str, progress: bool) -> dict:
+    """Load `policy.path`, run the `stage` loop on the train split, save `run_dir/model` and the curves."""
+    from embodied.train.grpo import train_grpo
     from embodied.train.sft import train_sft
 
-    out = _setup(cfg, "sft")
+    loop, stage_cfg = {"sft": (train_sft, cfg.sft), "grpo": (train_grpo, cfg.grpo)}[stage]
+    out = _setup(cfg, stage)
     model, processor = load(cfg.policy)
     train, _ = _examples(cfg, "train", progress)
     val, _ = _examples(cfg, "val", progress)
-    info = train_sft(model, processor, train, cfg.sft, cfg.video, out, val, cfg.seed, progress)
+    info = loop(model, processor, train, stage_cfg, cfg.video, out, val, cfg.seed, progress)
     save_policy(model, processor, out / "model")
     plot_curves(read_metrics(out / "metrics.jsonl"), out / "curves.png")
     return info | {"model": str(out / "model")}
+
+
+def sft(cfg: Config, progress: bool = True) -> dict:
+    return _train(cfg, "sft", progress)
 
 
 def grpo(cfg: Config, progress: bool = True) -> dict:
-    from embodied.train.grpo import train_grpo
-
-    out = _setup(cfg, "grpo")
-    model, processor = load(cfg.policy)
-    train, _ = _examples(cfg, "train", progress)
-    val, _ = _examples(cfg, "val", progress)
-    info = train_grpo(model, processor, train, cfg.grpo, cfg.video, out, val, cfg.seed, progress)
-    save_policy(model, processor, out / "model")
-    plot_curves(read_metrics(out / "metrics.jsonl"), out / "curves.png")
-    return info | {"model": str(out / "model")}
+    return _train(cfg, "grpo", progress)
 
 
 def quickstart(cfg: Config, progress: bool = True) -> dict:
