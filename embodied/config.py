@@ -27,6 +27,8 @@ class SFTConfig:
     lr: float = 2e-3
     """Peak learning rate (AdamW), reached after `warmup_steps`, then cosine decay to 10%."""
     warmup_steps: int = 20
+    vision_lr_scale: float = 1.0
+    """Learning rate of the vision tower relative to `lr`."""
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     log_every: int = 10

@@ -110,3 +110,15 @@ def test_quickstart_cli_end_to_end(tmp_path, monkeypatch, capsys):
     ):
         assert (out / name).is_file(), name
     assert (tmp_path / "data/generated/arrow_of_time/manifest.json").is_file()
+
+
+def test_param_groups_scale_only_the_vision_tower(tiny_path):
+    from embodied.train.common import param_groups
+
+    model, _ = load_policy(tiny_path)
+    vision, text = param_groups(model, lr=1e-4, vision_lr_scale=30.0)
+    assert vision["lr"] == pytest.approx(3e-3) and text["lr"] == pytest.approx(1e-4)
+    named = dict(model.named_parameters())
+    vision_ids = {id(p) for p in vision["params"]}
+    assert vision_ids == {id(p) for n, p in named.items() if "visual" in n}
+    assert len(vision["params"]) + len(text["params"]) == len(named)

@@ -30,6 +30,16 @@ def index_batches(n: int, batch_size: int, seed: int) -> Iterator[list[int]]:
             yield perm[i : i + batch_size].tolist()
 
 
+def param_groups(model: torch.nn.Module, lr: float, vision_lr_scale: float = 1.0) -> list[dict]:
+    """AdamW groups: the vision tower (with its merger) at `lr * vision_lr_scale`, the rest at `lr`."""
+    vision, text = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (vision if ".visual." in f".{name}" else text).append(p)
+    return [{"params": vision, "lr": lr * vision_lr_scale}, {"params": text, "lr": lr}]
+
+
 class NonFiniteGuard:
     """Skips updates whose loss or gradient norm is not finite; stops the run after `limit` in a row."""
 

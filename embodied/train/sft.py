@@ -20,7 +20,7 @@ from embodied.metrics import MetricsLog
 from embodied.policy import completion_logprobs, encode_completions, encode_prompts
 from embodied.rl.losses import masked_mean
 from embodied.tasks import sft_target
-from embodied.train.common import NonFiniteGuard, index_batches, optimizer_step
+from embodied.train.common import NonFiniteGuard, index_batches, optimizer_step, param_groups
 from embodied.video import VideoConfig
 
 
@@ -50,7 +50,8 @@ def train_sft(
     """Run `cfg.steps` SFT steps (`cfg` is an `SFTConfig`); metrics go to `out_dir/metrics.jsonl`."""
     device = next(model.parameters()).device
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    groups = param_groups(model, cfg.lr, cfg.vision_lr_scale)
+    optimizer = torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(cfg.warmup_steps, cfg.steps))
     log = MetricsLog(Path(out_dir) / "metrics.jsonl", "sft")
     order = index_batches(len(train), cfg.batch_size, seed)
