@@ -19,16 +19,21 @@ from embodied.video import VideoConfig
 
 @dataclass
 class SFTConfig:
-    """Supervised fine-tuning on the generated questions with their templated rationales."""
+    """Supervised fine-tuning on the generated questions (targets: `tasks.sft_target`)."""
 
-    steps: int = 300
+    steps: int = 1200
     """Optimizer steps."""
     batch_size: int = 32
-    lr: float = 2e-3
-    """Peak learning rate (AdamW), reached after `warmup_steps`, then cosine decay to 10%."""
-    warmup_steps: int = 20
-    vision_lr_scale: float = 1.0
-    """Learning rate of the vision tower relative to `lr`."""
+    lr: float = 3e-4
+    """Peak learning rate (AdamW) of the language model, reached after `warmup_steps`, then cosine to 10%."""
+    warmup_steps: int = 10
+    vision_lr_scale: float = 10.0
+    """Learning rate of the vision tower relative to `lr`. On the tiny model a uniform rate lets the language
+    model fit the answer format and tune out the clip before the vision tower finds the cue."""
+    restart_every: int = 100
+    """Warm restarts (SGDR): every this many steps a fresh AdamW and a new warmup + cosine (0 = off)."""
+    rationale: bool = False
+    """Train on each family's templated rationale inside `<think>` (default: an empty `<think>`)."""
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     log_every: int = 10

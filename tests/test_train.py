@@ -44,7 +44,16 @@ def test_sft_then_grpo_change_parameters_and_stay_finite(examples, tiny_path, tm
     torch.manual_seed(0)
     model, processor = load_policy(tiny_path)
     before = _params(model)
-    sft = SFTConfig(steps=40, batch_size=8, lr=3e-3, warmup_steps=5, log_every=5, eval_every=0)
+    sft = SFTConfig(
+        steps=40,
+        batch_size=8,
+        lr=3e-3,
+        warmup_steps=5,
+        log_every=5,
+        eval_every=0,
+        vision_lr_scale=1.0,
+        rationale=True,
+    )
     train_sft(model, processor, examples, sft, VideoConfig(), tmp_path, progress=False)
     rows = read_metrics(tmp_path / "metrics.jsonl")
     losses = [r["loss/sft"] for r in rows if "loss/sft" in r]
@@ -122,3 +131,24 @@ def test_param_groups_scale_only_the_vision_tower(tiny_path):
     vision_ids = {id(p) for p in vision["params"]}
     assert vision_ids == {id(p) for n, p in named.items() if "visual" in n}
     assert len(vision["params"]) + len(text["params"]) == len(named)
+
+
+def test_warm_restarts_reset_the_learning_rate_cycle(examples, tiny_path, tmp_path):
+    model, processor = load_policy(tiny_path)
+    sft = SFTConfig(
+        steps=8,
+        batch_size=4,
+        lr=1e-4,
+        vision_lr_scale=10.0,
+        warmup_steps=2,
+        restart_every=4,
+        log_every=1,
+        eval_every=0,
+    )
+    train_sft(model, processor, examples, sft, VideoConfig(), tmp_path, progress=False)
+    lr = [r["optim/lr"] for r in read_metrics(tmp_path / "metrics.jsonl")]  # vision group, after each step
+    # logged after each scheduler step, cycle of 4, warmup 2: f(1)=1, f(2)=1 (cosine starts),
+    # f(3) = 0.1 + 0.9 * 0.5 * (1 + cos(pi/2)) = 0.55, f(4) = 0.1; the restart at step 5 starts over
+    peak = 1e-3
+    expected = [1.0, 1.0, 0.55, 0.1] * 2
+    assert lr == pytest.approx([peak * f for f in expected])

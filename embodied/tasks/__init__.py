@@ -40,11 +40,16 @@ def tokenizer_corpus() -> Iterator[str]:
 TASKS = ("arrow_of_time",)
 
 
-def sft_target(record: dict) -> str:
-    """The SFT response for a record: its family's rationale, then the answer letter."""
+def sft_target(record: dict, rationale: bool = False) -> str:
+    """The SFT response for a record: `<think>` (the family's templated rationale, or empty), then the letter.
+
+    The questions carry no human reasoning, so the default leaves `<think>` empty rather than teaching a
+    canned sentence.
+    """
     from embodied.tasks import arrow_of_time
 
     families = {arrow_of_time.NAME: arrow_of_time}
     if record["task"] not in families:
         raise KeyError(f"unknown task {record['task']!r}; known: {sorted(families)}")
-    return format_response(families[record["task"]].reasoning_for(record), record["answer"])
+    reasoning = families[record["task"]].reasoning_for(record) if rationale else ""
+    return format_response(reasoning, record["answer"])

@@ -1,7 +1,7 @@
 """Supervised fine-tuning: teach the answer format and the first physical intuitions.
 
-Targets are each family's templated rationale followed by the answer letter (`tasks.sft_target`);
-the loss is the mean negative log-likelihood over all target tokens of the batch.
+Targets are `<think>...</think><answer>X</answer>` (`tasks.sft_target`); the loss is the mean negative
+log-likelihood over all target tokens of the batch.
 """
 
 from __future__ import annotations
@@ -50,9 +50,13 @@ def train_sft(
     """Run `cfg.steps` SFT steps (`cfg` is an `SFTConfig`); metrics go to `out_dir/metrics.jsonl`."""
     device = next(model.parameters()).device
     model.train()
-    groups = param_groups(model, cfg.lr, cfg.vision_lr_scale)
-    optimizer = torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(cfg.warmup_steps, cfg.steps))
+    cycle = cfg.restart_every if cfg.restart_every > 0 else cfg.steps
+
+    def fresh_optimizer():
+        groups = param_groups(model, cfg.lr, cfg.vision_lr_scale)
+        opt = torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return opt, torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(cfg.warmup_steps, cycle))
+
     log = MetricsLog(Path(out_dir) / "metrics.jsonl", "sft")
     order = index_batches(len(train), cfg.batch_size, seed)
     guard = NonFiniteGuard()
@@ -60,10 +64,12 @@ def train_sft(
     loss_sum, tok_sum, t_start = 0.0, 0, time.perf_counter()
     for step in bar:
         t0 = time.perf_counter()
+        if (step - 1) % cycle == 0:  # start, and each warm restart
+            optimizer, schedule = fresh_optimizer()
         chunk = [train[i] for i in next(order)]
         records = [e.record for e in chunk]
         batch = encode_prompts(processor, records, [e.clip for e in chunk], video, device)
-        ids, mask = encode_completions(processor, [sft_target(r) for r in records], device)
+        ids, mask = encode_completions(processor, [sft_target(r, cfg.rationale) for r in records], device)
         logp = completion_logprobs(model, batch, ids, mask)
         loss = -masked_mean(logp, mask)
         grad_norm = optimizer_step(model, optimizer, loss, cfg.grad_clip, guard, step)
