@@ -146,7 +146,9 @@ def test_warm_restarts_reset_the_learning_rate_cycle(examples, tiny_path, tmp_pa
         eval_every=0,
     )
     train_sft(model, processor, examples, sft, VideoConfig(), tmp_path, progress=False)
-    lr = [r["optim/lr"] for r in read_metrics(tmp_path / "metrics.jsonl")]  # vision group, after each step
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    lr = [r["optim/lr_vision"] for r in rows]  # logged after each step
+    assert [r["optim/lr"] for r in rows] == pytest.approx([x / 10 for x in lr])
     # logged after each scheduler step, cycle of 4, warmup 2: f(1)=1, f(2)=1 (cosine starts),
     # f(3) = 0.1 + 0.9 * 0.5 * (1 + cos(pi/2)) = 0.55, f(4) = 0.1; the restart at step 5 starts over
     peak = 1e-3

@@ -79,7 +79,8 @@ def train_sft(
         if step % cfg.log_every == 0 or step == cfg.steps:
             metrics = {
                 "loss/sft": loss_sum / cfg.log_every if step % cfg.log_every == 0 else loss.item(),
-                "optim/lr": schedule.get_last_lr()[0],
+                "optim/lr": schedule.get_last_lr()[1],
+                "optim/lr_vision": schedule.get_last_lr()[0],
                 "optim/grad_norm": grad_norm,
                 "time/step": time.perf_counter() - t0,
                 "train/tokens": tok_sum,
