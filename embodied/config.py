@@ -55,6 +55,17 @@ class GRPOConfig:
     lr: float = 5e-5
     """Constant AdamW learning rate. Above ~1e-4 the tiny model's accuracy degrades."""
     clip_eps: float = 0.2
+    """Lower clip range of the ratio (and the upper one unless `clip_eps_high` is set)."""
+    clip_eps_high: float | None = None
+    """Upper clip range; DAPO's clip-higher uses 0.28 with clip_eps 0.2."""
+    dual_clip: float | None = None
+    """Dual-clip constant c > 1 for negative advantages (None = off)."""
+    advantage: str = "grpo"
+    """grpo (group mean/std) | drgrpo (group mean only) | rloo (leave-one-out) | reinforce_pp (batch std)."""
+    loss_agg: str = "seq-mean-token-mean"
+    """seq-mean-token-mean (GRPO) | token-mean (DAPO) | seq-sum-norm (Dr. GRPO, divided by max_new_tokens)."""
+    kl_estimator: str = "k3"
+    """k1 | k2 | k3 estimator of the KL to the reference."""
     kl_coef: float = 0.04
     """Weight of the k3 KL to the frozen initial policy; 0 drops the reference model entirely."""
     accuracy_weight: float = 1.0

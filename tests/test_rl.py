@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from embodied.rl.advantages import group_normalized_advantages
-from embodied.rl.losses import grpo_loss, k3_kl, masked_mean
+from embodied.rl.advantages import compute_advantages, group_normalized_advantages
+from embodied.rl.losses import aggregate, grpo_loss, k3_kl, kl_estimate, masked_mean
 from embodied.rl.rewards import accuracy_reward, format_reward, mcq_reward, parse_answer
 
 LN = math.log
@@ -163,3 +163,79 @@ def test_masked_mean():
     mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
     assert masked_mean(x, mask).item() == pytest.approx(2.0)
     assert torch.allclose(masked_mean(x, mask, dim=1), torch.tensor([1.5, 3.0]))
+
+
+# --- the GRPO family's switches -------------------------------------------------------------------
+
+
+def test_clip_higher_by_hand():
+    logprobs, old, adv, mask = _hand_example()
+    loss, _ = grpo_loss(logprobs, old, adv, mask, clip_eps=0.2, clip_eps_high=0.28)
+    # seq 0 (A=+1): r=1.5 -> -min(1.5, 1.28) = -1.28 ; r=1.0 -> -1.0 ; r=0.5 -> -min(0.5, 0.8) = -0.5
+    #   mean -2.78 / 3 = -0.926667
+    # seq 1 (A=-2): unchanged by the upper bound: (2.2 + 1.6) / 2 = 1.9
+    # loss (-0.926667 + 1.9) / 2 = 0.486667
+    assert loss.item() == pytest.approx((-2.78 / 3 + 1.9) / 2, abs=1e-6)
+
+
+def test_dual_clip_by_hand():
+    old = torch.tensor([[-1.0, -1.0]])
+    logprobs = old + torch.tensor([[LN(4.0), LN(1.1)]])
+    adv, mask = torch.tensor([-2.0]), torch.ones(1, 2)
+    # A=-2: r=4 -> -min(-8, -2.4) = 8, capped by dual clip c=3 at -c*A = 6 ; r=1.1 -> 2.2
+    plain, _ = grpo_loss(logprobs, old, adv, mask)
+    dual, _ = grpo_loss(logprobs, old, adv, mask, dual_clip=3.0)
+    assert plain.item() == pytest.approx((8 + 2.2) / 2, abs=1e-5)
+    assert dual.item() == pytest.approx((6 + 2.2) / 2, abs=1e-5)
+    # positive advantages are never dual-clipped
+    pos, _ = grpo_loss(logprobs, old, -adv, mask, dual_clip=3.0)
+    assert pos.item() == pytest.approx(-(1.2 * 2 + 1.1 * 2) / 2, abs=1e-5)
+    with pytest.raises(ValueError):
+        grpo_loss(logprobs, old, adv, mask, dual_clip=0.5)
+
+
+def test_loss_aggregations_by_hand():
+    x = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 99.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    assert aggregate(x, mask, "seq-mean-token-mean").item() == pytest.approx((2.0 + 4.5) / 2)  # 3.25
+    assert aggregate(x, mask, "token-mean").item() == pytest.approx(15.0 / 5)  # 3.0
+    assert aggregate(x, mask, "seq-sum-norm", norm=4).item() == pytest.approx((6 / 4 + 9 / 4) / 2)  # 1.875
+    with pytest.raises(ValueError):
+        aggregate(x, mask, "seq-sum-norm")
+    with pytest.raises(ValueError):
+        aggregate(x, mask, "mean-of-something")
+
+
+def test_kl_estimators_by_hand():
+    lp = torch.tensor([[-1.0]])
+    ref = lp + LN(2.0)  # d = ref - lp = ln 2
+    assert kl_estimate(lp, ref, "k1").item() == pytest.approx(-0.693147, abs=1e-6)
+    assert kl_estimate(lp, ref, "k2").item() == pytest.approx(0.5 * 0.693147**2, abs=1e-6)  # 0.240227
+    assert kl_estimate(lp, ref, "k3").item() == pytest.approx(2 - 0.693147 - 1, abs=1e-6)  # 0.306853
+    with pytest.raises(ValueError):
+        kl_estimate(lp, ref, "k4")
+
+
+def test_rloo_and_reinforce_pp_by_hand():
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0], [3.0, 0.0, 0.0, 0.0]])
+    # RLOO: r_i minus the mean of the other three: 1 - 1/3 = 2/3, 0 - 2/3 = -2/3 ; 3 - 0 = 3, 0 - 1 = -1
+    expected = torch.tensor([[2 / 3, -2 / 3, -2 / 3, 2 / 3], [3.0, -1.0, -1.0, -1.0]])
+    assert torch.allclose(compute_advantages(rewards, "rloo"), expected, atol=1e-6)
+    # REINFORCE++ baseline: centred [[.5,-.5,-.5,.5],[2.25,-.75,-.75,-.75]]; batch std
+    # sqrt((4 * 0.25 + 5.0625 + 3 * 0.5625) / 7) = sqrt(7.75 / 7) = 1.052209
+    centred = torch.tensor([[0.5, -0.5, -0.5, 0.5], [2.25, -0.75, -0.75, -0.75]])
+    assert torch.allclose(compute_advantages(rewards, "reinforce_pp"), centred / 1.052209, atol=1e-5)
+    assert torch.allclose(compute_advantages(rewards, "drgrpo"), centred)
+    assert torch.equal(compute_advantages(torch.ones(2, 4), "rloo"), torch.zeros(2, 4))
+    with pytest.raises(ValueError):
+        compute_advantages(rewards, "ppo")
+
+
+def test_rloo_loop_equals_vectorised():
+    torch.manual_seed(2)
+    rewards = torch.rand(5, 6)
+    adv = compute_advantages(rewards, "rloo")
+    for i in range(5):
+        for j in range(6):
+            others = [rewards[i, k].item() for k in range(6) if k != j]
+            assert adv[i, j].item() == pytest.approx(rewards[i, j].item() - sum(others) / 5, abs=1e-6)

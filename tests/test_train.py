@@ -154,3 +154,31 @@ def test_warm_restarts_reset_the_learning_rate_cycle(examples, tiny_path, tmp_pa
     peak = 1e-3
     expected = [1.0, 1.0, 0.55, 0.1] * 2
     assert lr == pytest.approx([peak * f for f in expected])
+
+
+def test_grpo_runs_with_every_switch_and_rejects_unknown_ones(examples, tiny_path, tmp_path):
+    model, processor = load_policy(tiny_path)
+    for adv, agg, kl in [
+        ("rloo", "token-mean", "k2"),
+        ("reinforce_pp", "seq-sum-norm", "k1"),
+        ("drgrpo", "token-mean", "k3"),
+    ]:
+        cfg = GRPOConfig(
+            steps=1,
+            prompts_per_step=2,
+            group_size=4,
+            max_new_tokens=8,
+            advantage=adv,
+            loss_agg=agg,
+            kl_estimator=kl,
+            clip_eps_high=0.28,
+            dual_clip=3.0,
+            log_every=1,
+        )
+        train_grpo(model, processor, examples, cfg, VideoConfig(), tmp_path / adv, progress=False)
+        row = read_metrics(tmp_path / adv / "metrics.jsonl")[-1]
+        assert np.isfinite(row["loss/policy"]) and np.isfinite(row["loss/kl"])
+    with pytest.raises(ValueError, match="grpo.advantage"):
+        train_grpo(
+            model, processor, examples, GRPOConfig(advantage="ppo"), VideoConfig(), tmp_path, progress=False
+        )

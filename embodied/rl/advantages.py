@@ -25,3 +25,38 @@ def group_normalized_advantages(rewards: torch.Tensor, eps: float = 1e-6, scale:
         return centred
     std = rewards.std(dim=1, keepdim=True) if rewards.shape[1] > 1 else torch.zeros_like(centred)
     return centred / (std + eps)
+
+
+def rloo_advantages(rewards: torch.Tensor) -> torch.Tensor:
+    """RLOO: each reward minus the mean of the *other* G-1 rewards of its group (Ahmadian et al. 2024, Eq. 4).
+
+    Equals G / (G - 1) * (r_i - mean(r)). `(N, G)` -> `(N, G)`; needs G >= 2.
+    """
+    g = rewards.shape[1]
+    if g < 2:
+        raise ValueError("RLOO needs at least 2 responses per prompt")
+    return (rewards * g - rewards.sum(dim=1, keepdim=True)) / (g - 1)
+
+
+def batch_normalized_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """REINFORCE++ with a group baseline (Hu et al. 2025): subtract each group's mean, then divide by the
+    std of those centred rewards over the whole batch, so no single group's spread sets the scale."""
+    centred = rewards - rewards.mean(dim=1, keepdim=True)
+    std = centred.flatten().std() if centred.numel() > 1 else torch.zeros(())
+    return centred / (std + eps)
+
+
+ESTIMATORS = ("grpo", "drgrpo", "rloo", "reinforce_pp")
+
+
+def compute_advantages(rewards: torch.Tensor, estimator: str = "grpo") -> torch.Tensor:
+    """`(N, G)` rewards -> `(N, G)` advantages with one of `ESTIMATORS`."""
+    if estimator == "grpo":
+        return group_normalized_advantages(rewards)
+    if estimator == "drgrpo":  # Dr. GRPO (Liu et al. 2025): no division by the group std
+        return group_normalized_advantages(rewards, scale=False)
+    if estimator == "rloo":
+        return rloo_advantages(rewards)
+    if estimator == "reinforce_pp":
+        return batch_normalized_advantages(rewards)
+    raise ValueError(f"unknown advantage estimator {estimator!r}; choose one of {ESTIMATORS}")

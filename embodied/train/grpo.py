@@ -19,8 +19,8 @@ from embodied.datasets import Example
 from embodied.evaluate import evaluate
 from embodied.metrics import MetricsLog
 from embodied.policy import completion_logprobs, decode, encode_prompts, generate, repeat_batch
-from embodied.rl.advantages import group_normalized_advantages
-from embodied.rl.losses import grpo_loss, masked_mean
+from embodied.rl.advantages import ESTIMATORS, compute_advantages
+from embodied.rl.losses import LOSS_AGGREGATIONS, grpo_loss, masked_mean
 from embodied.rl.rewards import mcq_reward
 from embodied.train.common import NonFiniteGuard, index_batches, optimizer_step
 from embodied.video import VideoConfig
@@ -38,6 +38,11 @@ def train_grpo(
     progress: bool = True,
 ) -> dict:
     """Run `cfg.steps` GRPO steps (`cfg` is a `GRPOConfig`); metrics go to `out_dir/metrics.jsonl`."""
+    if cfg.advantage not in ESTIMATORS or cfg.loss_agg not in LOSS_AGGREGATIONS:
+        raise ValueError(
+            f"grpo.advantage={cfg.advantage!r} (choose {ESTIMATORS}), "
+            f"grpo.loss_agg={cfg.loss_agg!r} (choose {LOSS_AGGREGATIONS})"
+        )
     device = next(model.parameters()).device
     ref = copy.deepcopy(model).eval().requires_grad_(False) if cfg.kl_coef > 0 else None
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
@@ -65,7 +70,7 @@ def train_grpo(
             for i, t in enumerate(texts)
         ]
         rewards = torch.tensor([t["reward/total"] for t in terms], device=device).view(len(records), G)
-        advantages = group_normalized_advantages(rewards).flatten()
+        advantages = compute_advantages(rewards, cfg.advantage).flatten()
 
         # Loss and update.
         model.train()
@@ -75,7 +80,18 @@ def train_grpo(
             with torch.no_grad():
                 ref_logp = completion_logprobs(ref, batch, ids, mask, cfg.temperature)
         loss, loss_terms = grpo_loss(
-            logp, logp.detach(), advantages, mask, ref_logp, cfg.clip_eps, cfg.kl_coef
+            logp,
+            logp.detach(),
+            advantages,
+            mask,
+            ref_logp,
+            cfg.clip_eps,
+            cfg.kl_coef,
+            clip_eps_high=cfg.clip_eps_high,
+            dual_clip=cfg.dual_clip,
+            kl_kind=cfg.kl_estimator,
+            agg=cfg.loss_agg,
+            agg_norm=cfg.max_new_tokens,
         )
         grad_norm = optimizer_step(model, optimizer, loss, cfg.grad_clip, guard, step)
 
