@@ -19,8 +19,24 @@ COMMANDS = {
     "grpo": "GRPO from policy.path on data.root's train split; saves run_dir/grpo/model",
     "eval": "evaluate policy.path on data.root's eval.split: accuracy, 95% interval, chance, unparseable",
     "quickstart": "generate -> evaluate -> SFT -> evaluate -> GRPO -> evaluate, on the tiny model",
+    "bench": "run a benchmark (`embodied bench --list` names them); prints and writes JSON",
+    "experiment": "run a named experiment (`embodied experiment --list`), e.g. env-feedback",
     "show-config": "print the merged config (defaults <- --config file <- overrides) as YAML",
 }
+
+
+NAMED = {"bench": "embodied.bench", "experiment": "embodied.experiments"}
+
+
+def _named(package: str) -> list[str]:
+    """The modules of `package` that `run` can call, with dashes for underscores."""
+    import importlib
+    import pkgutil
+
+    pkg = importlib.import_module(package)
+    return sorted(
+        m.name.replace("_", "-") for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_")
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -30,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, help_ in COMMANDS.items():
         s = sub.add_parser(name, help=help_, description=help_)
+        if name in NAMED:
+            s.add_argument("name", nargs="?", help=f"which {name} to run")
+            s.add_argument("--list", action="store_true", help=f"list the available {name} names")
         s.add_argument("--config", "-c", help="YAML file with the differences from the defaults")
         s.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
         s.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. sft.lr=1e-3")
@@ -38,6 +57,17 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command in NAMED:
+        names = _named(NAMED[args.command])
+        if args.list:
+            print("\n".join(names))
+            return 0
+        if args.name not in names:
+            print(
+                f"embodied {args.command}: unknown or missing name {args.name!r}; choose one of {names}",
+                file=sys.stderr,
+            )
+            return 2
     try:
         cfg = load_config(args.config, args.overrides)
     except ConfigError as e:
@@ -50,7 +80,10 @@ def main(argv: list[str] | None = None) -> int:
 
     progress = not args.quiet
     try:
-        result = getattr(run, args.command.replace("-", "_"))(cfg, progress=progress)
+        if args.command in NAMED:
+            result = run.named(NAMED[args.command], args.name, cfg, progress=progress)
+        else:
+            result = getattr(run, args.command.replace("-", "_"))(cfg, progress=progress)
     except (FileNotFoundError, ValueError) as e:
         print(f"embodied {args.command}: error: {e}", file=sys.stderr)
         return 1

@@ -181,3 +181,15 @@ def quickstart(cfg: Config, progress: bool = True) -> dict:
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     print(f"summary: {out / 'summary.json'}; curves: {out / 'curves.png'}; examples: {out / 'examples'}")
     return summary
+
+
+def named(package: str, name: str, cfg: Config, progress: bool = True) -> dict:
+    """Run `package.<name>.run(cfg, progress)` (a bench or an experiment); its JSON goes to run_dir."""
+    import importlib
+
+    module = importlib.import_module(f"{package}.{name.replace('-', '_')}")
+    kind = package.rsplit(".", 1)[-1].rstrip("s")
+    out = _setup(cfg, f"{kind}/{name}")
+    result = module.run(cfg, out, progress=progress)
+    (out / f"{kind}_{name}.json").write_text(json.dumps(result, indent=2))
+    return result
