@@ -1,6 +1,7 @@
 """Rewards, advantages and the GRPO loss, checked against numbers worked out by hand."""
 
 import math
+import time
 
 import pytest
 import torch
@@ -239,3 +240,40 @@ def test_rloo_loop_equals_vectorised():
         for j in range(6):
             others = [rewards[i, k].item() for k in range(6) if k != j]
             assert adv[i, j].item() == pytest.approx(rewards[i, j].item() - sum(others) / 5, abs=1e-6)
+
+
+# --- reward functions: failures are errors, never zeros -------------------------------------------------
+
+
+def test_score_passes_terms_through_and_averages_mixed_kinds():
+    from embodied.rl.rewards import mcq_rewards, mean_terms, score
+
+    recs = [{"id": "a", "task": "t", "answer": "A"}, {"id": "b", "task": "t", "answer": "B"}]
+    texts = ["<think></think><answer>A</answer>", "<answer>A</answer>"]
+    terms = score(mcq_rewards(1.0, 0.5), texts, recs)
+    assert [t["reward/total"] for t in terms] == [1.5, 0.0]
+    # 'reward/dropped' is reported by one completion only: its mean is over that one (2.0), not over both.
+    assert mean_terms([{"reward/total": 1.0}, {"reward/total": 0.0, "reward/dropped": 2.0}]) == {
+        "reward/total": 0.5,
+        "reward/dropped": 2.0,
+    }
+
+
+@pytest.mark.parametrize(
+    "fn, match",
+    [
+        (lambda texts, recs: 1 / 0, "raised ZeroDivisionError"),
+        (lambda texts, recs: [{"reward/total": 1.0}], "returned 1 results for 2"),
+        (lambda texts, recs: [{"reward/total": float("nan")}] * 2, "no finite 'reward/total'"),
+        (lambda texts, recs: [{"reward/accuracy": 1.0}] * 2, "no finite 'reward/total'"),
+        (lambda texts, recs: time.sleep(5), "timed out after 0.2 s"),
+    ],
+)
+def test_score_reports_failing_reward_functions_as_errors(fn, match):
+    from embodied.rl.rewards import RewardError, score
+
+    recs = [{"id": "rec-7", "task": "place"}, {"id": "rec-7", "task": "place"}]
+    with pytest.raises(RewardError, match=match) as e:
+        score(fn, ["x", "y"], recs, timeout_s=0.2)
+    if "returned" not in match:  # says what was being scored
+        assert "rec-7" in str(e.value)
