@@ -13,6 +13,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 
+import torch
+
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
 # One think block, then one answer block, nothing else but whitespace; no nested or repeated tags.
 _FORMAT = re.compile(
@@ -115,3 +117,18 @@ def mean_terms(terms: list[dict[str, float]]) -> dict[str, float]:
     """Mean of each named term over the completions that report it (a mixed batch has several kinds)."""
     keys = dict.fromkeys(k for t in terms for k in t)
     return {k: sum(t[k] for t in terms if k in t) / sum(k in t for t in terms) for k in keys}
+
+
+def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int = 0) -> torch.Tensor:
+    """DAPO's overlong reward shaping (Yu et al. 2025, Eq. 13), `(B,)` lengths -> `(B,)` penalties in [-1, 0].
+
+    0 up to `max_len - buffer` tokens, then linear down to -1 at `max_len`; -1 beyond it. A completion that
+    hit the generation budget without ending counts as longer than `max_len` (pass `max_len + 1` for it),
+    so `buffer=0` is the hard penalty: -1 for every truncated completion, 0 otherwise.
+    """
+    if buffer < 0 or buffer >= max_len:
+        raise ValueError(f"overlong buffer must be in [0, max_len), got {buffer} (max_len {max_len})")
+    lengths = lengths.float()
+    start = max_len - buffer
+    soft = (start - lengths) / buffer if buffer else torch.zeros_like(lengths)
+    return torch.where(lengths <= start, 0.0, torch.where(lengths <= max_len, soft, -1.0))
