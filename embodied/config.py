@@ -60,6 +60,8 @@ class GRPOConfig:
     Log-probs are always computed at each sample's own temperature."""
     lr: float = 5e-5
     """Constant AdamW learning rate. Above ~1e-4 the tiny model's accuracy degrades."""
+    vision_lr_scale: float = 1.0
+    """Learning rate of the vision tower relative to `lr` (as in SFT)."""
     clip_eps: float = 0.2
     """Lower clip range of the ratio (and the upper one unless `clip_eps_high` is set)."""
     clip_eps_high: float | None = None
@@ -164,19 +166,25 @@ class ConfigError(ValueError):
 
 
 def load_config(
-    path: str | Path | None = None, overrides: list[str] | None = None, base: Config | None = None
+    path: str | Path | list | None = None, overrides: list[str] | None = None, base: Config | None = None
 ) -> Config:
-    """Schema defaults (or `base`) <- YAML file <- dotted overrides, checked against the dataclasses."""
+    """Schema defaults (or `base`) <- YAML files, in order <- dotted overrides, checked against the schema.
+
+    Several files stack: `[configs/quickstart.yaml, configs/recipes/dapo.yaml]` is the quickstart run
+    with DAPO's switches.
+    """
     merged = OmegaConf.structured(base if base is not None else Config())
     layers = []
-    if path:
-        p = Path(path)
+    paths = [path] if isinstance(path, (str, Path)) else list(path or [])
+    for p in map(Path, paths):
         if not p.is_file():
             raise ConfigError(f"config file {p} not found")
         try:
             layer = OmegaConf.load(p)
         except yaml.YAMLError as e:
             raise ConfigError(f"{p}: not valid YAML ({' '.join(str(e).split())})") from None
+        if layer is None:  # an empty file changes nothing
+            continue
         if not isinstance(layer, DictConfig):
             kind = type(layer).__name__
             raise ConfigError(f"{p}: must hold a mapping of sections (sft:, data:, ...), not a {kind}")

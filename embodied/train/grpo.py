@@ -33,7 +33,7 @@ from embodied.rl.losses import (
 from embodied.rl.papo import masked_batch
 from embodied.rl.rewards import RewardFn, mcq_rewards, mean_terms, score
 from embodied.rl.rollout import Rollout, dynamic_sample, sample_groups
-from embodied.train.common import NonFiniteGuard, apply_gradients, index_batches, skip_batches
+from embodied.train.common import NonFiniteGuard, apply_gradients, index_batches, param_groups, skip_batches
 from embodied.video import VideoConfig
 
 CHOICES = {
@@ -188,7 +188,9 @@ def train_grpo(
     check_config(cfg)
     out_dir = Path(out_dir)
     ref = copy.deepcopy(model).eval().requires_grad_(False) if cfg.kl_coef > 0 else None
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(
+        param_groups(model, cfg.lr, cfg.vision_lr_scale), lr=cfg.lr, weight_decay=0.0
+    )
     reward_fn = reward_fn or mcq_rewards(cfg.accuracy_weight, cfg.format_weight)
     log = MetricsLog(out_dir / "metrics.jsonl", "grpo")
     ckpt_dir = out_dir / "checkpoints" / "grpo"
