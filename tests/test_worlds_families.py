@@ -1,0 +1,165 @@
+"""Scene families beyond drop: real MuJoCo physics and real offscreen rendering, no mocks.
+
+Every family: resets, is reproducible for a seed, renders only the requested frames, and its
+motion is irreversible (energy lost, objects end at rest). Family tests check the calibrations
+(sliding distance, pendulum decay) and the occluder's outcomes from state and from pixels.
+"""
+
+from __future__ import annotations
+
+import json
+
+import mujoco
+import numpy as np
+import pytest
+
+from embodied.worlds import WORLDS, make_world
+from embodied.worlds.base import CONTROL_DT, sliding_distance
+from embodied.worlds.occluder import OUTCOMES, PARK, pixels
+
+FAMILIES = ["occluder"]
+SIZE = 96  # smaller than the 128 default: these tests check physics and pixels, not framing
+CLIP = np.arange(8) / 2.0  # 8 frames at 2 fps
+
+
+@pytest.fixture(scope="module")
+def worlds():
+    made = {name: make_world(name, width=SIZE, height=SIZE) for name in FAMILIES}
+    yield made
+    for w in made.values():
+        w.close()
+
+
+def _energy(world, k: int) -> tuple[float, float]:
+    """(potential + kinetic, kinetic) energy (J) of cached state ``k`` of the current episode."""
+    data = world._data_at(k)
+    mujoco.mj_energyPos(world.model, data)
+    mujoco.mj_energyVel(world.model, data)
+    return float(data.energy[0] + data.energy[1]), float(data.energy[1])
+
+
+def test_registry_lists_families_and_names_them_for_an_unknown_one() -> None:
+    assert set(FAMILIES) | {"drop"} <= set(WORLDS)
+    with pytest.raises(ValueError, match="unknown world 'nope'.*drop.*occluder"):
+        make_world("nope")
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_reset_is_reproducible_and_renders_only_requested_times(worlds, name: str) -> None:
+    world = worlds[name]
+    calls = []
+    render = world._renderer.render
+    world._renderer.render = lambda data, cam: calls.append(data.time) or render(data, cam)
+    try:
+        _, info_a = world.reset(11, difficulty="hard")
+        times = [0.3, 1.1, 2.0]
+        frames_a = world.record(times)
+        assert len(calls) == 3 and np.allclose(calls, times)
+        _, info_b = world.reset(np.random.default_rng(11), difficulty="hard")
+        frames_b = world.record(times)
+    finally:
+        world._renderer.render = render
+    assert json.loads(json.dumps(info_a)) == info_a  # plain JSON
+    assert info_a == info_b and np.array_equal(frames_a, frames_b)
+    assert frames_a.shape == (3, SIZE, SIZE, 3) and frames_a.dtype == np.uint8
+    assert frames_a.std() > 10
+    _, info_c = world.reset(12)
+    assert info_c["params"] != info_a["params"]
+    assert info_a["params"]["difficulty"] == "hard" and info_c["params"]["difficulty"] == "easy"
+    with pytest.raises(ValueError, match="difficulty"):
+        world.reset(0, difficulty="medium")
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_motion_is_irreversible(worlds, name: str) -> None:
+    world = worlds[name]
+    for seed in range(3):
+        _, info = world.reset(seed)
+        t0, t1 = info["motion"]
+        assert 0.0 <= t0 < t1 <= world.horizon, info["motion"]
+        k0, k1 = round(t0 / CONTROL_DT), round(t1 / CONTROL_DT)
+        e, kin = np.array([_energy(world, k) for k in range(k0, k1 + 1)]).T
+        # friction / damping took out at least half of the largest kinetic energy seen ...
+        assert e[0] - e[-1] > 0.5 * kin.max() > 0, (seed, e[0], e[-1], kin.max())
+        assert e.max() <= e[0] + 1e-3 * kin.max()  # ... and none came in
+        frames = world.record([t0, (t0 + t1) / 2, t1])
+        assert not np.array_equal(frames[0], frames[2])  # the motion is visible
+
+
+# --- occluder --------------------------------------------------------------------------------
+
+
+def _state_after_reveal(world, seed: int, outcome: str) -> tuple[dict, np.ndarray]:
+    _, info = world.reset(seed, outcome=outcome)
+    obs = None
+    while world.data.time < info["reveal_time"] + 0.1:
+        obs, *_ = world.step()
+    return info, obs["qpos"]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_occluder_outcomes_from_state(worlds, seed: int) -> None:
+    world = worlds["occluder"]
+    infos, qpos = {}, {}
+    for outcome in OUTCOMES:
+        infos[outcome], qpos[outcome] = _state_after_reveal(world, seed, outcome)
+    info = infos["possible"]
+    # Timeline: hidden while at rest, edited while hidden, revealed after the lift starts.
+    h0, h1 = info["hidden"]
+    assert info["motion"][0] < h0 < info["motion"][1] < info["edit_time"] <= h1
+    assert info["edit_time"] < info["lift"][0] <= info["reveal_time"] and h1 <= info["reveal_time"]
+    for outcome in OUTCOMES:  # matched pairs: only the outcome and what is revealed differ
+        for key in ("motion", "hidden", "edit_time", "lift", "reveal_time", "expected"):
+            assert infos[outcome][key] == info[key], (outcome, key)
+    expected = np.array(info["expected"]["pos"])
+    far = np.array([PARK[0] - 1, PARK[1]])
+    # possible: the object is where it came to rest, and that is where Coulomb friction says
+    assert np.linalg.norm(qpos["possible"][0:3] - expected) < 0.01
+    obj = info["params"]["object"]
+    travelled = abs(expected[0] - obj["pos"][0])
+    if obj["shape"] != "sphere":  # sliding: calibrated against v0^2 / (2 mu g)
+        predicted = sliding_distance(abs(obj["linvel"][0]), obj["friction"][0])
+        assert travelled == pytest.approx(predicted, rel=0.03)
+    # vanished: neither the object nor its twin is anywhere near the scene
+    assert qpos["vanished"][0] > far[0] and qpos["vanished"][7] > far[0]
+    assert infos["vanished"]["revealed"] is None
+    # teleported: same object, at rest elsewhere behind the screen
+    assert abs(qpos["teleported"][0] - expected[0]) > 0.14
+    assert qpos["teleported"][0] == pytest.approx(info["params"]["teleport_x"], abs=0.01)
+    # changed: the twin (other colour) sits where the object was, the object is gone
+    assert np.linalg.norm(qpos["changed"][7:10] - expected) < 0.01 and qpos["changed"][0] > far[0]
+    assert infos["changed"]["revealed"]["rgba"] != info["expected"]["rgba"]
+
+
+def _patch(frame: np.ndarray, col_row: np.ndarray, half: int = 2) -> np.ndarray:
+    c, r = np.round(col_row).astype(int)
+    return frame[r - half : r + half + 1, c - half : c + half + 1].reshape(-1, 3).astype(float)
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_occluder_outcomes_are_visible_in_pixels(worlds, seed: int) -> None:
+    world = worlds["occluder"]
+    before, after = {}, {}
+    for outcome in OUTCOMES:
+        _, info = world.reset(seed, outcome=outcome)
+        t_before = info["edit_time"] - CONTROL_DT
+        t_after = info["reveal_time"] + 0.2
+        before[outcome], after[outcome] = world.record([t_before, t_after])
+    # identical until the edit (the object is hidden when it happens) ...
+    for outcome in OUTCOMES:
+        assert np.array_equal(before[outcome], before["possible"]), outcome
+    # ... and after the reveal the difference shows at the expected place
+    exp_px = pixels(world.model, info["expected"]["pos"], SIZE, SIZE)[0]
+    rgba = np.array(info["expected"]["rgba"][:3]) * 255
+    seen = _patch(after["possible"], exp_px).mean(0)
+    assert np.abs(seen - rgba).mean() < 60, (seen, rgba)  # the object's own colour, lit
+    for outcome in ("vanished", "teleported", "changed"):
+        diff = np.abs(_patch(after[outcome], exp_px).mean(0) - seen).mean()
+        assert diff > 30, (outcome, diff)
+    tele = np.array(info["expected"]["pos"])
+    tele[0] = info["params"]["teleport_x"]
+    tele_px = pixels(world.model, tele, SIZE, SIZE)[0]
+    assert np.abs(_patch(after["teleported"], tele_px).mean(0) - rgba).mean() < 60
+    twin = np.array(info["params"]["twin"]["rgba"][:3]) * 255
+    changed = _patch(after["changed"], exp_px).mean(0)
+    assert np.abs(changed - twin).mean() < np.abs(changed - rgba).mean()
