@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from embodied.worlds import WORLDS, make_world
-from embodied.worlds.base import CONTROL_DT, sliding_distance
+from embodied.worlds.base import CONTROL_DT, REST_WINDOW, sliding_distance
 from embodied.worlds.occluder import OUTCOMES, PARK, pixels
 
-FAMILIES = ["occluder"]
+FAMILIES = ["occluder", "slide", "topple", "dominoes", "pendulum"]
 SIZE = 96  # smaller than the 128 default: these tests check physics and pixels, not framing
 CLIP = np.arange(8) / 2.0  # 8 frames at 2 fps
 
@@ -40,7 +40,7 @@ def _energy(world, k: int) -> tuple[float, float]:
 
 def test_registry_lists_families_and_names_them_for_an_unknown_one() -> None:
     assert set(FAMILIES) | {"drop"} <= set(WORLDS)
-    with pytest.raises(ValueError, match="unknown world 'nope'.*drop.*occluder"):
+    with pytest.raises(ValueError, match="unknown world 'nope'.*dominoes, drop, occluder, pendulum"):
         make_world("nope")
 
 
@@ -163,3 +163,74 @@ def test_occluder_outcomes_are_visible_in_pixels(worlds, seed: int) -> None:
     twin = np.array(info["params"]["twin"]["rgba"][:3]) * 255
     changed = _patch(after["changed"], exp_px).mean(0)
     assert np.abs(changed - twin).mean() < np.abs(changed - rgba).mean()
+
+
+@pytest.mark.parametrize("name", ["slide", "topple", "dominoes", "occluder"])
+def test_scene_ends_at_rest_and_step_agrees(worlds, name: str) -> None:
+    world = worlds[name]
+    _, info = world.reset(5)
+    t_rest = info["motion"][1]
+    assert t_rest + REST_WINDOW < world.horizon  # it came to rest inside the rollout
+    frames = world.record([t_rest + 0.1, world.horizon, world.horizon + 1.0])  # past the horizon too
+    # at rest: nothing moves any more (the occluder's screen is gone by then)
+    if name != "occluder" or info["lift"][1] < t_rest + 0.1:
+        assert np.abs(frames[0].astype(int) - frames[2].astype(int)).max() <= 8
+    terminated, obs = False, None
+    while not terminated:
+        obs, reward, terminated, truncated, step_info = world.step()
+        assert reward == 0.0 and not truncated
+    assert obs["time"] == pytest.approx(t_rest, abs=CONTROL_DT / 2)
+    assert step_info["speed"] < world.rest_speed
+
+
+def test_topple_tower_ends_lower_and_dominoes_all_fall(worlds) -> None:
+    for seed in range(3):
+        _, info = worlds["topple"].reset(seed)
+        z = worlds["topple"]._qpos[:, 2::7]  # block heights over time
+        assert z[-1].max() < 0.5 * z[0].max(), seed  # the top block came down
+        _, info = worlds["dominoes"].reset(seed)
+        assert info["fallen"] == len(info["params"]["dominoes"]), (seed, info["fallen"])
+
+
+@pytest.mark.parametrize("mu", [0.08, 0.3])
+@pytest.mark.parametrize("heading_deg", [0.0, 45.0])
+def test_slide_stopping_distance_matches_coulomb(worlds, mu: float, heading_deg: float) -> None:
+    """Tolerance 2%: MuJoCo's soft friction constraint measured 0.3-0.8% short of v0^2 / (2 mu g);
+    a wrong friction combination (the table's coefficient winning) or pyramidal friction cones
+    (sliding at 45 degrees then meets a friction smaller by up to 1/sqrt(2)) are far outside."""
+    world = worlds["slide"]
+    _, info = world.reset(0, difficulty="easy")
+    params = info["params"]
+    v0, heading = 1.2, np.deg2rad(heading_deg)
+    params["block"].update(mu=mu, linvel=[v0 * np.cos(heading), v0 * np.sin(heading), 0.0])
+    params["block"]["pos"][:2] = [-0.3, -0.1]
+    _, info = world.reset(0, params=params)
+    assert info["params"]["block"]["mu"] == mu
+    assert info["distance"] == pytest.approx(sliding_distance(v0, mu), rel=0.02)
+    assert info["motion"][1] == pytest.approx(v0 / (mu * 9.81), abs=0.1)  # uniform deceleration
+
+
+def _peaks(angle: np.ndarray, dt: float) -> tuple[np.ndarray, np.ndarray]:
+    """Times and |amplitudes| of the swing extremes (local maxima of |angle|), parabola-refined."""
+    a = np.abs(angle)
+    k = np.flatnonzero((a[1:-1] > a[:-2]) & (a[1:-1] >= a[2:])) + 1
+    y0, y1, y2 = a[k - 1], a[k], a[k + 1]
+    shift = 0.5 * (y0 - y2) / (y0 - 2 * y1 + y2)
+    return (k + shift) * dt, y1 - 0.25 * (y0 - y2) * shift
+
+
+@pytest.mark.parametrize("tau", [2.0, 6.0])
+def test_pendulum_amplitude_decays_at_the_configured_rate(worlds, tau: float) -> None:
+    """Fit log(peak amplitude) against time: the slope must be -1/tau within 3%. Small release
+    angle (10 deg) so the linear theory behind exp(-t / tau) holds; the peaks come from the cached
+    rollout (every 20 ms), refined by a parabola through the three samples around each."""
+    world = worlds["pendulum"]
+    _, info = world.reset(0)
+    params = {**info["params"], "tau": tau, "angle_deg": 10.0}
+    _, info = world.reset(0, params=params)
+    times, amps = _peaks(world._qpos[:, 0], CONTROL_DT)
+    assert len(times) >= 4, times
+    slope = np.polyfit(times, np.log(amps), 1)[0]
+    assert -1.0 / slope == pytest.approx(tau, rel=0.03), (times, amps)
+    # and the configured damping is the one MuJoCo uses: b = 2 I / tau
+    assert info["damping"] == pytest.approx(float(world.model.dof_damping[0]))

@@ -19,6 +19,10 @@ __all__ = ["WORLDS", "DropWorld", "FrameRenderer", "gl_context", "make_world", "
 _FAMILIES = {
     "drop": ("embodied.worlds.drop", "DropWorld"),
     "occluder": ("embodied.worlds.occluder", "OccluderWorld"),
+    "slide": ("embodied.worlds.slide", "SlideWorld"),
+    "topple": ("embodied.worlds.topple", "ToppleWorld"),
+    "dominoes": ("embodied.worlds.dominoes", "DominoesWorld"),
+    "pendulum": ("embodied.worlds.pendulum", "PendulumWorld"),
 }
 
 

@@ -12,12 +12,15 @@ gives the motion interval (``info["motion"]``) before any frame is drawn, and ``
 restores the nearest earlier state, steps the remaining < 10 physics steps and renders ONLY the
 requested frames. Restoring an integration state continues the trajectory bit-exactly, so
 ``record`` and ``step`` see the same episode, and scripted events (applied at chunk boundaries, in
-the rollout as in ``step``) are part of the cached states.
+the rollout as in ``step``) are part of the cached states. (Exception: scenes that enable MuJoCo's
+sleeping, dominoes and topple, restore states with every body awake; frames stay deterministic,
+and differ from the uninterrupted trajectory by far less than a pixel.)
 """
 
 from __future__ import annotations
 
 import colorsys
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -75,9 +78,14 @@ def colours(n: int, rng: np.random.Generator, avoid_hue: float | None = None) ->
 
 
 def sample_clutter(
-    rng: np.random.Generator, n: int, keep_out: Sequence[tuple[float, float, float, float]]
+    rng: np.random.Generator,
+    n: int,
+    keep_out: Sequence[tuple[float, float, float, float]],
+    region: tuple[float, float, float, float] = (-0.7, 0.7, -0.1, 0.6),
+    z0: float = 0.0,
 ) -> list[dict[str, Any]]:
-    """``n`` static distractor shapes on the floor, outside the boxes ``(x0, x1, y0, y1)`` of action.
+    """``n`` static distractors standing at height ``z0`` in ``region``, outside the ``keep_out``
+    boxes ``(x0, x1, y0, y1)`` where the action happens.
 
     Clutter is welded to the world (no degrees of freedom), so it costs collision checks only.
     """
@@ -85,7 +93,7 @@ def sample_clutter(
     for _ in range(200 * n):
         if len(items) == n:
             break
-        x, y = rng.uniform(-0.7, 0.7), rng.uniform(-0.1, 0.6)
+        x, y = rng.uniform(region[0], region[1]), rng.uniform(region[2], region[3])
         r = float(rng.uniform(0.03, 0.06))
         if any(x0 - r < x < x1 + r and y0 - r < y < y1 + r for x0, x1, y0, y1 in keep_out):
             continue
@@ -93,7 +101,7 @@ def sample_clutter(
             continue
         shape = str(rng.choice(["box", "cylinder", "sphere"]))
         grey = float(rng.uniform(0.35, 0.75))
-        items.append({"shape": shape, "r": r, "pos": [float(x), float(y), r], "rgb": [grey] * 3})
+        items.append({"shape": shape, "r": r, "pos": [float(x), float(y), z0 + r], "rgb": [grey] * 3})
     return items
 
 
@@ -160,6 +168,9 @@ class SceneWorld:
     def build(self, spec: mujoco.MjSpec, params: dict[str, Any]) -> None:
         raise NotImplementedError
 
+    def finalize(self, model: mujoco.MjModel, params: dict[str, Any]) -> None:
+        """Edit the compiled model where a value needs derived quantities (inertia ...)."""
+
     def init_state(self, model: mujoco.MjModel, data: mujoco.MjData, params: dict[str, Any]) -> None:
         """Set t = 0 velocities (poses come from the spec); default: everything at rest."""
 
@@ -179,16 +190,23 @@ class SceneWorld:
     def reset(self, seed: int | np.random.Generator, **options: Any) -> tuple[dict, dict]:
         """New episode; same seed and options -> same params, states and frames.
 
-        Options: ``difficulty`` ("easy" | "hard", default: the constructor's) plus family options.
+        Options: ``difficulty`` ("easy" | "hard", default: the constructor's) plus family options,
+        or ``params``: replay a stored ``info["params"]`` exactly (nothing is drawn then).
         """
         rng = as_rng(seed)
         difficulty = check_difficulty(options.pop("difficulty", self.difficulty))
-        self.params = self.sample_params(rng, difficulty, **options)
+        replay = options.pop("params", None)
+        if replay is not None:
+            self.params = json.loads(json.dumps(replay))  # a private copy, JSON types only
+        else:
+            self.params = self.sample_params(rng, difficulty, **options)
+        self.horizon = float(self.params.get("horizon", type(self).horizon))
         spec = self._base.copy()
         spec.visual.global_.offwidth = max(self.width, spec.visual.global_.offwidth)
         spec.visual.global_.offheight = max(self.height, spec.visual.global_.offheight)
         self.build(spec, self.params)
         self.model = spec.compile()
+        self.finalize(self.model, self.params)
         jitter_camera(self.model, self.params["camera"])
         self._renderer.set_model(self.model)
         self._rollout()
@@ -253,7 +271,7 @@ class SceneWorld:
         """(T, H, W, 3) uint8 frames at ``times`` (s, ascending); renders only those T frames.
 
         Each frame restores the cached state at or before its time and steps the remainder, so
-        the episode's own state (``step``) is untouched. Times past the horizon keep simulating.
+        the episode's own state (``step``) is untouched. Times past the horizon extend the cache.
         """
         if self.model is None:
             raise RuntimeError("call reset() before record()")
@@ -266,19 +284,29 @@ class SceneWorld:
         data = mujoco.MjData(model)
         for i, ti in enumerate(t):
             target = round(ti / model_dt)  # physics steps since t = 0
-            k = min(target // n_sub, len(self._states) - 1)
+            k = target // n_sub
+            if k >= len(self._states):
+                self._extend(k)
             mujoco.mj_setState(model, data, self._states[k], _STATE)
-            done = k * n_sub
-            while target - done >= n_sub:  # past the horizon: keep chunking so events still fire
-                mujoco.mj_step(model, data, nstep=n_sub)
-                done += n_sub
-                self.apply_events(model, data, round(done * model_dt, 6))
-            if target > done:
-                mujoco.mj_step(model, data, nstep=target - done)
+            if target > k * n_sub:
+                mujoco.mj_step(model, data, nstep=target - k * n_sub)
             mujoco.mj_kinematics(model, data)  # poses of exactly this state, not the pre-step ones
             mujoco.mj_camlight(model, data)
             frames[i] = self._renderer.render(data, "cam")
         return frames
+
+    def _extend(self, k: int) -> None:
+        """Continue the cached rollout past the horizon up to chunk ``k`` (events still fire)."""
+        model, n = self.model, len(self._states)
+        data = mujoco.MjData(model)
+        mujoco.mj_setState(model, data, self._states[-1], _STATE)
+        more = np.empty((k + 1 - n, self._states.shape[1]))
+        n_sub = round(CONTROL_DT / model.opt.timestep)
+        for j in range(k + 1 - n):
+            mujoco.mj_step(model, data, nstep=n_sub)
+            self.apply_events(model, data, round((n + j) * CONTROL_DT, 6))
+            mujoco.mj_getState(model, data, more[j], _STATE)
+        self._states = np.concatenate([self._states, more])
 
     def close(self) -> None:
         """Release model-bound GL resources (the process-wide GL context is kept for reuse)."""
@@ -301,3 +329,40 @@ def rolling_deceleration(mu_roll: float, radius: float) -> float:
     I = 2/5 m r^2 the ball decelerates at 5 mu_roll g / (7 r).
     """
     return 5.0 * mu_roll * G / (7.0 * radius)
+
+
+def rigid_rotation(
+    model: mujoco.MjModel, data: mujoco.MjData, bodies: Sequence[int], pivot: np.ndarray, omega: np.ndarray
+) -> None:
+    """Give free ``bodies`` the velocities of one rigid body turning at ``omega`` (rad/s, world)
+    about the point ``pivot`` (a push that tips a tower or a domino about its bottom edge).
+
+    ``data`` must hold current poses (run ``mj_kinematics`` first). A free joint's linear velocity
+    is that of the body frame's origin in world coordinates; its angular velocity is in body axes.
+    """
+    for b in bodies:
+        dof = model.jnt_dofadr[model.body_jntadr[b]]
+        data.qvel[dof : dof + 3] = np.cross(omega, data.xpos[b] - pivot)
+        data.qvel[dof + 3 : dof + 6] = data.xmat[b].reshape(3, 3).T @ omega
+
+
+def tipping_speed(
+    model: mujoco.MjModel, data: mujoco.MjData, bodies: Sequence[int], pivot: np.ndarray, axis: np.ndarray
+) -> float:
+    """Smallest angular speed (rad/s) about the horizontal ``axis`` through ``pivot`` that tips
+    ``bodies`` (as one rigid body) over the pivot edge: (1/2) I w^2 = M g (lift of the centre of mass).
+    """
+    axis = axis / np.linalg.norm(axis)
+    mass = sum(model.body_mass[b] for b in bodies)
+    com = sum(model.body_mass[b] * data.xipos[b] for b in bodies) / mass
+    rel = com - pivot
+    arm = rel - axis * (rel @ axis)  # centre of mass relative to the axis, perpendicular to it
+    lift = np.linalg.norm(arm) - arm[2]  # it rises until it is straight above the edge
+    inertia = 0.0
+    for b in bodies:
+        rot = data.ximat[b].reshape(3, 3)
+        i_world = rot @ np.diag(model.body_inertia[b]) @ rot.T
+        r = data.xipos[b] - pivot
+        r_perp = r - axis * (r @ axis)
+        inertia += axis @ i_world @ axis + model.body_mass[b] * (r_perp @ r_perp)
+    return float(np.sqrt(2.0 * mass * G * lift / inertia))

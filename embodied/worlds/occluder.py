@@ -141,19 +141,23 @@ class OccluderWorld(SceneWorld):
     scene = "occluder"
 
     def reset(self, seed: int | np.random.Generator, **options: Any) -> tuple[dict, dict]:
-        """``options``: ``outcome`` (default "possible") and ``difficulty``.
+        """``options``: ``outcome`` (default "possible"), ``difficulty``, or ``params`` (replay).
 
         Scenes are redrawn from the same generator until the object is hidden at rest at the
         edit time (rare misses: rolling balls creep; deterministic for a seed either way).
+        Replayed ``params`` take the given ``outcome`` if any, else their own.
         """
-        outcome = options.pop("outcome", "possible")
+        replay = options.get("params")
+        outcome = options.pop("outcome", replay["outcome"] if replay is not None else "possible")
         if outcome not in OUTCOMES:
             raise ValueError(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
         self._outcome = outcome
+        if replay is not None:
+            options["params"] = {**replay, "outcome": outcome}
         rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-        for _ in range(20):
+        for _ in range(1 if replay is not None else 20):
             obs, info = super().reset(rng, **dict(options))
-            if info.pop("valid"):
+            if info.pop("valid") or replay is not None:
                 return obs, info
         raise RuntimeError("occluder: no valid scene in 20 draws; check the parameter ranges")
 
@@ -162,7 +166,6 @@ class OccluderWorld(SceneWorld):
             raise TypeError(f"unknown occluder options {sorted(options)}")
         params = sample_params(rng, difficulty)
         params["outcome"] = self._outcome
-        self.horizon = params["horizon"]
         return params
 
     def build(self, spec: mujoco.MjSpec, params: dict[str, Any]) -> None:
