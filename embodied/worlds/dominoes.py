@@ -82,7 +82,7 @@ class DominoesWorld(SceneWorld):
     """A chain of falling dominoes; ``reset(seed, difficulty=...)``; ``info["fallen"]``: count."""
 
     scene = "dominoes"
-    horizon = 3.0
+    horizon = 2.5
 
     def sample_params(self, rng: np.random.Generator, difficulty: str, **options: Any) -> dict[str, Any]:
         if options:

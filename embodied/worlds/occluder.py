@@ -12,7 +12,7 @@ Backs the object-permanence question family. One episode, in time order::
 
 * ``possible``: nothing is edited; the object is revealed where it came to rest.
 * ``vanished``: the object is removed (parked far out of view); the revealed place is empty.
-* ``teleported``: the object is moved to another spot behind the screen (>= 0.14 m away), at rest.
+* ``teleported``: the object is moved to another spot behind the screen (>= 0.15 m away), at rest.
 * ``changed``: the object is swapped for its twin at the same pose: another colour (hue opposite)
   and, half of the time (``params["twin"]["shape"]``), another shape.
 
@@ -85,7 +85,7 @@ def sample_params(rng: np.random.Generator, difficulty: str) -> dict[str, Any]:
     y = float(rng.uniform(0.15, 0.3))
     direction = 1.0 if rng.random() < 0.5 else -1.0  # +1: enters from the left
     slack = width / 2 - r - 0.05  # keep the whole object behind the screen at rest
-    u = float(rng.uniform(0.45, 0.85)) * (1.0 if rng.random() < 0.5 else -1.0)
+    u = float(rng.uniform(0.5, 0.85)) * (1.0 if rng.random() < 0.5 else -1.0)
     rest_x, teleport_x = screen["x"] + u * slack, screen["x"] - u * slack
     dist = abs(rest_x - (-direction * START_X))
     if shape == "sphere":

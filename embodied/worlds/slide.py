@@ -87,7 +87,7 @@ class SlideWorld(SceneWorld):
     """A block sliding to rest on a table; ``reset(seed, difficulty=...)``."""
 
     scene = "slide"
-    horizon = 4.0
+    horizon = 3.0
 
     def sample_params(self, rng: np.random.Generator, difficulty: str, **options: Any) -> dict[str, Any]:
         if options:

@@ -79,7 +79,7 @@ class ToppleWorld(SceneWorld):
     """A pushed tower of blocks; ``reset(seed, difficulty=...)``."""
 
     scene = "topple"
-    horizon = 4.0
+    horizon = 3.0
 
     def sample_params(self, rng: np.random.Generator, difficulty: str, **options: Any) -> dict[str, Any]:
         if options:
