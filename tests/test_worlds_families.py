@@ -139,15 +139,18 @@ def _patch(frame: np.ndarray, col_row: np.ndarray, half: int = 2) -> np.ndarray:
 @pytest.mark.parametrize("seed", [0, 3])
 def test_occluder_outcomes_are_visible_in_pixels(worlds, seed: int) -> None:
     world = worlds["occluder"]
-    before, after = {}, {}
+    before, during, after = {}, {}, {}
     for outcome in OUTCOMES:
-        _, info = world.reset(seed, outcome=outcome)
+        _, info = world.reset(seed, outcome=outcome, difficulty="hard" if seed % 2 else "easy")
         t_before = info["edit_time"] - CONTROL_DT
+        t_during = round((info["edit_time"] + info["lift"][0]) / 2 / CONTROL_DT) * CONTROL_DT
         t_after = info["reveal_time"] + 0.2
-        before[outcome], after[outcome] = world.record([t_before, t_after])
-    # identical until the edit (the object is hidden when it happens) ...
+        before[outcome], during[outcome], after[outcome] = world.record([t_before, t_during, t_after])
+    # identical until the edit, and still identical after it while hidden: the edited object
+    # (or its absence) does not show at all, not even as a shadow ...
     for outcome in OUTCOMES:
         assert np.array_equal(before[outcome], before["possible"]), outcome
+        assert np.array_equal(during[outcome], during["possible"]), outcome
     # ... and after the reveal the difference shows at the expected place
     exp_px = pixels(world.model, info["expected"]["pos"], SIZE, SIZE)[0]
     rgba = np.array(info["expected"]["rgba"][:3]) * 255
