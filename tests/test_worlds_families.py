@@ -237,3 +237,11 @@ def test_pendulum_amplitude_decays_at_the_configured_rate(worlds, tau: float) ->
     assert -1.0 / slope == pytest.approx(tau, rel=0.03), (times, amps)
     # and the configured damping is the one MuJoCo uses: b = 2 I / tau
     assert info["damping"] == pytest.approx(float(world.model.dof_damping[0]))
+
+
+def test_bench_worlds_measures_an_episode() -> None:
+    from embodied.bench.worlds import measure
+
+    row = measure(["pendulum"], n=1)["pendulum"]
+    assert row["cpu_ms_per_episode"] > 0 and row["episodes_per_cpu_s"] > 0
+    assert row["cpu_ms_reset"] + row["cpu_ms_record"] == pytest.approx(row["cpu_ms_per_episode"], abs=0.2)
