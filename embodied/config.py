@@ -151,6 +151,8 @@ class Config:
     """Seed for data order, sampling and initialisation of training."""
     threads: int = 0
     """torch CPU threads (0 = torch's default)."""
+    mixed_precision: str = "no"
+    """sft/grpo: "bf16" trains under autocast with fp32 master weights (GPU); "no" is full precision."""
     resume: str = ""
     """sft/grpo: "" starts fresh; "auto" continues from the newest complete checkpoint in run_dir (fresh
     if none); a path continues from that checkpoint folder."""

@@ -82,10 +82,12 @@ def eval(cfg: Config, progress: bool = True) -> dict:  # noqa: A001 - the comman
 
 def _train(cfg: Config, stage: str, progress: bool) -> dict:
     """Load `policy.path`, run the `stage` loop on the train split, save `run_dir/model` and the curves."""
+    from embodied.train.common import Processes
     from embodied.train.grpo import train_grpo
     from embodied.train.sft import train_sft
 
     loop, stage_cfg = {"sft": (train_sft, cfg.sft), "grpo": (train_grpo, cfg.grpo)}[stage]
+    procs = Processes(cfg.mixed_precision, cpu=cfg.policy.device == "cpu")
     out = _setup(cfg, stage)
     model, processor = load(cfg.policy)
     train, _ = _examples(cfg, "train", progress)
@@ -102,9 +104,12 @@ def _train(cfg: Config, stage: str, progress: bool) -> dict:
         progress,
         resume=cfg.resume,
         config_yaml=to_yaml(cfg),
+        procs=procs,
     )
-    save_policy(model, processor, out / "model")
-    plot_curves(read_metrics(out / "metrics.jsonl"), out / "curves.png")
+    if procs.main:  # the other processes hold the same weights
+        save_policy(model, processor, out / "model")
+        plot_curves(read_metrics(out / "metrics.jsonl"), out / "curves.png")
+    procs.barrier()
     return info | {"model": str(out / "model")}
 
 
