@@ -49,6 +49,14 @@ def _parser() -> argparse.ArgumentParser:
         if name in NAMED:
             s.add_argument("name", nargs="?", help=f"which {name} to run")
             s.add_argument("--list", action="store_true", help=f"list the available {name} names")
+        if name == "eval":
+            from embodied.baselines import BASELINES
+
+            s.add_argument(
+                "--baseline",
+                choices=BASELINES,
+                help="run a shortcut-audit baseline (same as eval.baseline=NAME; see docs/evaluation.md)",
+            )
         s.add_argument("--config", "-c", help="YAML file with the differences from the defaults")
         s.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
         s.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. sft.lr=1e-3")
@@ -68,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
+    if getattr(args, "baseline", None):
+        args.overrides.append(f"eval.baseline={args.baseline}")
     try:
         cfg = load_config(args.config, args.overrides)
     except ConfigError as e:
