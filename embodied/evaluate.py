@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import torch
 from tqdm.auto import tqdm
 
-from embodied.baselines import BASELINES, MODEL_FREE, baseline_views, question_rng
+from embodied.baselines import VIDEO_BASELINES, baseline_views, question_rng
 from embodied.datasets import Example
 from embodied.eval_stats import (
     format_result,
@@ -129,8 +129,8 @@ def evaluate(
     `per_task`, `per_task_tier`, `settings`, and every prediction row (`id`, `answer`, `predicted`,
     `response`, `choice`, ...; one row per view of a question).
     """
-    if baseline not in BASELINES or baseline in MODEL_FREE:
-        raise ValueError(f"evaluate runs the policy: baseline must be none or one of {BASELINES[3:]}")
+    if baseline != "none" and baseline not in VIDEO_BASELINES:
+        raise ValueError(f"evaluate runs the policy: baseline must be none or one of {VIDEO_BASELINES}")
     ks = resolve_k(samples, k)
     if samples:
         torch.manual_seed(seed)

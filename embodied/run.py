@@ -67,9 +67,11 @@ def _write_eval(out: Path, name: str, result: dict, title: str = "") -> str:
 def eval(cfg: Config, progress: bool = True) -> dict:  # noqa: A001 - the command's name
     """Evaluate `policy.path` on `eval.split`, or run the `eval.baseline` shortcut audit instead."""
     from embodied.baselines import MODEL_FREE, check_baseline, model_free_eval
+    from embodied.eval_stats import resolve_k
 
     e = cfg.eval
     check_baseline(e.baseline)
+    resolve_k(e.samples, e.k)  # a bad eval.k fails before the model and the videos load
     out = _setup(cfg, "eval")
     if e.baseline in MODEL_FREE:  # no model and no video: records only
         result = model_free_eval(cfg.data.root, e.split, e.baseline, cfg.seed, e.samples, e.k, e.limit)
