@@ -174,12 +174,19 @@ def test_majority_baseline_uses_train_and_says_so():
     assert res["per_task"]["v"]["accuracy"] == pytest.approx(0.8)  # its own majority (A 80%)
 
 
-def test_cli_eval_baselines_write_json_and_markdown(tiny_policy, tmp_path, capsys):
-    from embodied.cli import main
+@pytest.fixture(scope="module")
+def small_dataset(tmp_path_factory):
     from embodied.datasets import DataConfig, generate_dataset
 
-    root = tmp_path / "ds"
+    root = tmp_path_factory.mktemp("ds")
     generate_dataset(DataConfig(root=str(root), n_train=4, n_val=0, n_test=4, workers=0), progress=False)
+    return root
+
+
+def test_cli_eval_baselines_write_json_and_markdown(tiny_policy, small_dataset, tmp_path, capsys):
+    from embodied.cli import main
+
+    root = small_dataset
     run = tmp_path / "run"
     base = [f"data.root={root}", f"run_dir={run}"]
     assert main(["eval", "-q", "--baseline", "majority", *base]) == 0
@@ -193,3 +200,36 @@ def test_cli_eval_baselines_write_json_and_markdown(tiny_policy, tmp_path, capsy
     assert saved["choice_accuracy"] == 0.5  # 2 forward, 2 reversed, identical black inputs
     assert main(["eval", "-q", "eval.samples=2", "eval.k=[3]", *base]) == 1
     assert "eval.k" in capsys.readouterr().err
+
+
+def test_shortcut_audit_experiment_tables_every_run(tiny_policy, small_dataset, tmp_path, capsys):
+    from embodied.cli import main
+
+    run = tmp_path / "audit"
+    args = ["experiment", "-q", "shortcut-audit", f"data.root={small_dataset}", f"run_dir={run}"]
+    assert main([*args, "eval.max_new_tokens=8"]) == 0
+    text = (run / "audit_test.md").read_text()
+    head = "| family | tier | n | chance | policy | blind | single-frame | shuffled-frames | random | majority"
+    assert head in text and "Forced-choice accuracy" in text
+    for name in ("blind", "single-frame", "shuffled-frames", "random", "majority"):
+        assert (run / f"eval_test_{name}.json").is_file() and (run / f"eval_test_{name}.md").is_file()
+    summary = json.loads((run / "experiment_shortcut-audit.json").read_text())
+    assert summary["blind"]["choice_accuracy"] == 0.5 and summary["majority"]["accuracy"] == 0.5
+
+
+def test_audit_table_flags_video_baselines_above_chance():
+    from embodied.experiments.shortcut_audit import audit_table
+
+    def stats(correct: int, n: int = 100) -> dict:
+        s = {"n": n, "accuracy": correct / n, "ci95": list(wilson_interval(correct, n)), "chance": 0.5}
+        return s | {"per_task": {"t": dict(s)}, "per_task_tier": {"t": {"easy": dict(s)}}}
+
+    # 70/100 has a 95% interval of [0.60, 0.78]: above chance; 58/100 [0.48, 0.67] is not.
+    runs = {"none": stats(95), "blind": stats(70), "single-frame": stats(58), "random": stats(70)}
+    table = audit_table(runs)
+    first = [c.strip() for c in table.splitlines()[2].strip("|").split("|")]
+    assert first[:4] == ["**all**", "all", "100", "0.500"]
+    assert first[4] == "0.950 [0.89, 0.98]"  # the policy itself is never flagged
+    assert first[5].endswith("(!)") and not first[6].endswith("(!)")
+    assert not first[7].endswith("(!)")  # random is not a video baseline
+    assert len(table.strip().splitlines()) == 2 + 3  # overall, family, family x tier
