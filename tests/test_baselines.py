@@ -209,7 +209,7 @@ def test_shortcut_audit_experiment_tables_every_run(tiny_policy, small_dataset, 
     args = ["experiment", "-q", "shortcut-audit", f"data.root={small_dataset}", f"run_dir={run}"]
     assert main([*args, "eval.max_new_tokens=8"]) == 0
     text = (run / "audit_test.md").read_text()
-    head = "| family | tier | n | chance | policy | blind | single-frame | shuffled-frames | random | majority"
+    head = "| chance | policy | blind | single-frame | shuffled-frames | random | majority |"
     assert head in text and "Forced-choice accuracy" in text
     for name in ("blind", "single-frame", "shuffled-frames", "random", "majority"):
         assert (run / f"eval_test_{name}.json").is_file() and (run / f"eval_test_{name}.md").is_file()
