@@ -2,12 +2,12 @@
 
 `accuracy` is strict: the response must hold exactly one non-empty `<answer>` with the right letter,
 so a model that has not learned the format scores 0 there. `choice_accuracy` asks the model instead
-which `<answer>X</answer>` it finds most likely right after the prompt (forced choice, as
-log-likelihood harnesses do): it shows what an untrained or format-breaking model knows, and sits at
-chance for a random model. With `samples=n > 0`, n responses per question are sampled at
-`temperature` for pass@k (unbiased estimator) and cons@k (majority vote); see `embodied.eval_stats`.
-With a `baseline` (see `embodied.baselines`) the policy answers modified clips. docs/evaluation.md
-defines every number.
+which `<answer>X</answer>` it finds most likely where it answers, after its own greedy reasoning
+(forced choice, as log-likelihood harnesses do; see `choice_prefix`): it shows what an untrained or
+format-breaking model knows, and sits at chance for a random model. With `samples=n > 0`, n
+responses per question are sampled at `temperature` for pass@k (unbiased estimator) and cons@k
+(majority vote); see `embodied.eval_stats`. With a `baseline` (see `embodied.baselines`) the policy
+answers modified clips. docs/evaluation.md defines every number.
 """
 
 from __future__ import annotations
@@ -51,13 +51,24 @@ __all__ = [
 ]
 
 
+def choice_prefix(response: str) -> str:
+    """Where forced choice puts the answer: the greedy response up to its first `<answer>` (the
+    model's own reasoning), or an empty `<think></think>` (the SFT target's shape) when it has none."""
+    cut = response.find("<answer>")
+    return response[:cut] if cut >= 0 else "<think></think>"
+
+
 @torch.no_grad()
-def _choice_scores(model, processor, batch, records: Sequence[dict]) -> torch.Tensor:
-    """Forced choice: `(B, max options)` log-likelihood of `<answer>X</answer>` per option letter
-    (-inf past a record's own options)."""
+def _choice_scores(
+    model, processor, batch, records: Sequence[dict], responses: Sequence[str]
+) -> torch.Tensor:
+    """Forced choice: `(B, max options)` log-likelihood of `choice_prefix + <answer>X</answer>` per
+    option letter X (-inf past a record's own options). The prefix is the same for every X, so only
+    the answer decides; scoring `<answer>X</answer>` right after the prompt would instead ask a trained
+    model about a completion it never writes (it starts with `<think>`)."""
     k = max(len(r["options"]) for r in records)
     grouped = repeat_batch(batch, k)
-    texts = [f"<answer>{LETTERS[j]}</answer>" for _ in records for j in range(k)]
+    texts = [f"{choice_prefix(t)}<answer>{LETTERS[j]}</answer>" for t in responses for j in range(k)]
     ids, mask = encode_completions(processor, texts, device=batch["input_ids"].device)
     lp = (completion_logprobs(model, grouped, ids, mask) * mask).sum(1).view(len(records), k)
     for i, r in enumerate(records):
@@ -145,7 +156,9 @@ def evaluate(
         batch = encode_prompts(processor, records, [clip for _, clip, _ in chunk], video, device)
         ids, mask = generate(model, processor, batch, max_new_tokens, do_sample=False)
         texts = decode(processor, ids, mask)
-        scores = _choice_scores(model, processor, batch, records).cpu() if choice else [None] * len(chunk)
+        scores = (
+            _choice_scores(model, processor, batch, records, texts).cpu() if choice else [None] * len(chunk)
+        )
         sampled = (
             _sampled_letters(model, processor, batch, samples, max_new_tokens, temperature)
             if samples

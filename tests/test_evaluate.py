@@ -170,3 +170,12 @@ def test_markdown_table_rows_and_columns():
     assert body[0][3] == f"0.333 [{lo:.3f}, {hi:.3f}]" and body[0][5] == "33.3%"
     assert body[3][7:] == ["1.000", "1.000", "1.000", "1.000"]  # q2 sampled B, B: right both times
     assert not math.isnan(float(body[0][6]))
+
+
+def test_forced_choice_answers_where_the_model_answers():
+    from embodied.evaluate import choice_prefix
+
+    response = "<think>falls, then rests</think> <answer>B</answer>"
+    assert choice_prefix(response) == "<think>falls, then rests</think> "
+    assert choice_prefix("<think></think><answer>") == "<think></think>"
+    assert choice_prefix("no tags at all") == "<think></think>"  # the SFT target's shape
