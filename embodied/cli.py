@@ -49,6 +49,14 @@ def _parser() -> argparse.ArgumentParser:
         s = sub.add_parser(name, help=help_, description=help_)
         if name in NAMED:
             s.add_argument("--list", action="store_true", help=f"list the available {name} names")
+        if name == "eval":
+            from embodied.baselines import BASELINES
+
+            s.add_argument(
+                "--baseline",
+                choices=BASELINES,
+                help="run a shortcut-audit baseline (same as eval.baseline=NAME; see docs/evaluation.md)",
+            )
         s.add_argument(
             "--config",
             "-c",
@@ -92,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
+    if getattr(args, "baseline", None):
+        args.overrides.append(f"eval.baseline={args.baseline}")
     try:
         resume = [f"resume={args.resume}"] if getattr(args, "resume", None) else []
         cfg = load_config(args.config, args.overrides + resume)

@@ -139,6 +139,15 @@ class EvalConfig:
     """Evaluate only the first `limit` records of the split."""
     choice: bool = True
     """Also report forced-choice accuracy (the option letter the model finds most likely)."""
+    baseline: str = "none"
+    """none | random | majority | blind | single-frame | shuffled-frames (docs/evaluation.md)."""
+    samples: int = 0
+    """Responses sampled per question at `temperature` for pass@k and cons@k (0 = greedy only). Sampling
+    runs `batch_size x samples` sequences at once: lower `batch_size` for a large model."""
+    k: list[int] = field(default_factory=list)
+    """The k of pass@k and cons@k, each <= `samples` (empty = 1 and `samples`)."""
+    temperature: float = 1.0
+    """Sampling temperature of the `samples` responses."""
 
 
 @dataclass
