@@ -14,7 +14,7 @@ import sys
 from embodied.config import ConfigError, load_config, to_yaml
 
 COMMANDS = {
-    "generate": "simulate scenes and write an arrow-of-time dataset (JSONL + mp4) under data.root",
+    "generate": "write a dataset or benchmark of video questions (JSONL + mp4) under data.root",
     "sft": "supervised fine-tuning of policy.path on data.root's train split; saves run_dir/sft/model",
     "grpo": "GRPO from policy.path on data.root's train split; saves run_dir/grpo/model",
     "eval": "evaluate policy.path on data.root's eval.split: accuracy, 95% interval, chance, unparseable",
@@ -49,6 +49,12 @@ def _parser() -> argparse.ArgumentParser:
         if name in NAMED:
             s.add_argument("name", nargs="?", help=f"which {name} to run")
             s.add_argument("--list", action="store_true", help=f"list the available {name} names")
+        if name == "generate":
+            s.add_argument(
+                "--from-videos",
+                metavar="DIR",
+                help="make questions from the videos in DIR (data.from_videos)",
+            )
         s.add_argument("--config", "-c", help="YAML file with the differences from the defaults")
         s.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
         s.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. sft.lr=1e-3")
@@ -68,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
+    if getattr(args, "from_videos", None):
+        args.overrides.append(f"data.from_videos={args.from_videos}")
     try:
         cfg = load_config(args.config, args.overrides)
     except ConfigError as e:

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from embodied.tasks import arrow_of_time
+from embodied.tasks import FamilySpec, arrow_of_time
 from embodied.video import Clip, VideoError, read_video, write_video
 
 FORMAT_VERSION = 1
@@ -46,6 +46,22 @@ class DataConfig:
     clip: arrow_of_time.ClipSpec = field(default_factory=arrow_of_time.ClipSpec)
     workers: int = 2
     """Worker processes for simulation and rendering (0 = in this process)."""
+    families: list[FamilySpec] = field(default_factory=list)
+    """Question families to generate (see docs/data.md). Empty: the arrow-of-time dataset of the quickstart,
+    made exactly as before from `clip` and the drop world."""
+    benchmark: bool = False
+    """Write a benchmark: one `test` split of `n_test` records from the seed stream reserved for benchmarks,
+    which training splits (train/val/test of any dataset) never draw from."""
+    from_videos: str = ""
+    """Folder of user videos: build arrow-of-time, spatial and temporal puzzles from them instead of
+    simulating (`embodied generate --from-videos DIR`)."""
+    from_videos_split: str = "train"
+    """Split that the records made from videos go to."""
+    motion_threshold: float = 2.0
+    """Video windows whose mean absolute frame-to-frame change (0-255 scale) is below this are skipped:
+    a still window has no arrow of time and no order."""
+    sheets: bool = True
+    """Write a contact sheet PNG and an animated GIF per family under `<root>/sheets/`."""
 
 
 def split_seeds(base_seed: int, split: str, n: int) -> list[int]:
@@ -85,6 +101,10 @@ def _make_one(job: tuple) -> dict:
 
 def generate_dataset(cfg: DataConfig, progress: bool = True) -> dict:
     """Write the train/val/test splits of `cfg` under `cfg.root`; returns the manifest."""
+    if cfg.families or cfg.from_videos or cfg.benchmark:
+        from embodied.generate import generate
+
+        return generate(cfg, progress)
     root = Path(cfg.root)
     root.mkdir(parents=True, exist_ok=True)
     sizes = {"train": cfg.n_train, "val": cfg.n_val, "test": cfg.n_test}
