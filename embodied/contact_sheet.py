@@ -99,7 +99,7 @@ def _png(path: Path, task: str, clips: list[tuple[dict, np.ndarray]]) -> Path:
 
 
 def _gif(path: Path, clips: list[tuple[dict, np.ndarray]], ms_per_frame: int = 500) -> Path:
-    """The clips side by side (padded to the longest, 2x upscaled), at the dataset's 2 fps."""
+    """The clips side by side (padded to the longest), at the dataset's 2 fps."""
     from PIL import Image
 
     h = max(f.shape[1] for _, f in clips)
@@ -110,6 +110,6 @@ def _gif(path: Path, clips: list[tuple[dict, np.ndarray]], ms_per_frame: int = 5
         for k in range(t):
             f = frames[min(k, len(frames) - 1)]
             canvas[k, : f.shape[0], i * (w + 4) : i * (w + 4) + f.shape[1]] = f
-    images = [Image.fromarray(c).resize((c.shape[1] * 2, c.shape[0] * 2), Image.NEAREST) for c in canvas]
+    images = [Image.fromarray(c) for c in canvas]
     images[0].save(path, save_all=True, append_images=images[1:], duration=ms_per_frame, loop=0)
     return path

@@ -248,7 +248,7 @@ def finish(cfg: DataConfig, splits: list[str], made: list[tuple[dict, str]], ext
         "config": asdict(cfg),
     }
     (root / "manifest.json").write_text(json.dumps(manifest, indent=2))
-    write_card(root, splits)
+    write_card(root, [s for s in splits if sum(sum(t.values()) for t in counts[s].values())])
     if cfg.sheets and made:
         from embodied.contact_sheet import write_sheets
 

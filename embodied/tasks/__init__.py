@@ -91,7 +91,8 @@ def sft_target(record: dict, rationale: bool = False) -> str:
     The questions carry no human reasoning, so the default leaves `<think>` empty rather than teaching a
     canned sentence.
     """
-    reasoning = family(record["task"]).reasoning_for(record) if rationale else ""
+    module = family(record["task"])  # an unknown task is an error even without a rationale
+    reasoning = module.reasoning_for(record) if rationale else ""
     return format_response(reasoning, record["answer"])
 
 
@@ -149,6 +150,16 @@ def order_options(
 
 def order_text(order: Sequence[int]) -> str:
     return ", ".join(str(x) for x in order)
+
+
+def visible_shuffle(pieces: np.ndarray, rng: np.random.Generator, tol: float, tries: int = 20) -> list[int]:
+    """A shuffled order of `pieces (N, ...)` that visibly changes them (swapping two look-alike pieces does
+    not count); raises `Ambiguous` when none is found in `tries` draws."""
+    for _ in range(tries):
+        shown = shuffled_order(len(pieces), rng)
+        if piece_difference(pieces[shown], pieces) > tol:
+            return shown
+    raise Ambiguous("no shuffle visibly changes the pieces: they look alike")
 
 
 def piece_difference(a: np.ndarray, b: np.ndarray) -> float:

@@ -23,7 +23,7 @@ from embodied.tasks import (
     reset_world,
     restoring_order,
     scene_meta,
-    shuffled_order,
+    visible_shuffle,
     window_start,
 )
 
@@ -58,9 +58,7 @@ def shuffle_clip(
     if len(frames) != k * m:
         raise ValueError(f"{tier} temporal puzzle needs {k * m} frames, got {len(frames)}")
     segments = frames.reshape(k, m, *frames.shape[1:])
-    shown = shuffled_order(k, rng)
-    if piece_difference(segments[shown], segments) <= DISTINCT_TOL:
-        raise Ambiguous("the shuffled clip looks like the original")
+    shown = visible_shuffle(segments, rng, DISTINCT_TOL)
 
     def looks_different(order: list[int]) -> bool:  # what this option would play vs the truth
         return piece_difference(segments[shown][[x - 1 for x in order]], segments) > DISTINCT_TOL

@@ -1,0 +1,144 @@
+"""`embodied bench generate`: data-engine throughput against the raw renderer, and memory over a long run.
+
+Measured side by side in one run (these machines are shared and noisy): the renderer's raw frames per
+second on the drop scene (one process, `render()` alone, no physics, no encoding), then the whole pipeline
+(`generate` with `data.workers` processes: physics, rendering of the sampled frames only, H.264 encoding,
+JSONL), arrow-of-time clips of 8 frames at 2 fps, 128x128, then the raw renderer again. Clips per second,
+pipeline frames per second per worker over raw frames per second, and the resident memory of the main
+process plus its workers sampled every 0.5 s (flat = no growth from the first tenth of the run to the end).
+
+Size: `data.n_train` clips (default 3000; `data.n_train=10000` for the memory check). Written to a
+temporary folder under `run_dir`, deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from embodied.tasks import FamilySpec
+
+FRAMES, FPS, SIZE = 8, 2.0, 128
+
+
+def raw_render_fps(seconds: float = 3.0, seeds: int = 8) -> float:
+    """Frames per second of `DropWorld.render()` alone at 128x128 on random drop scenes."""
+    from embodied.worlds import DropWorld
+
+    world = DropWorld(SIZE, SIZE)
+    try:
+        n, spent = 0, 0.0
+        for s in range(seeds):
+            world.reset(s)
+            for _ in range(3):  # a few states per scene: objects in flight and at rest
+                world.step()
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < seconds / seeds:
+                world.render()
+                n += 1
+            spent += time.perf_counter() - t0
+        return n / spent
+    finally:
+        world.close()
+
+
+class MemorySampler:
+    """Resident set size (MB) of this process plus its children, sampled every `period` s in a thread."""
+
+    def __init__(self, period: float = 0.5) -> None:
+        import psutil
+
+        self.proc, self.period, self.samples = psutil.Process(os.getpid()), period, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _rss(self) -> float:
+        total = self.proc.memory_info().rss
+        for child in self.proc.children(recursive=True):
+            with contextlib.suppress(Exception):  # a worker may exit between listing and reading
+                total += child.memory_info().rss
+        return total / 2**20
+
+    def _run(self) -> None:
+        t0 = time.perf_counter()
+        while not self._stop.is_set():
+            self.samples.append((time.perf_counter() - t0, self._rss()))
+            self._stop.wait(self.period)
+
+    def __enter__(self) -> MemorySampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> dict:
+        t = np.array([s[0] for s in self.samples])
+        rss = np.array([s[1] for s in self.samples])
+        if len(t) < 4:
+            return {"samples": len(t)}
+        early = rss[(t >= 0.1 * t[-1]) & (t <= 0.2 * t[-1])]  # after workers started and warmed up
+        late = rss[t >= 0.9 * t[-1]]
+        return {
+            "samples": len(t),
+            "rss_mb_at_10_20pct": round(float(early.mean()), 1),
+            "rss_mb_at_90_100pct": round(float(late.mean()), 1),
+            "rss_mb_max": round(float(rss.max()), 1),
+            "growth_mb": round(float(late.mean() - early.mean()), 1),
+        }
+
+
+def run(cfg, out: Path, progress: bool = True) -> dict:
+    from embodied.generate import generate
+
+    n = cfg.data.n_train
+    data = dataclasses.replace(
+        cfg.data,
+        root=str(out / "bench_data"),
+        n_train=n,
+        n_val=0,
+        n_test=0,
+        width=SIZE,
+        height=SIZE,
+        clip=dataclasses.replace(cfg.data.clip, fps=FPS, num_frames=FRAMES),
+        families=[FamilySpec(task="arrow_of_time", scene="drop", num_frames=FRAMES)],
+        benchmark=False,
+        from_videos="",
+        sheets=False,
+    )
+    raw_before = raw_render_fps()
+    with MemorySampler() as mem:
+        t0 = time.perf_counter()
+        manifest = generate(data, progress=progress)
+        wall = time.perf_counter() - t0
+    raw_after = raw_render_fps()
+    shutil.rmtree(data.root, ignore_errors=True)
+    raw = (raw_before + raw_after) / 2
+    clips_s = n / wall
+    workers = max(1, data.workers)
+    return {
+        "clips": n,
+        "frames_per_clip": FRAMES,
+        "fps": FPS,
+        "resolution": [SIZE, SIZE],
+        "workers": data.workers,
+        "cpu_count": os.cpu_count(),
+        "clips_per_s": round(clips_s, 2),
+        "pipeline_frames_per_s": round(clips_s * FRAMES, 1),
+        "raw_render_fps": round(raw, 1),
+        "raw_render_fps_before_after": [round(raw_before, 1), round(raw_after, 1)],
+        "pipeline_vs_raw_per_worker": round(clips_s * FRAMES / workers / raw, 3),
+        "pipeline_vs_raw_one_process": round(clips_s * FRAMES / raw, 3),
+        "wall_s": round(wall, 2),
+        "skipped": manifest["skipped"]["count"],
+        "memory": mem.summary(),
+        "targets": {"clips_per_s": 20, "pipeline_vs_raw": 0.5},
+    }
