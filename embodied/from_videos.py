@@ -168,7 +168,7 @@ def generate_from_videos(cfg: DataConfig, progress: bool = True) -> dict:
                 tier = fam.tiers[w % len(fam.tiers)]
                 module = family(fam.task)
                 rng = np.random.default_rng([cfg.seed, key, w, fi])
-                answer = answers.peek(fi, tier, module.num_options(tier))
+                answer = answers.peek(fi, tier, module.num_options(tier, fam.variant))
                 try:
                     record, out = module.from_frames(clip, cfg.clip.fps, rng, answer, tier, fam)
                 except Ambiguous:

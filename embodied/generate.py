@@ -88,7 +88,7 @@ def plan(cfg: DataConfig) -> list[Job]:
         for fi, (f, nf) in enumerate(zip(fams, apportion(n, [f.weight for f in fams]))):
             for tier, nt in zip(f.tiers, apportion(nf, [1.0] * len(f.tiers))):
                 rng = np.random.default_rng([cfg.seed, code, fi + 1, TIERS.index(tier), 7919])
-                answers = balanced_answers(nt, family(f.task).num_options(tier), rng)
+                answers = balanced_answers(nt, family(f.task).num_options(tier, f.variant), rng)
                 seeds = group_seeds(cfg.seed, stream, fi, tier, nt)
                 group += [(fi, s, int(a), tier) for s, a in zip(seeds, answers)]
         order = np.random.default_rng([cfg.seed, code, 31337]).permutation(len(group))
@@ -256,20 +256,26 @@ def finish(cfg: DataConfig, splits: list[str], made: list[tuple[dict, str]], ext
     return manifest
 
 
+def family_label(record: dict) -> str:
+    """`task`, or `task/variant` for families whose variants ask different questions."""
+    variant = record["meta"].get("variant")
+    return f"{record['task']}/{variant}" if variant else record["task"]
+
+
 def tally(records) -> tuple[dict, dict]:
-    """Counts per task and tier, and answer-letter counts per task and tier."""
+    """Counts per family (`task` or `task/variant`) and tier, and answer-letter counts per family and tier."""
     counts: dict = {}
     answers: dict = {}
     for r in records:
-        task, tier = r["task"], r["meta"].get("difficulty", "easy")
-        counts.setdefault(task, {}).setdefault(tier, 0)
-        counts[task][tier] += 1
-        letters = answers.setdefault(task, {}).setdefault(tier, {})
+        name, tier = family_label(r), r["meta"].get("difficulty", "easy")
+        counts.setdefault(name, {}).setdefault(tier, 0)
+        counts[name][tier] += 1
+        letters = answers.setdefault(name, {}).setdefault(tier, {})
         letters[r["answer"]] = letters.get(r["answer"], 0) + 1
     for per_tier in answers.values():
         for tier, letters in per_tier.items():
             per_tier[tier] = dict(sorted(letters.items()))
-    return counts, answers
+    return dict(sorted(counts.items())), dict(sorted(answers.items()))
 
 
 def write_card(root: Path, splits: list[str]) -> None:

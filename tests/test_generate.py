@@ -53,8 +53,11 @@ def test_every_family_and_tier_generates_balanced(mixed):
     assert len(records) == 40 and manifest["skipped"]["count"] == 0
     counts = manifest["counts"]["train"]
     assert counts["arrow_of_time"] == {"easy": 4, "hard": 4}
-    assert counts["spatial_puzzle"] == {"easy": 8, "hard": 8}  # two variants, 4 per tier each
+    assert counts["spatial_puzzle/arrangement"] == counts["spatial_puzzle/patch"] == {"easy": 4, "hard": 4}
     assert counts["temporal_puzzle"] == {"easy": 8, "hard": 8}
+    for family_answers in manifest["answers"]["train"].values():
+        for letters in family_answers.values():
+            assert len(set(letters.values())) == 1  # every letter equally often
     groups: dict = {}
     for r in records:
         key = (r["task"], r["meta"].get("variant", ""), r["meta"]["difficulty"])
@@ -216,5 +219,46 @@ def test_from_real_videos(tmp_path):
     manifest = generate(DataConfig(root=str(tmp_path), from_videos=str(_REAL), sheets=False), progress=False)
     fv = manifest["from_videos"]
     assert fv["unreadable"]["count"] == 0 and len(fv["used"]) == 2
-    assert set(manifest["counts"]["train"]) == {"arrow_of_time", "spatial_puzzle", "temporal_puzzle"}
+    assert set(manifest["counts"]["train"]) == {
+        "arrow_of_time",
+        "spatial_puzzle/arrangement",
+        "temporal_puzzle",
+    }
     assert {r["meta"]["source"] for r in _jsonl(tmp_path / "train.jsonl")} == set(fv["used"])
+
+
+# --- object permanence (needs the occluder world) ----------------------------------------------------
+
+
+def _has_world(name: str) -> bool:
+    import embodied.worlds as worlds
+
+    return name in getattr(worlds, "WORLDS", {})
+
+
+@pytest.mark.skipif(not _has_world("occluder"), reason="the occluder world is not in this checkout")
+def test_object_permanence_outcomes_balanced_and_visible(tmp_path):
+    from embodied.generate import make_world
+    from embodied.tasks import object_permanence as op
+
+    fams = [
+        FamilySpec(task="object_permanence", scene="occluder", weight=2),
+        FamilySpec(task="object_permanence", scene="occluder", variant="possible", weight=1),
+    ]
+    manifest = generate(_cfg(tmp_path, families=fams, n_train=12, n_test=0, sheets=False), progress=False)
+    assert manifest["answers"]["train"]["object_permanence/outcome"]["easy"] == {k: 2 for k in "ABCD"}
+    assert manifest["answers"]["train"]["object_permanence/possible"]["easy"] == {"A": 2, "B": 2}
+    for r in _jsonl(tmp_path / "train.jsonl"):
+        assert op.verify(r, r["meta"]["outcome"])
+        assert r["meta"]["clip_start_s"] < r["meta"]["hidden_s"][0] < r["meta"]["reveal_s"]
+    # Matched pair: one seed, possible vs vanished: the same clip until the edit, different after the reveal.
+    world = make_world("occluder", 64, 64)
+    try:
+        spec, clip = fams[0], DataConfig().clip
+        a_rec, a = op.make(world, np.random.default_rng(5), 0, "easy", spec, clip)
+        b_rec, b = op.make(world, np.random.default_rng(5), 1, "easy", spec, clip)
+    finally:
+        world.close()
+    assert a_rec["meta"]["outcome"] == "possible" and b_rec["meta"]["outcome"] == "vanished"
+    assert np.array_equal(a[0], b[0])
+    assert np.abs(a[-1].astype(int) - b[-1].astype(int)).mean() > 0.5

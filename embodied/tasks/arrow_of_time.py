@@ -89,7 +89,7 @@ def reasoning_for(record: dict) -> str:
     return REASONING[record["options"][LETTERS.index(record["answer"])]]
 
 
-def num_options(tier: str) -> int:
+def num_options(tier: str, variant: str = "") -> int:
     return len(OPTIONS)
 
 

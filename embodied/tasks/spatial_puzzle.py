@@ -53,7 +53,7 @@ PATCH_Q = (
 )
 
 
-def num_options(tier: str) -> int:
+def num_options(tier: str, variant: str = "") -> int:
     return NUM_OPTIONS
 
 

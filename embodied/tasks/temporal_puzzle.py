@@ -42,7 +42,7 @@ QUESTION = (
 )
 
 
-def num_options(tier: str) -> int:
+def num_options(tier: str, variant: str = "") -> int:
     return NUM_OPTIONS
 
 
