@@ -33,7 +33,10 @@ OUTCOME_OPTIONS = (
 OUTCOME_Q = (
     "An object moved behind the screen, then the screen was lifted. What does the end of the video show?"
 )
-POSSIBLE_Q = "An object moved behind the screen, then the screen was lifted. Is what the video shows physically possible?"
+POSSIBLE_Q = (
+    "An object moved behind the screen, then the screen was lifted. "
+    "Is what the video shows physically possible?"
+)
 POSSIBLE_OPTIONS = ("yes", "no")
 BEFORE_HIDDEN = 1.5
 """Seconds of clip before the object is fully hidden: the viewer must see what went behind the screen and
