@@ -61,7 +61,9 @@ def write_sheets(root: str | Path, splits: list[str], per_family: int = 6) -> li
 
 def _caption(r: dict, width: int = 58) -> str:
     meta = r["meta"]
-    head = f"{r['id']}  [{meta.get('difficulty', '?')}]  {meta.get('scene', meta.get('source', ''))}"
+    where = meta.get("source") or meta.get("scene")
+    where = where if isinstance(where, str) else ""  # the quickstart's records keep scene parameters there
+    head = f"{r['id']}  [{meta.get('difficulty', '?')}]  {where}"
     lines = [head, *textwrap.wrap(r["question"], width)]
     for i, opt in enumerate(r["options"]):
         mark = "  <== answer" if LETTERS[i] == r["answer"] else ""

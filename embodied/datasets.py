@@ -122,8 +122,12 @@ def generate_dataset(cfg: DataConfig, progress: bool = True) -> dict:
     bar = tqdm(total=len(jobs), desc="generate", unit="clip", disable=not progress)
     records: list[dict] = []
     if cfg.workers > 0:
+        from embodied.generate import light_spawn
+
         ctx = mp.get_context("spawn")  # fresh processes: GL contexts do not survive fork
-        with ctx.Pool(cfg.workers, initializer=_init_worker, initargs=(cfg.width, cfg.height)) as pool:
+        with light_spawn():  # workers skip the CLI's torch imports
+            pool = ctx.Pool(cfg.workers, initializer=_init_worker, initargs=(cfg.width, cfg.height))
+        with pool:
             for rec in pool.imap(_make_one, jobs, chunksize=16):
                 records.append(rec)
                 bar.update()
@@ -149,6 +153,12 @@ def generate_dataset(cfg: DataConfig, progress: bool = True) -> dict:
         "clips_per_s": round(len(jobs) / wall, 2) if wall > 0 else None,
     }
     (root / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    from embodied.contact_sheet import write_sheets
+    from embodied.generate import write_card
+
+    write_card(root, [s for s, n in sizes.items() if n])
+    if cfg.sheets and records:
+        write_sheets(root, list(sizes))
     return manifest
 
 

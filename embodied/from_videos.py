@@ -129,6 +129,27 @@ def _list_videos(folder: Path) -> tuple[list[Path], list[str]]:
     return videos, ignored
 
 
+def _questions(
+    clip: np.ndarray, key: list[int], fams: list[FamilySpec], fps: float, answers: _Answers, windows: dict
+) -> list[tuple[dict, np.ndarray]]:
+    """One record per family from a moving window (tiers take turns by window); ambiguous ones are counted."""
+    out = []
+    for fi, fam in enumerate(fams):
+        tier = fam.tiers[key[-1] % len(fam.tiers)]
+        module = family(fam.task)
+        rng = np.random.default_rng([*key, fi])
+        answer = answers.peek(fi, tier, module.num_options(tier, fam.variant))
+        try:
+            record, frames = module.from_frames(clip, fps, rng, answer, tier, fam)
+        except Ambiguous:
+            windows["ambiguous"] += 1
+            continue
+        answers.take(fi, tier)
+        record["meta"] = {"difficulty": tier, **record["meta"]}
+        out.append((record, frames))
+    return out
+
+
 def generate_from_videos(cfg: DataConfig, progress: bool = True) -> dict:
     """Records from every moving window of every readable video in `cfg.from_videos`; returns the manifest."""
     from embodied.generate import finish, store
@@ -154,9 +175,7 @@ def generate_from_videos(cfg: DataConfig, progress: bool = True) -> dict:
         used.append(rel)
         if cut:
             truncated.append(f"{path}: truncated; used up to its last good frame ({len(frames)} frames kept)")
-        key = int(
-            hashlib.md5(rel.encode()).hexdigest()[:8], 16
-        )  # records depend on the name, not the listing
+        key = int(hashlib.md5(rel.encode()).hexdigest()[:8], 16)  # shuffles depend on the file's name
         for w, start in enumerate(range(0, len(frames) - n_win + 1, n_win)):
             clip = frames[start : start + n_win]
             windows["total"] += 1
@@ -164,19 +183,9 @@ def generate_from_videos(cfg: DataConfig, progress: bool = True) -> dict:
             if score < cfg.motion_threshold:
                 windows["still"] += 1
                 continue
-            for fi, fam in enumerate(fams):
-                tier = fam.tiers[w % len(fam.tiers)]
-                module = family(fam.task)
-                rng = np.random.default_rng([cfg.seed, key, w, fi])
-                answer = answers.peek(fi, tier, module.num_options(tier, fam.variant))
-                try:
-                    record, out = module.from_frames(clip, cfg.clip.fps, rng, answer, tier, fam)
-                except Ambiguous:
-                    windows["ambiguous"] += 1
-                    continue
-                answers.take(fi, tier)
-                meta = {"difficulty": tier, "source": rel, "window_start_s": start / cfg.clip.fps}
-                record["meta"] = meta | {"motion": round(score, 3), "truncated": cut, **record["meta"]}
+            source = {"source": rel, "window_start_s": start / cfg.clip.fps, "motion": round(score, 3)}
+            for record, out in _questions(clip, [cfg.seed, key, w], fams, cfg.clip.fps, answers, windows):
+                record["meta"] = record["meta"] | source | {"truncated": cut}
                 made.append(store(root, f"{split}-{len(made):06d}", split, record, out, cfg.clip.fps))
     extra = {
         "families": [asdict(f) for f in fams],

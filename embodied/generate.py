@@ -9,9 +9,11 @@ seeds from its own `SeedSequence` stream, and a benchmark draws from a stream no
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import multiprocessing as mp
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -163,13 +165,34 @@ def _make(job: Job) -> tuple[dict | None, str]:
     return store(Path(cfg.root), f"{job.split}-{job.index:06d}", job.split, record, frames, cfg.clip.fps)
 
 
+@contextlib.contextmanager
+def light_spawn():
+    """Start spawned workers without re-importing the parent's `__main__`.
+
+    `spawn` re-runs the main module in every child (as `__mp_main__`). Under `embodied generate` that is
+    `embodied.cli`, whose imports pull in torch and transformers: ~700 MB and seconds of start-up per
+    worker that only simulates and renders. The workers' functions live in importable modules, so hiding
+    the main module's origin while the pool starts is safe."""
+    main = sys.modules.get("__main__")
+    saved = {k: getattr(main, k) for k in ("__spec__", "__file__") if main is not None and hasattr(main, k)}
+    try:
+        for k in saved:
+            setattr(main, k, None) if k == "__spec__" else delattr(main, k)
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(main, k, v)
+
+
 def run_jobs(cfg: DataConfig, jobs: list[Job], progress: bool) -> list[tuple[dict | None, str]]:
     """Results of `jobs` in order; `cfg.workers` spawned processes (0 = this process)."""
     bar = tqdm(total=len(jobs), desc="generate", unit="clip", disable=not progress)
     out = []
     if cfg.workers > 0:
         ctx = mp.get_context("spawn")  # fresh processes: GL contexts do not survive fork
-        with ctx.Pool(cfg.workers, initializer=_init_worker, initargs=(cfg,)) as pool:
+        with light_spawn():
+            pool = ctx.Pool(cfg.workers, initializer=_init_worker, initargs=(cfg,))
+        with pool:
             for res in pool.imap(_make, jobs, chunksize=8):
                 out.append(res)
                 bar.update()

@@ -262,3 +262,16 @@ def test_object_permanence_outcomes_balanced_and_visible(tmp_path):
     assert a_rec["meta"]["outcome"] == "possible" and b_rec["meta"]["outcome"] == "vanished"
     assert np.array_equal(a[0], b[0])
     assert np.abs(a[-1].astype(int) - b[-1].astype(int)).mean() > 0.5
+
+
+@pytest.mark.parametrize("name", ["physics_mix.yaml", "physics_bench.yaml"])
+def test_example_specs_load(name):
+    from embodied.config import load_config
+
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / name)
+    assert cfg.data.families and all(isinstance(f, FamilySpec) for f in cfg.data.families)
+    import embodied.worlds as worlds
+
+    registry = getattr(worlds, "WORLDS", None)
+    if registry is not None:  # every scene named exists once the world registry is there
+        assert {f.scene for f in cfg.data.families} <= set(registry)

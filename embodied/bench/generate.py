@@ -59,17 +59,18 @@ class MemorySampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _rss(self) -> float:
-        total = self.proc.memory_info().rss
+    def _rss(self) -> tuple[float, float]:
+        """(this process, its children) in MB."""
+        children = 0
         for child in self.proc.children(recursive=True):
             with contextlib.suppress(Exception):  # a worker may exit between listing and reading
-                total += child.memory_info().rss
-        return total / 2**20
+                children += child.memory_info().rss
+        return self.proc.memory_info().rss / 2**20, children / 2**20
 
     def _run(self) -> None:
         t0 = time.perf_counter()
         while not self._stop.is_set():
-            self.samples.append((time.perf_counter() - t0, self._rss()))
+            self.samples.append((time.perf_counter() - t0, *self._rss()))
             self._stop.wait(self.period)
 
     def __enter__(self) -> MemorySampler:
@@ -81,19 +82,21 @@ class MemorySampler:
         self._thread.join()
 
     def summary(self) -> dict:
-        t = np.array([s[0] for s in self.samples])
-        rss = np.array([s[1] for s in self.samples])
-        if len(t) < 4:
-            return {"samples": len(t)}
-        early = rss[(t >= 0.1 * t[-1]) & (t <= 0.2 * t[-1])]  # after workers started and warmed up
-        late = rss[t >= 0.9 * t[-1]]
-        return {
-            "samples": len(t),
-            "rss_mb_at_10_20pct": round(float(early.mean()), 1),
-            "rss_mb_at_90_100pct": round(float(late.mean()), 1),
-            "rss_mb_max": round(float(rss.max()), 1),
-            "growth_mb": round(float(late.mean() - early.mean()), 1),
-        }
+        """Mean RSS over the 10-20% and 90-100% stretches of the run (after workers warmed up) and growth."""
+        if len(self.samples) < 10:
+            return {"samples": len(self.samples)}
+        a = np.array(self.samples)
+        t, end = a[:, 0], a[-1, 0]
+        early, late = (t >= 0.1 * end) & (t <= 0.2 * end), t >= 0.9 * end
+        out: dict = {"samples": len(a)}
+        for name, col in (("main", a[:, 1]), ("workers", a[:, 2]), ("total", a[:, 1] + a[:, 2])):
+            out[name] = {
+                "rss_mb_10_20pct": round(float(col[early].mean()), 1),
+                "rss_mb_90_100pct": round(float(col[late].mean()), 1),
+                "rss_mb_max": round(float(col.max()), 1),
+                "growth_mb": round(float(col[late].mean() - col[early].mean()), 1),
+            }
+        return out
 
 
 def run(cfg, out: Path, progress: bool = True) -> dict:
