@@ -48,7 +48,8 @@ def write_sheets(root: str | Path, splits: list[str], per_family: int = 6) -> li
         clips = []
         for r in records:
             try:
-                clips.append((r, read_video(root / r["video"], fps=float(r["meta"].get("fps", 2.0))).frames))
+                frames = read_video(root / r["video"], fps=float(r["meta"].get("fps", 2.0))).frames
+                clips.append((r, frames[:1] if r["meta"].get("still") else frames))  # a still: one picture
             except VideoError:
                 continue  # a sheet shows what can be shown; load_examples reports unreadable files
         if not clips:
