@@ -275,3 +275,28 @@ def test_example_specs_load(name):
     registry = getattr(worlds, "WORLDS", None)
     if registry is not None:  # every scene named exists once the world registry is there
         assert {f.scene for f in cfg.data.families} <= set(registry)
+
+
+def test_every_family_goes_through_the_tiny_policy(mixed, tiny_policy):
+    """Mixed-family batches (stills, 4-, 6- and 8-frame clips, 2 and 4 options) encode and score."""
+    import torch
+
+    from embodied.policy import encode_prompts
+    from embodied.video import VideoConfig
+
+    model, processor = tiny_policy
+    root, _ = mixed
+    examples, _ = load_examples(root, "train")
+    picked = {}
+    for e in examples:
+        picked.setdefault((e.record["task"], e.record["meta"]["difficulty"]), e)
+    batch_examples = list(picked.values())
+    assert len(batch_examples) == 6
+    batch = encode_prompts(
+        processor, [e.record for e in batch_examples], [e.clip for e in batch_examples], VideoConfig()
+    )
+    grid = batch["video_grid_thw"]
+    assert [int(t) for t in grid[:, 0]] == [(len(e.clip.frames) + 1) // 2 for e in batch_examples]
+    with torch.no_grad():
+        logits = model(**batch).logits
+    assert logits.shape[0] == 6 and torch.isfinite(logits).all()

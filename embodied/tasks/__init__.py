@@ -5,10 +5,13 @@ A record is one JSON line (see data/FORMAT.md): `id`, `task`, `video` or `images
 `(A) ...` lines, and an instruction to reason in `<think>` and answer in `<answer>`.
 
 Every family module defines `NAME`, `VERSION` (bumped whenever what it generates for a seed changes),
-`num_options(tier)`, `make(world, rng, answer, tier, spec)` for simulated scenes, `verify(record, frames)`
-and `reasoning_for(record)`; families that work on any footage also define `from_frames(frames, fps, rng,
-answer, tier, spec)`. `answer` is the index of the correct option, chosen by the caller so that letters
-are balanced per family and tier.
+`num_options(tier, variant)`, `make(world, rng, answer, tier, fam, clip) -> (record, frames)` for simulated
+scenes, a `verify(...)` that checks the recorded answer is the one right option against the ground truth
+(the unshuffled original, or the simulated outcome), and `reasoning_for(record)` (templated SFT rationale).
+Families that work on any footage also define `from_frames(frames, fps, rng, answer, tier, fam)`.
+`answer` is the index of the correct option, chosen by the caller so that letters are balanced per family
+and tier; `fam` is the `FamilySpec` and `clip` the dataset's `ClipSpec`. Material that cannot give a
+question with exactly one right answer raises `Ambiguous`.
 """
 
 from __future__ import annotations
