@@ -56,7 +56,7 @@ class DataConfig:
     """Folder of user videos: build arrow-of-time, spatial and temporal puzzles from them instead of
     simulating (`embodied generate --from-videos DIR`)."""
     from_videos_split: str = "train"
-    """Split that the records made from videos go to."""
+    """Split that the records made from videos go to (`test` when `benchmark` is set)."""
     motion_threshold: float = 2.0
     """Video windows whose mean absolute frame-to-frame change (0-255 scale) is below this are skipped:
     a still window has no arrow of time and no order."""

@@ -158,7 +158,8 @@ def generate_from_videos(cfg: DataConfig, progress: bool = True) -> dict:
     bad = [f.task for f in fams if f.task not in REAL_TASKS]
     if bad:
         raise ValueError(f"--from-videos makes {list(REAL_TASKS)}; {bad} need a simulated scene")
-    folder, root, split = Path(cfg.from_videos), Path(cfg.root), cfg.from_videos_split
+    folder, root = Path(cfg.from_videos), Path(cfg.root)
+    split = "test" if cfg.benchmark else cfg.from_videos_split  # a benchmark is a test split
     videos, ignored = _list_videos(folder)
     n_win, answers = window_frames(fams, cfg), _Answers(cfg.seed)
     made: list[tuple[dict, str]] = []
