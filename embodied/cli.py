@@ -1,7 +1,8 @@
 """`embodied`: the command line.
 
-Every command takes `--config FILE.yaml` (differences from the defaults) and dotted `key=value`
-overrides, e.g. `embodied sft --config configs/quickstart.yaml sft.lr=1e-3 run_dir=runs/try2`.
+Every command takes `--config FILE.yaml` (differences from the defaults; repeat it to stack files) and
+dotted `key=value` overrides, e.g. `embodied sft -c configs/quickstart.yaml sft.lr=1e-3 run_dir=runs/try2`
+or `embodied grpo -c configs/quickstart.yaml -c configs/recipes/dapo.yaml --resume auto`.
 `embodied show-config` prints the merged config with every default.
 """
 
@@ -55,7 +56,18 @@ def _parser() -> argparse.ArgumentParser:
                 metavar="DIR",
                 help="make questions from the videos in DIR (data.from_videos)",
             )
-        s.add_argument("--config", "-c", help="YAML file with the differences from the defaults")
+        s.add_argument(
+            "--config",
+            "-c",
+            action="append",
+            help="YAML file with the differences from the defaults; repeat to stack files (later wins)",
+        )
+        if name in ("sft", "grpo"):
+            s.add_argument(
+                "--resume",
+                metavar="auto|DIR",
+                help="continue from the newest complete checkpoint in run_dir (auto) or from DIR",
+            )
         s.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
         s.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. sft.lr=1e-3")
     return p
@@ -77,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "from_videos", None):
         args.overrides.append(f"data.from_videos={args.from_videos}")
     try:
-        cfg = load_config(args.config, args.overrides)
+        resume = [f"resume={args.resume}"] if getattr(args, "resume", None) else []
+        cfg = load_config(args.config, args.overrides + resume)
     except ConfigError as e:
         print(f"embodied: config error: {e}", file=sys.stderr)
         return 2
