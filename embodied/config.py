@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from embodied.datasets import DataConfig
+from embodied.experiments.recipes import RecipesConfig
 from embodied.policy import PolicyConfig
 from embodied.video import VideoConfig
 
@@ -159,6 +160,7 @@ class Config:
     sft: SFTConfig = field(default_factory=SFTConfig)
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    recipes: RecipesConfig = field(default_factory=RecipesConfig)
 
 
 class ConfigError(ValueError):
