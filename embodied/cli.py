@@ -15,7 +15,7 @@ import sys
 from embodied.config import ConfigError, load_config, to_yaml
 
 COMMANDS = {
-    "generate": "simulate scenes and write an arrow-of-time dataset (JSONL + mp4) under data.root",
+    "generate": "write a dataset or benchmark of video questions (JSONL + mp4) under data.root",
     "sft": "supervised fine-tuning of policy.path on data.root's train split; saves run_dir/sft/model",
     "grpo": "GRPO from policy.path on data.root's train split; saves run_dir/grpo/model",
     "eval": "evaluate policy.path on data.root's eval.split: accuracy, 95% interval, chance, unparseable",
@@ -56,6 +56,12 @@ def _parser() -> argparse.ArgumentParser:
                 "--baseline",
                 choices=BASELINES,
                 help="run a shortcut-audit baseline (same as eval.baseline=NAME; see docs/evaluation.md)",
+            )
+        if name == "generate":
+            s.add_argument(
+                "--from-videos",
+                metavar="DIR",
+                help="make questions from the videos in DIR (data.from_videos)",
             )
         s.add_argument(
             "--config",
@@ -102,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     if getattr(args, "baseline", None):
         args.overrides.append(f"eval.baseline={args.baseline}")
+    if getattr(args, "from_videos", None):
+        args.overrides.append(f"data.from_videos={args.from_videos}")
     try:
         resume = [f"resume={args.resume}"] if getattr(args, "resume", None) else []
         cfg = load_config(args.config, args.overrides + resume)

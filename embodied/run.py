@@ -42,7 +42,8 @@ def _examples(cfg: Config, split: str, progress: bool, limit: int | None = None)
 
 def generate(cfg: Config, progress: bool = True) -> dict:
     manifest = generate_dataset(cfg.data, progress=progress)
-    return {k: manifest[k] for k in ("counts", "answers", "wall_s", "clips_per_s")} | {"root": cfg.data.root}
+    keys = ("counts", "answers", "skipped", "content_hash", "wall_s", "clips_per_s")
+    return {k: manifest[k] for k in keys if k in manifest} | {"root": cfg.data.root}
 
 
 def _dataset_matches(cfg: Config) -> bool:
