@@ -11,14 +11,21 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from embodied.lora import (
+    LORA_TARGETS_DEFAULT,
+    apply_lora,
+    enable_gradient_checkpointing,
+    has_lora,
+    merged_state_dict,
+)
 from embodied.tasks import format_question
 from embodied.tiny import TinySpec, build_tiny_policy
-from embodied.video import Clip, VideoConfig, processor_video_kwargs
+from embodied.video import Clip, VideoConfig, frame_pixel_cap, processor_video_kwargs
 
 
 @dataclass
@@ -33,6 +40,18 @@ class PolicyConfig:
     """cpu | cuda | cuda:N."""
     tiny_seed: int = 0
     """Initialisation seed of the tiny model (only for path=tiny)."""
+    lora_rank: int = 0
+    """LoRA adapter rank (0 = off: full fine-tuning). With LoRA only the adapters train; saving merges them
+    into an ordinary Hugging Face folder (see embodied/lora.py)."""
+    lora_alpha: float = 16.0
+    """LoRA scale numerator: the update is B A * lora_alpha / lora_rank."""
+    lora_dropout: float = 0.0
+    lora_targets: list[str] = field(default_factory=lambda: list(LORA_TARGETS_DEFAULT))
+    """Names of the linear layers that get adapters (the language model's attention and MLP by default)."""
+    lora_vision: bool = False
+    """Also adapt vision-tower layers with those names (else the vision tower is frozen under LoRA)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass: much less activation memory, ~30% more compute."""
 
 
 def resolve_policy_path(path: str | None, seed: int = 0) -> Path:
@@ -75,11 +94,16 @@ def load_policy(path: str | Path, dtype: str = "float32", device: str = "cpu"):
 
 
 def save_policy(model, processor, out: str | Path) -> None:
-    """Save as a Hugging Face folder, atomically: a temporary folder renamed over the target."""
+    """Save as a Hugging Face folder, atomically: a temporary folder renamed over the target.
+
+    A LoRA policy is saved with its adapters merged into the base weights: the folder loads like any
+    checkpoint (no peft needed) and the live model keeps training with its adapters unmerged.
+    """
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
-    model.save_pretrained(tmp, safe_serialization=True)
+    state = merged_state_dict(model) if has_lora(model) else None
+    model.save_pretrained(tmp, safe_serialization=True, state_dict=state)
     processor.save_pretrained(tmp)
     old = out.with_name(f".{out.name}.old")
     if out.exists():
@@ -94,8 +118,13 @@ def count_parameters(model: torch.nn.Module) -> int:
 
 
 def load(cfg: PolicyConfig):
-    """`(model, processor)` for a `PolicyConfig`."""
-    return load_policy(resolve_policy_path(cfg.path, cfg.tiny_seed), cfg.dtype, cfg.device)
+    """`(model, processor)` for a `PolicyConfig`, with LoRA adapters and gradient checkpointing if set."""
+    model, processor = load_policy(resolve_policy_path(cfg.path, cfg.tiny_seed), cfg.dtype, cfg.device)
+    if cfg.lora_rank > 0:
+        apply_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets, cfg.lora_vision)
+    if cfg.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    return model, processor
 
 
 # --- prompts and batches ----------------------------------------------------------------------------
@@ -111,12 +140,45 @@ def prompt_text(processor, record: dict) -> str:
     return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
+def media_kwargs(records: Sequence[dict], clips: Sequence[Clip], video: VideoConfig) -> dict:
+    """Processor keyword arguments for the visual inputs of `records`.
+
+    A record with `video` gets its clip as a video (with its metadata). A record with `images` instead
+    gets its clip's frames as that many separate images, in order (the frames are the images). Each
+    modality has its own kwargs dict, since the processor rejects a shared `size` next to them.
+    """
+    vids, imgs = [], []
+    for r, c in zip(records, clips, strict=True):
+        if "video" in r:
+            vids.append(c)
+            continue
+        if len(r.get("images", [])) != len(c.frames):
+            raise ValueError(
+                f"record {r.get('id', '?')}: {len(r.get('images', []))} images but its clip has "
+                f"{len(c.frames)} frames; an image record's clip must hold exactly its images"
+            )
+        imgs.append(c)
+    kwargs: dict = {}
+    if vids:
+        v = processor_video_kwargs(vids, video)
+        kwargs["videos"] = v.pop("videos")
+        kwargs["videos_kwargs"] = v
+    if imgs:
+        cap = frame_pixel_cap(max(len(c.frames) for c in imgs), video)
+        kwargs["images"] = [list(c.frames) for c in imgs]
+        kwargs["images_kwargs"] = {"size": {"shortest_edge": video.min_pixels, "longest_edge": cap}}
+    return kwargs
+
+
 def encode_prompts(
     processor, records: Sequence[dict], clips: Sequence[Clip], video: VideoConfig, device="cpu"
 ):
-    """Left-padded prompt batch with the clips' pixels, grids and correct video metadata."""
+    """Left-padded prompt batch with the clips' pixels, grids and correct video metadata.
+
+    Records with `video` see their clip as a video; records with `images` see its frames as images.
+    """
     texts = [prompt_text(processor, r) for r in records]
-    batch = processor(text=texts, padding=True, return_tensors="pt", **processor_video_kwargs(clips, video))
+    batch = processor(text=texts, padding=True, return_tensors="pt", **media_kwargs(records, clips, video))
     return batch.to(device)
 
 
@@ -131,10 +193,28 @@ def repeat_batch(batch, n: int):
         if "second_per_grid_ts" in batch:
             out["second_per_grid_ts"] = batch["second_per_grid_ts"].repeat_interleave(n, dim=0)
     if "pixel_values" in batch:
-        raise NotImplementedError(
-            "repeat_batch supports one video per prompt; image prompts are not grouped yet"
-        )
+        sizes = batch["image_grid_thw"].prod(-1).tolist()
+        chunks = batch["pixel_values"].split(sizes)
+        grids = batch["image_grid_thw"].split(1)
+        per_row = images_per_row(batch).tolist()
+        pix, thw, start = [], [], 0
+        for k in per_row:
+            for _ in range(n):
+                pix += chunks[start : start + k]
+                thw += grids[start : start + k]
+            start += k
+        out["pixel_values"] = torch.cat(pix)
+        out["image_grid_thw"] = torch.cat(thw)
     return out
+
+
+def images_per_row(batch) -> torch.Tensor:
+    """`(B,)` number of images in each prompt: runs of image tokens in `mm_token_type_ids` (1 = image)."""
+    if "mm_token_type_ids" not in batch:
+        raise ValueError("image prompts need the processor's mm_token_type_ids (transformers >= 5.20)")
+    is_img = (batch["mm_token_type_ids"] == 1).long()
+    starts = is_img[:, 1:] > is_img[:, :-1]
+    return starts.sum(1) + is_img[:, 0]
 
 
 _PER_SEQUENCE = ("input_ids", "attention_mask", "mm_token_type_ids")
