@@ -182,7 +182,21 @@ def encode_prompts(
     return batch.to(device)
 
 
-def repeat_batch(batch, n: int):
+class GroupedBatch(dict):
+    """A prompt batch whose prompts are each repeated `group` times in a row (the tensors the model sees),
+    plus `unique`, the batch before repeating.
+
+    `generate` and `completion_logprobs` use `unique` to run the vision tower once per prompt instead of
+    once per sample; the features are repeated instead (their gradients add up over the copies exactly as
+    separate encodings' would). Everything else reads it as the plain repeated batch.
+    """
+
+    def __init__(self, tensors: dict, unique, group: int):
+        super().__init__(tensors)
+        self.unique, self.group = unique, group
+
+
+def repeat_batch(batch, n: int) -> GroupedBatch:
     """Each prompt of `batch` repeated `n` times in a row (a GRPO group), visual inputs included."""
     out = {k: v.repeat_interleave(n, dim=0) for k, v in batch.items() if k in _PER_SEQUENCE}
     if "pixel_values_videos" in batch:
@@ -196,16 +210,41 @@ def repeat_batch(batch, n: int):
         sizes = batch["image_grid_thw"].prod(-1).tolist()
         chunks = batch["pixel_values"].split(sizes)
         grids = batch["image_grid_thw"].split(1)
-        per_row = images_per_row(batch).tolist()
         pix, thw, start = [], [], 0
-        for k in per_row:
+        for k in images_per_row(batch).tolist():
             for _ in range(n):
                 pix += chunks[start : start + k]
                 thw += grids[start : start + k]
             start += k
         out["pixel_values"] = torch.cat(pix)
         out["image_grid_thw"] = torch.cat(thw)
+    return GroupedBatch(out, batch, n)
+
+
+def shared_visual_features(model, batch: GroupedBatch) -> dict:
+    """`mm_encoder_outputs` for the repeated batch, computed once per prompt on `batch.unique`.
+
+    Each prompt's visual tokens (in text order, as the processor laid them out) are repeated `group` times.
+    """
+    from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+    u, n, out = batch.unique, batch.group, {}
+    for modality, pix, grid, type_id in (
+        ("image", "pixel_values", "image_grid_thw", 1),
+        ("video", "pixel_values_videos", "video_grid_thw", 2),
+    ):
+        if pix not in u:
+            continue
+        encode = model.get_image_features if modality == "image" else model.get_video_features
+        feats = torch.cat(encode(u[pix], u[grid], return_dict=True).pooler_output)
+        rows = feats.split((u["mm_token_type_ids"] == type_id).sum(1).tolist())
+        repeated = torch.cat([r for r in rows for _ in range(n)])
+        out[modality] = BaseModelOutputWithPooling(pooler_output=(repeated,))
     return out
+
+
+def _is_grouped(batch) -> bool:
+    return isinstance(batch, GroupedBatch) and batch.group > 1 and "mm_token_type_ids" in batch.unique
 
 
 def images_per_row(batch) -> torch.Tensor:
@@ -252,15 +291,19 @@ def generate(model, processor, batch, max_new_tokens: int, temperature: float = 
         if do_sample
         else {"do_sample": False}
     )
+    # A group of samples of one prompt: generate encodes the prompt's pixels once and expands them.
+    grouped = _is_grouped(batch) and do_sample
+    inputs = batch.unique if grouped else batch
     out = model.generate(
-        **batch,
+        **inputs,
         max_new_tokens=max_new_tokens,
         eos_token_id=eos,
         pad_token_id=processor.tokenizer.pad_token_id,
         suppress_tokens=vision_token_ids(processor),
+        num_return_sequences=batch.group if grouped else 1,
         **kwargs,
     )
-    ids = out[:, batch["input_ids"].shape[1] :]
+    ids = out[:, inputs["input_ids"].shape[1] :]
     return ids, completion_mask(ids, eos)
 
 
@@ -275,6 +318,10 @@ def completion_logprobs(
     """
     prompt_len = batch["input_ids"].shape[1]
     inputs = {k: v for k, v in batch.items() if k in _VISUAL}
+    if _is_grouped(batch):  # the vision tower runs once per prompt, not once per sample
+        inputs["mm_encoder_outputs"] = shared_visual_features(model, batch)
+        inputs.pop("pixel_values", None)
+        inputs.pop("pixel_values_videos", None)
     inputs["input_ids"] = torch.cat([batch["input_ids"], ids], dim=1)
     inputs["attention_mask"] = torch.cat(
         [batch["attention_mask"], mask.to(batch["attention_mask"].dtype)], dim=1
