@@ -16,6 +16,14 @@ from pathlib import Path
 
 import torch
 
+from embodied.groups import (
+    PROMPT_KEYS,
+    VISUAL_KEYS,
+    GroupedBatch,
+    is_grouped,
+    shared_prefix_logits,
+    shared_visual_features,
+)
 from embodied.lora import (
     LORA_TARGETS_DEFAULT,
     apply_lora,
@@ -182,20 +190,6 @@ def encode_prompts(
     return batch.to(device)
 
 
-class GroupedBatch(dict):
-    """A prompt batch whose prompts are each repeated `group` times in a row (the tensors the model sees),
-    plus `unique`, the batch before repeating.
-
-    `generate` and `completion_logprobs` use `unique` to run the vision tower once per prompt instead of
-    once per sample; the features are repeated instead (their gradients add up over the copies exactly as
-    separate encodings' would). Everything else reads it as the plain repeated batch.
-    """
-
-    def __init__(self, tensors: dict, unique, group: int):
-        super().__init__(tensors)
-        self.unique, self.group = unique, group
-
-
 def repeat_batch(batch, n: int) -> GroupedBatch:
     """Each prompt of `batch` repeated `n` times in a row (a GRPO group), visual inputs included."""
     out = {k: v.repeat_interleave(n, dim=0) for k, v in batch.items() if k in _PER_SEQUENCE}
@@ -221,32 +215,6 @@ def repeat_batch(batch, n: int) -> GroupedBatch:
     return GroupedBatch(out, batch, n)
 
 
-def shared_visual_features(model, batch: GroupedBatch) -> dict:
-    """`mm_encoder_outputs` for the repeated batch, computed once per prompt on `batch.unique`.
-
-    Each prompt's visual tokens (in text order, as the processor laid them out) are repeated `group` times.
-    """
-    from transformers.modeling_outputs import BaseModelOutputWithPooling
-
-    u, n, out = batch.unique, batch.group, {}
-    for modality, pix, grid, type_id in (
-        ("image", "pixel_values", "image_grid_thw", 1),
-        ("video", "pixel_values_videos", "video_grid_thw", 2),
-    ):
-        if pix not in u:
-            continue
-        encode = model.get_image_features if modality == "image" else model.get_video_features
-        feats = torch.cat(encode(u[pix], u[grid], return_dict=True).pooler_output)
-        rows = feats.split((u["mm_token_type_ids"] == type_id).sum(1).tolist())
-        repeated = torch.cat([r for r in rows for _ in range(n)])
-        out[modality] = BaseModelOutputWithPooling(pooler_output=(repeated,))
-    return out
-
-
-def _is_grouped(batch) -> bool:
-    return isinstance(batch, GroupedBatch) and batch.group > 1 and "mm_token_type_ids" in batch.unique
-
-
 def images_per_row(batch) -> torch.Tensor:
     """`(B,)` number of images in each prompt: runs of image tokens in `mm_token_type_ids` (1 = image)."""
     if "mm_token_type_ids" not in batch:
@@ -256,8 +224,8 @@ def images_per_row(batch) -> torch.Tensor:
     return starts.sum(1) + is_img[:, 0]
 
 
-_PER_SEQUENCE = ("input_ids", "attention_mask", "mm_token_type_ids")
-_VISUAL = ("pixel_values_videos", "video_grid_thw", "second_per_grid_ts", "pixel_values", "image_grid_thw")
+_PER_SEQUENCE = PROMPT_KEYS
+_VISUAL = VISUAL_KEYS
 
 
 def completion_mask(ids: torch.Tensor, eos_ids: Sequence[int]) -> torch.Tensor:
@@ -292,7 +260,7 @@ def generate(model, processor, batch, max_new_tokens: int, temperature: float = 
         else {"do_sample": False}
     )
     # A group of samples of one prompt: generate encodes the prompt's pixels once and expands them.
-    grouped = _is_grouped(batch) and do_sample
+    grouped = is_grouped(batch) and do_sample
     inputs = batch.unique if grouped else batch
     out = model.generate(
         **inputs,
@@ -316,9 +284,24 @@ def completion_logprobs(
     were sampled from. Only the last T+1 positions' logits are materialised. With `with_entropy`, also
     returns the per-token entropy `(B, T)` of that distribution (detached).
     """
-    prompt_len = batch["input_ids"].shape[1]
+    checkpointing = model.training and getattr(model, "is_activation_checkpointing", False)
+    if is_grouped(batch) and not checkpointing:  # (checkpointed layers drop the KV cache it needs)
+        logits = shared_prefix_logits(model, batch, ids, mask).float()
+    else:
+        logits = _full_logits(model, batch, ids, mask).float()
+    assert logits.shape[:2] == ids.shape
+    logp = torch.log_softmax(logits / temperature, dim=-1)
+    token_logp = logp.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+    if not with_entropy:
+        return token_logp
+    entropy = -(logp.exp() * logp).sum(-1).detach()
+    return token_logp, entropy
+
+
+def _full_logits(model, batch, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Logits `(B, T, V)` predicting each completion token, from one pass over prompt + completion."""
     inputs = {k: v for k, v in batch.items() if k in _VISUAL}
-    if _is_grouped(batch):  # the vision tower runs once per prompt, not once per sample
+    if is_grouped(batch):  # the vision tower runs once per prompt, not once per sample
         inputs["mm_encoder_outputs"] = shared_visual_features(model, batch)
         inputs.pop("pixel_values", None)
         inputs.pop("pixel_values_videos", None)
@@ -329,15 +312,7 @@ def completion_logprobs(
     if "mm_token_type_ids" in batch:
         mm = batch["mm_token_type_ids"]
         inputs["mm_token_type_ids"] = torch.cat([mm, torch.zeros_like(ids, dtype=mm.dtype)], dim=1)
-    t = ids.shape[1]
-    logits = model(**inputs, use_cache=False, logits_to_keep=t + 1).logits[:, :-1].float()
-    assert logits.shape[1] == t and inputs["input_ids"].shape[1] == prompt_len + t
-    logp = torch.log_softmax(logits / temperature, dim=-1)
-    token_logp = logp.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
-    if not with_entropy:
-        return token_logp
-    entropy = -(logp.exp() * logp).sum(-1).detach()
-    return token_logp, entropy
+    return model(**inputs, use_cache=False, logits_to_keep=ids.shape[1] + 1).logits[:, :-1]
 
 
 def encode_completions(processor, texts: Sequence[str], device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
