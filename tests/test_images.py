@@ -60,7 +60,7 @@ def test_repeat_batch_with_images_equals_encoding_repeated_records(tiny):
     with torch.no_grad():
         a = completion_logprobs(model, grouped, ids, mask)
         b = completion_logprobs(model, direct, ids, mask)
-    torch.testing.assert_close(a, b, atol=0, rtol=0)
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=0)  # grouped: prompt run once, float order differs
 
 
 def test_image_count_must_match_the_clip(tiny):
