@@ -8,6 +8,7 @@ on the right, and `completion_logprobs` scores the completion tokens.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from transformers import LogitsProcessor, LogitsProcessorList
 
 from embodied.groups import (
     PROMPT_KEYS,
@@ -190,38 +192,81 @@ def encode_prompts(
     return batch.to(device)
 
 
+def select_rows(batch, rows: Sequence[int]):
+    """The prompts `rows` of `batch` (repeats allowed), each with its own visual inputs.
+
+    Videos and images are flattened across the batch into patch rows; each prompt's items are counted
+    from its runs of visual tokens (`mm_token_type_ids`: any number of images, or a video, per prompt) and
+    each item's block of patches is found from its grid (`t * h * w` patches) and moved with it. From a
+    `GroupedBatch`, rows that are whole groups in order give a `GroupedBatch` again.
+    """
+    index = torch.as_tensor(list(rows), dtype=torch.long)
+    out = {k: v[index.to(v.device)] for k, v in batch.items() if k in _PER_SEQUENCE}
+    for pix, grid, extra, type_id in (
+        ("pixel_values_videos", "video_grid_thw", "second_per_grid_ts", 2),
+        ("pixel_values", "image_grid_thw", None, 1),
+    ):
+        if pix not in batch:
+            continue
+        counts = _items_per_row(batch, grid, type_id)
+        starts = [0, *itertools.accumulate(counts)]
+        items = [j for i in index.tolist() for j in range(starts[i], starts[i] + counts[i])]
+        if not items:
+            continue
+        chunks = batch[pix].split(batch[grid].prod(-1).tolist())
+        out[pix] = torch.cat([chunks[j] for j in items])
+        sel = torch.as_tensor(items, dtype=torch.long, device=batch[grid].device)
+        out[grid] = batch[grid][sel]
+        if extra and extra in batch:
+            out[extra] = batch[extra][sel.to(batch[extra].device)]
+    groups = _whole_groups(index.tolist(), batch.group) if isinstance(batch, GroupedBatch) else None
+    if groups is not None:
+        return GroupedBatch(out, select_rows(batch.unique, groups), batch.group)
+    return out
+
+
+def _items_per_row(batch, grid: str, type_id: int) -> list[int]:
+    """Videos (type 2) or images (type 1) of each prompt."""
+    n = batch["input_ids"].shape[0]
+    if "mm_token_type_ids" in batch:
+        return visual_runs(batch, type_id).tolist()
+    if batch[grid].shape[0] != n:
+        raise ValueError(f"{grid} has {batch[grid].shape[0]} rows for {n} prompts and no mm_token_type_ids")
+    return [1] * n
+
+
+def _whole_groups(rows: list[int], group: int) -> list[int] | None:
+    """The group indices if `rows` are whole groups of `group` consecutive rows, in order; else None."""
+    if not rows or len(rows) % group:
+        return None
+    firsts = rows[::group]
+    if any(f % group for f in firsts):
+        return None
+    if rows != [f + j for f in firsts for j in range(group)]:
+        return None
+    return [f // group for f in firsts]
+
+
 def repeat_batch(batch, n: int) -> GroupedBatch:
     """Each prompt of `batch` repeated `n` times in a row (a GRPO group), visual inputs included."""
-    out = {k: v.repeat_interleave(n, dim=0) for k, v in batch.items() if k in _PER_SEQUENCE}
-    if "pixel_values_videos" in batch:
-        sizes = batch["video_grid_thw"].prod(-1).tolist()
-        chunks = batch["pixel_values_videos"].split(sizes)
-        out["pixel_values_videos"] = torch.cat([c for c in chunks for _ in range(n)])
-        out["video_grid_thw"] = batch["video_grid_thw"].repeat_interleave(n, dim=0)
-        if "second_per_grid_ts" in batch:
-            out["second_per_grid_ts"] = batch["second_per_grid_ts"].repeat_interleave(n, dim=0)
-    if "pixel_values" in batch:
-        sizes = batch["image_grid_thw"].prod(-1).tolist()
-        chunks = batch["pixel_values"].split(sizes)
-        grids = batch["image_grid_thw"].split(1)
-        pix, thw, start = [], [], 0
-        for k in images_per_row(batch).tolist():
-            for _ in range(n):
-                pix += chunks[start : start + k]
-                thw += grids[start : start + k]
-            start += k
-        out["pixel_values"] = torch.cat(pix)
-        out["image_grid_thw"] = torch.cat(thw)
-    return GroupedBatch(out, batch, n)
+    rows = [i for i in range(batch["input_ids"].shape[0]) for _ in range(n)]
+    return GroupedBatch(select_rows(batch, rows), batch, n)
+
+
+def visual_runs(batch, type_id: int) -> torch.Tensor:
+    """`(B,)` number of visual items of a kind in each prompt: runs of `type_id` in `mm_token_type_ids`."""
+    if "mm_token_type_ids" not in batch:
+        raise ValueError(
+            "counting visual inputs needs the processor's mm_token_type_ids (transformers >= 5.20)"
+        )
+    is_item = (batch["mm_token_type_ids"] == type_id).long()
+    starts = is_item[:, 1:] > is_item[:, :-1]
+    return starts.sum(1) + is_item[:, 0]
 
 
 def images_per_row(batch) -> torch.Tensor:
-    """`(B,)` number of images in each prompt: runs of image tokens in `mm_token_type_ids` (1 = image)."""
-    if "mm_token_type_ids" not in batch:
-        raise ValueError("image prompts need the processor's mm_token_type_ids (transformers >= 5.20)")
-    is_img = (batch["mm_token_type_ids"] == 1).long()
-    starts = is_img[:, 1:] > is_img[:, :-1]
-    return starts.sum(1) + is_img[:, 0]
+    """`(B,)` number of images in each prompt (image tokens are type 1 in `mm_token_type_ids`)."""
+    return visual_runs(batch, 1)
 
 
 _PER_SEQUENCE = PROMPT_KEYS
@@ -250,15 +295,36 @@ def vision_token_ids(processor) -> list[int]:
     return [i for i in ids if i is not None and i != tok.unk_token_id]
 
 
+class _RowTemperature(LogitsProcessor):
+    """Divides each row's logits by its own temperature `(B,)`: one group can mix temperatures."""
+
+    def __init__(self, temperature: torch.Tensor):
+        self.t = temperature
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        return scores / self.t.to(scores).unsqueeze(1)
+
+
 @torch.no_grad()
-def generate(model, processor, batch, max_new_tokens: int, temperature: float = 1.0, do_sample: bool = True):
-    """Sample completions for a prompt batch: `(ids (B, T), mask (B, T))`, padding after the first eos."""
+def generate(
+    model,
+    processor,
+    batch,
+    max_new_tokens: int,
+    temperature: float | torch.Tensor = 1.0,
+    do_sample: bool = True,
+):
+    """Sample completions for a prompt batch: `(ids (B, T), mask (B, T))`, padding after the first eos.
+
+    `temperature` is one number, or a `(B,)` tensor giving each row its own.
+    """
     eos = eos_token_ids(model, processor)
-    kwargs = (
-        {"do_sample": do_sample, "temperature": temperature, "top_p": 1.0, "top_k": 0}
-        if do_sample
-        else {"do_sample": False}
-    )
+    per_row = isinstance(temperature, torch.Tensor)
+    kwargs = {"do_sample": False}
+    if do_sample:
+        kwargs = {"do_sample": True, "temperature": 1.0 if per_row else temperature, "top_p": 1.0, "top_k": 0}
+        if per_row:  # rows of the expanded batch, in the same order as the repeated one
+            kwargs["logits_processor"] = LogitsProcessorList([_RowTemperature(temperature)])
     # A group of samples of one prompt: generate encodes the prompt's pixels once and expands them.
     grouped = is_grouped(batch) and do_sample
     inputs = batch.unique if grouped else batch
@@ -276,13 +342,20 @@ def generate(model, processor, batch, max_new_tokens: int, temperature: float = 
 
 
 def completion_logprobs(
-    model, batch, ids: torch.Tensor, mask: torch.Tensor, temperature: float = 1.0, with_entropy: bool = False
+    model,
+    batch,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    temperature: float | torch.Tensor = 1.0,
+    with_entropy: bool = False,
+    entropy_grad: bool = False,
 ):
     """Per-token log-probs `(B, T)` of completion `ids` after the prompts of `batch`.
 
-    Logits are divided by `temperature` so that the log-probs are those of the distribution the tokens
-    were sampled from. Only the last T+1 positions' logits are materialised. With `with_entropy`, also
-    returns the per-token entropy `(B, T)` of that distribution (detached).
+    Logits are divided by `temperature` (a number, or `(B,)` per row) so that the log-probs are those of
+    the distribution each row was sampled from. Only the last T+1 positions' logits are materialised.
+    With `with_entropy`, also returns the per-token entropy `(B, T)` of that distribution (detached unless
+    `entropy_grad`).
     """
     checkpointing = model.training and getattr(model, "is_activation_checkpointing", False)
     if is_grouped(batch) and not checkpointing:  # (checkpointed layers drop the KV cache it needs)
@@ -290,12 +363,14 @@ def completion_logprobs(
     else:
         logits = _full_logits(model, batch, ids, mask).float()
     assert logits.shape[:2] == ids.shape
+    if isinstance(temperature, torch.Tensor):
+        temperature = temperature.to(logits).view(-1, 1, 1)
     logp = torch.log_softmax(logits / temperature, dim=-1)
     token_logp = logp.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
     if not with_entropy:
         return token_logp
-    entropy = -(logp.exp() * logp).sum(-1).detach()
-    return token_logp, entropy
+    entropy = -(logp.exp() * logp).sum(-1)
+    return token_logp, entropy if entropy_grad else entropy.detach()
 
 
 def _full_logits(model, batch, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

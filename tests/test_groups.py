@@ -92,3 +92,19 @@ def test_grouped_generation_samples_each_prompt_group_times(tiny):
     once = model.generate(**grouped.unique, do_sample=True, top_k=1, num_return_sequences=4, **kw)
     each = model.generate(**dict(grouped), do_sample=False, **kw)
     assert torch.equal(once, each)
+
+
+def test_select_rows_keeps_whole_groups_grouped(tiny):
+    from embodied.policy import select_rows
+
+    model, processor = tiny
+    grouped = _grouped(processor, n=2)  # 3 prompts x 2
+    whole = select_rows(grouped, [2, 3, 4, 5])  # groups 1 and 2: the video prompt and the 3-image one
+    assert is_grouped(whole) and whole.unique["input_ids"].shape[0] == 2
+    assert whole["image_grid_thw"].shape[0] == 2 * 3 and whole["video_grid_thw"].shape[0] == 2
+    assert not is_grouped(select_rows(grouped, [1, 2]))  # splits groups: plain rows
+    ids, mask = _completions(processor, 4)
+    with torch.no_grad():
+        a = completion_logprobs(model, whole, ids, mask)
+        b = completion_logprobs(model, dict(whole), ids, mask)
+    torch.testing.assert_close(a * mask, b * mask, atol=1e-5, rtol=0)
