@@ -12,6 +12,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from embodied.bench import BenchConfig
 from embodied.datasets import DataConfig
 from embodied.experiments.recipes import RecipesConfig
 from embodied.policy import PolicyConfig
@@ -171,6 +172,7 @@ class Config:
     sft: SFTConfig = field(default_factory=SFTConfig)
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    bench: BenchConfig = field(default_factory=BenchConfig)
     recipes: RecipesConfig = field(default_factory=RecipesConfig)
 
 
