@@ -358,7 +358,10 @@ def completion_logprobs(
     `entropy_grad`).
     """
     checkpointing = model.training and getattr(model, "is_activation_checkpointing", False)
-    if is_grouped(batch) and not checkpointing:  # (checkpointed layers drop the KV cache it needs)
+    # checkpointed layers drop the KV cache the shared prefix needs; DDP must see the whole forward
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        batch = dict(batch)  # a plain batch: every row runs its own full forward
+    if is_grouped(batch) and not checkpointing:
         logits = shared_prefix_logits(model, batch, ids, mask).float()
     else:
         logits = _full_logits(model, batch, ids, mask).float()

@@ -25,7 +25,7 @@ def setup(tmp_path_factory):
 
 
 def _run(root, common, name: str, nproc: int, command: str, extra: list[str]) -> list[dict]:
-    launch = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_port=0"]
+    launch = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--standalone"]
     cli = ["-m", "embodied.cli", command, *common, f"run_dir={root / name}", *extra]
     proc = subprocess.run((launch if nproc > 1 else [sys.executable]) + cli, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]

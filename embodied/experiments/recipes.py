@@ -37,7 +37,7 @@ class RecipesConfig:
     """Preset YAML files, each layered on the run's config for its arm (paths relative to the working dir)."""
     start: str = ""
     """Starting policy folder; empty: train one with `sft_steps` of SFT (cached in run_dir/start_model)."""
-    sft_steps: int = 500
+    sft_steps: int = 650
     steps: int = 60
     """GRPO steps per arm (equal for all arms)."""
     eval_every: int = 5
