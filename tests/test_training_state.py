@@ -349,3 +349,21 @@ def test_recipe_comparison_experiment_end_to_end(tmp_path, monkeypatch):
     assert result["arms"][1]["masked_input_accuracy"] is not None
     assert (tmp_path / "out" / "recipes.png").is_file()
     assert "| papo |" in (tmp_path / "out" / "recipes.md").read_text()
+
+
+def test_papo_black_is_what_the_processor_makes_of_a_black_clip(tiny_policy):
+    from embodied.policy import encode_prompts
+    from embodied.rl.papo import black_value, masked_batch
+
+    model, processor = tiny_policy
+    ex = synthetic_examples(1)[0]
+    black_clip = Clip(np.zeros_like(ex.clip.frames), 2.0)
+    black = encode_prompts(processor, [ex.record], [black_clip], VideoConfig())["pixel_values_videos"]
+    row = black_value(processor).repeat_interleave(black.shape[1] // 3)
+    assert torch.allclose(black, row.expand_as(black), atol=1e-5)
+    # masking every patch of a real clip gives exactly the black clip's pixels
+    real = encode_prompts(processor, [ex.record], [ex.clip], VideoConfig())
+    assert torch.allclose(masked_batch(real, processor, 1.0, True)["pixel_values_videos"], black, atol=1e-5)
+    assert torch.equal(
+        masked_batch(real, processor, 0.0, True)["pixel_values_videos"], real["pixel_values_videos"]
+    )
