@@ -115,6 +115,33 @@ def add_clutter(spec: mujoco.MjSpec, items: Sequence[dict[str, Any]]) -> None:
         )
 
 
+def add_free_box(
+    spec: mujoco.MjSpec,
+    name: str,
+    pos: Sequence[float],
+    yaw_deg: float,
+    half_size: Sequence[float],
+    rgba: Sequence[float],
+    density: float,
+    friction: float,
+) -> None:
+    """A free-floating box (body, joint and geom all called `name`), turned by `yaw_deg` about z."""
+    yaw = np.deg2rad(yaw_deg)
+    body = spec.worldbody.add_body(
+        name=name, pos=pos, quat=[float(np.cos(yaw / 2)), 0, 0, float(np.sin(yaw / 2))]
+    )
+    body.add_freejoint(name=name)
+    body.add_geom(
+        name=name,
+        type=mujoco.mjtGeom.mjGEOM_BOX,
+        size=half_size,
+        rgba=rgba,
+        density=density,
+        condim=3,
+        friction=[friction, 0.005, 0.0001],
+    )
+
+
 def free_body_speeds(model: mujoco.MjModel, qvel: np.ndarray, size: float = 0.05) -> np.ndarray:
     """(K,) fastest free body per row of a (K, nv) qvel trace: |v| + ``size`` * |w| (m/s)."""
     best = np.zeros(qvel.shape[0])

@@ -24,6 +24,7 @@ import numpy as np
 from embodied.worlds.base import (
     SceneWorld,
     add_clutter,
+    add_free_box,
     colours,
     rigid_rotation,
     sample_camera,
@@ -91,19 +92,15 @@ class DominoesWorld(SceneWorld):
 
     def build(self, spec: mujoco.MjSpec, params: dict[str, Any]) -> None:
         for i, d in enumerate(params["dominoes"]):
-            yaw = np.deg2rad(d["yaw_deg"])
-            body = spec.worldbody.add_body(
-                name=f"domino{i}", pos=d["pos"], quat=[float(np.cos(yaw / 2)), 0, 0, float(np.sin(yaw / 2))]
-            )
-            body.add_freejoint(name=f"domino{i}")
-            body.add_geom(
-                name=f"domino{i}",
-                type=mujoco.mjtGeom.mjGEOM_BOX,
-                size=params["half_size"],
-                rgba=d["rgba"],
-                density=700.0,  # wood
-                condim=3,
-                friction=[params["friction"], 0.005, 0.0001],
+            add_free_box(
+                spec,
+                f"domino{i}",
+                d["pos"],
+                d["yaw_deg"],
+                params["half_size"],
+                d["rgba"],
+                700.0,  # wood
+                params["friction"],
             )
         add_clutter(spec, params["clutter"])
 

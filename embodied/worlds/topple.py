@@ -25,6 +25,7 @@ import numpy as np
 from embodied.worlds.base import (
     SceneWorld,
     add_clutter,
+    add_free_box,
     colours,
     rigid_rotation,
     sample_camera,
@@ -88,19 +89,15 @@ class ToppleWorld(SceneWorld):
 
     def build(self, spec: mujoco.MjSpec, params: dict[str, Any]) -> None:
         for i, b in enumerate(params["blocks"]):
-            yaw = np.deg2rad(b["yaw_deg"])
-            body = spec.worldbody.add_body(
-                name=f"block{i}", pos=b["pos"], quat=[float(np.cos(yaw / 2)), 0, 0, float(np.sin(yaw / 2))]
-            )
-            body.add_freejoint(name=f"block{i}")
-            body.add_geom(
-                name=f"block{i}",
-                type=mujoco.mjtGeom.mjGEOM_BOX,
-                size=params["half_size"],
-                rgba=b["rgba"],
-                density=params["density"],
-                condim=3,
-                friction=[params["friction"], 0.005, 0.0001],
+            add_free_box(
+                spec,
+                f"block{i}",
+                b["pos"],
+                b["yaw_deg"],
+                params["half_size"],
+                b["rgba"],
+                params["density"],
+                params["friction"],
             )
         add_clutter(spec, params["clutter"])
 
