@@ -16,7 +16,8 @@ def test_memory_measure_sees_the_child_peak(tmp_path):
     code = "import numpy as np, time; a = np.ones(300 * 2**20 // 8); del a; time.sleep(0.3)"
     r = measure([sys.executable, "-c", code], tmp_path / "log.txt")
     assert r["returncode"] == 0
-    assert 300 <= r["main_process_peak_rss_mb"] < 1000
+    # no upper bound: Linux may count pages the child shared with this (large) test process before exec
+    assert r["main_process_peak_rss_mb"] >= 300
     assert r["wall_s"] > 0.3
 
 
