@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from embodied.datasets import DataConfig
+from embodied.envs.config import EnvConfig
 from embodied.policy import PolicyConfig
 from embodied.video import VideoConfig
 
@@ -103,6 +104,7 @@ class Config:
     sft: SFTConfig = field(default_factory=SFTConfig)
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
 
 
 class ConfigError(ValueError):
