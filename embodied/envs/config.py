@@ -50,4 +50,6 @@ class EnvConfig:
     """Weight of reward/format in reward/total for interactive answers."""
     workers: int = 0
     """Processes generating episodes (0 = in this process)."""
+    bench_episodes: int = 64
+    """`embodied bench envs`: answers per task run on both backends (4 answers per episode)."""
     feedback: FeedbackConfig = field(default_factory=FeedbackConfig)

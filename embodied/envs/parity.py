@@ -10,9 +10,9 @@ import time
 
 import numpy as np
 
-from embodied.envs import task
-from embodied.envs.backend import run_jobs, warp_device
-from embodied.envs.core import Job
+from embodied.envs import env_reward, task
+from embodied.envs.backend import warp_device
+from embodied.tasks import LETTERS
 
 
 def sample_actions(name: str, record: dict, rng: np.random.Generator, k: int) -> list:
@@ -36,62 +36,68 @@ def sample_actions(name: str, record: dict, rng: np.random.Generator, k: int) ->
     return out
 
 
-def episode_jobs(name: str, n: int, seed: int, difficulty: str, actions_per_episode: int = 4):
-    """``(records, actions, jobs)`` for ``n`` actions on ``ceil(n / actions_per_episode)`` episodes."""
-    mod, rng = task(name), np.random.default_rng([seed, 17])
+def answer_text(name: str, action) -> str:
+    """A well-formed completion that answers ``action``."""
+    if name == "place":
+        body = LETTERS[action]
+    elif name == "carry":
+        body = f"{action[0]:.2f}, {action[1]:.3f}"
+    else:
+        body = f"{action:.4f}"
+    return f"<think></think><answer>{body}</answer>"
+
+
+def episodes(name: str, n: int, seed: int, difficulty: str, actions_per_episode: int = 4):
+    """``(records, texts)`` for ``n`` answers on ``ceil(n / actions_per_episode)`` episodes."""
+    rng = np.random.default_rng([seed, 17])
     records, actions = [], []
     for e in range(-(-n // actions_per_episode)):
-        record, _ = mod.make_episode(seed * 100_000 + e, difficulty, num_frames=0)
+        record, _ = task(name).make_episode(seed * 100_000 + e, difficulty, num_frames=0)
         for a in sample_actions(name, record, rng, actions_per_episode):
             records.append(record)
-            actions.append(a)
-    records, actions = records[:n], actions[:n]
-    return records, actions, [mod.job(r, a) for r, a in zip(records, actions)]
+            actions.append(answer_text(name, a))
+    return records[:n], actions[:n]
 
 
-def _timed(jobs: list[Job], backend: str) -> tuple[list, float]:
+def _timed(texts: list[str], records: list[dict], backend: str) -> tuple[list[dict], float]:
     t0 = time.perf_counter()
-    traces = run_jobs(jobs, backend)
-    return traces, time.perf_counter() - t0
+    terms = env_reward(texts, records, backend)
+    return terms, time.perf_counter() - t0
 
 
 def parity(
     n_per_task: int = 64, seed: int = 0, difficulty: str = "easy", tasks=("place", "carry", "push"), warmup: bool = True
 ) -> dict:
-    """Success labels from both backends on identical episodes and actions, plus episodes/s of each.
+    """Success labels from both backends on identical episodes and answers, plus episodes/s of each.
 
-    The Warp timing excludes kernel compilation (a first call on one episode per task when ``warmup``).
+    Timed end to end through :func:`embodied.envs.env_reward` (parse, build, simulate, score). The Warp
+    timing excludes kernel compilation (a first call on one episode per task when ``warmup``).
     """
     per_task, n_all, agree_all = {}, 0, 0
     for name in tasks:
-        mod = task(name)
-        records, actions, jobs = episode_jobs(name, n_per_task, seed, difficulty)
+        records, texts = episodes(name, n_per_task, seed, difficulty)
         if warmup:
-            run_jobs(jobs[:1], "warp")
-        cpu, t_cpu = _timed(jobs, "cpu")
-        warp, t_warp = _timed(jobs, "warp")
-        labels = [
-            (mod.outcome(r, a, c)["reward/success"], mod.outcome(r, a, w)["reward/success"])
-            for r, a, c, w in zip(records, actions, cpu, warp)
-        ]
+            env_reward(texts[:1], records[:1], "warp")
+        cpu, t_cpu = _timed(texts, records, "cpu")
+        warp, t_warp = _timed(texts, records, "warp")
+        labels = [(c["reward/success"], w["reward/success"]) for c, w in zip(cpu, warp)]
         agree = sum(c == w for c, w in labels)
-        steps = jobs[0].n_steps
+        n = len(texts)
         per_task[name] = {
-            "n": len(jobs),
+            "n": n,
             "agree": agree,
-            "agree_rate": agree / len(jobs),
+            "agree_rate": agree / n,
             "success_cpu": float(np.mean([c for c, _ in labels])),
             "success_warp": float(np.mean([w for _, w in labels])),
             "disagreements": [
-                {"seed": r["meta"]["seed"], "action": a, "cpu": c, "warp": w}
-                for r, a, (c, w) in zip(records, actions, labels)
+                {"seed": r["meta"]["seed"], "answer": t, "cpu": c, "warp": w}
+                for r, t, (c, w) in zip(records, texts, labels)
                 if c != w
             ],
-            "steps_per_episode": steps,
-            "episodes_per_s": {"cpu": len(jobs) / t_cpu, "warp": len(jobs) / t_warp},
+            "episodes_per_s": {"cpu": n / t_cpu, "warp": n / t_warp},
             "wall_s": {"cpu": t_cpu, "warp": t_warp},
         }
-        n_all += len(jobs)
+        n_all += n
         agree_all += agree
     return {
         "n": n_all,
