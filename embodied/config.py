@@ -71,6 +71,8 @@ class GRPOConfig:
     """Weight of the k3 KL to the frozen initial policy; 0 drops the reference model entirely."""
     accuracy_weight: float = 1.0
     format_weight: float = 0.5
+    reward_timeout_s: float = 60.0
+    """A reward call (one batch) taking longer stops the run with an error instead of scoring anything."""
     grad_clip: float = 1.0
     log_every: int = 5
     eval_every: int = 0

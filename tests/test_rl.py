@@ -1,6 +1,7 @@
 """Rewards, advantages and the GRPO loss, checked against numbers worked out by hand."""
 
 import math
+import time
 
 import pytest
 import torch
@@ -239,3 +240,192 @@ def test_rloo_loop_equals_vectorised():
         for j in range(6):
             others = [rewards[i, k].item() for k in range(6) if k != j]
             assert adv[i, j].item() == pytest.approx(rewards[i, j].item() - sum(others) / 5, abs=1e-6)
+
+
+# --- reward functions: failures are errors, never zeros -------------------------------------------------
+
+
+def test_score_passes_terms_through_and_averages_mixed_kinds():
+    from embodied.rl.rewards import mcq_rewards, mean_terms, score
+
+    recs = [{"id": "a", "task": "t", "answer": "A"}, {"id": "b", "task": "t", "answer": "B"}]
+    texts = ["<think></think><answer>A</answer>", "<answer>A</answer>"]
+    terms = score(mcq_rewards(1.0, 0.5), texts, recs)
+    assert [t["reward/total"] for t in terms] == [1.5, 0.0]
+    # 'reward/dropped' is reported by one completion only: its mean is over that one (2.0), not over both.
+    assert mean_terms([{"reward/total": 1.0}, {"reward/total": 0.0, "reward/dropped": 2.0}]) == {
+        "reward/total": 0.5,
+        "reward/dropped": 2.0,
+    }
+
+
+@pytest.mark.parametrize(
+    "fn, match",
+    [
+        (lambda texts, recs: 1 / 0, "raised ZeroDivisionError"),
+        (lambda texts, recs: [{"reward/total": 1.0}], "returned 1 results for 2"),
+        (lambda texts, recs: [{"reward/total": float("nan")}] * 2, "no finite 'reward/total'"),
+        (lambda texts, recs: [{"reward/accuracy": 1.0}] * 2, "no finite 'reward/total'"),
+        (lambda texts, recs: time.sleep(5), "timed out after 0.2 s"),
+    ],
+)
+def test_score_reports_failing_reward_functions_as_errors(fn, match):
+    from embodied.rl.rewards import RewardError, score
+
+    recs = [{"id": "rec-7", "task": "place"}, {"id": "rec-7", "task": "place"}]
+    with pytest.raises(RewardError, match=match) as e:
+        score(fn, ["x", "y"], recs, timeout_s=0.2)
+    if "returned" not in match:  # says what was being scored
+        assert "rec-7" in str(e.value)
+
+
+# --- GSPO ratio, entropy controls, PAPO, overlong shaping ----------------------------------------------
+
+
+def test_sequence_level_ratio_by_hand():
+    lp = torch.tensor([[0.2, -0.1]], requires_grad=True)
+    old = torch.zeros(1, 2)
+    mask = torch.ones(1, 2)
+    # sequence log-ratio = (0.2 - 0.1) / 2 = 0.05 on both tokens; rho = e^0.05 = 1.051271 < 1.2, unclipped
+    loss, _ = grpo_loss(lp, old, torch.tensor([1.0]), mask, ratio_level="sequence")
+    assert loss.item() == pytest.approx(-1.051271, abs=1e-6)
+    loss.backward()
+    # d/d lp_t of -e^{mean} = -e^0.05 / 2 for each token (the gradient reaches every token equally)
+    assert torch.allclose(lp.grad, torch.full((1, 2), -1.051271 / 2), atol=1e-6)
+
+
+def test_entropy_bonus_by_hand():
+    lp = torch.zeros(1, 2)
+    ent = torch.tensor([[1.0, 2.0]])
+    # advantage 0: policy term 0; entropy seq-mean = 1.5; loss = -0.1 * 1.5
+    loss, m = grpo_loss(lp, lp, torch.tensor([0.0]), torch.ones(1, 2), entropy=ent, entropy_coef=0.1)
+    assert loss.item() == pytest.approx(-0.15, abs=1e-7)
+    assert m["loss/entropy"].item() == pytest.approx(1.5)
+
+
+# logp of 4 tokens in 2 sequences; token (0,0) moved by +0.1 from the sampling policy.
+COV_LP = torch.tensor([[-1.0, -2.0], [-3.0, -3.5]])
+COV_OLD = COV_LP - torch.tensor([[0.1, 0.0], [0.0, 0.0]])
+COV_ADV = torch.tensor([1.0, -1.0])
+
+
+def test_token_covariance_by_hand():
+    from embodied.rl.losses import token_covariance
+
+    # mean A over tokens = 0; mean logp = -9.5 / 4 = -2.375
+    # cov = A * (lp + 2.375): 1*1.375, 1*0.375, -1*-0.625, -1*-1.125
+    cov = token_covariance(COV_LP, COV_ADV, torch.ones(2, 2))
+    assert torch.allclose(cov, torch.tensor([[1.375, 0.375], [0.625, 1.125]]), atol=1e-6)
+
+
+def test_kl_cov_by_hand():
+    lp = COV_LP.clone().requires_grad_(True)
+    # top-1 token by covariance: (0,0) (1.375). Its loss: -A * rho + |log rho| = -e^0.1 + 0.1 = -1.005171
+    # the others, unclipped -A * rho with rho = 1: -1, +1, +1
+    # seq-mean-token-mean: ((-1.005171 - 1) / 2 + (1 + 1) / 2) / 2 = -0.00129275
+    loss, m = grpo_loss(lp, COV_OLD, COV_ADV, torch.ones(2, 2), cov_mode="kl_cov", cov_ratio=1e-4)
+    assert loss.item() == pytest.approx(-0.00129275, abs=1e-6)
+    assert m["clip/cov_fraction"].item() == pytest.approx(0.25)
+
+
+def test_clip_cov_by_hand():
+    lp = COV_LP.clone().requires_grad_(True)
+    # only (1,1) has 1.1 < cov < 1.2 (1.125): its gradient is cut. PPO loss of the others: -e^0.1, -1, +1
+    # seq-mean-token-mean: ((-1.105171 - 1) / 2 + (1 + 0) / 2) / 2 = -0.27629275
+    loss, m = grpo_loss(
+        lp,
+        COV_OLD,
+        COV_ADV,
+        torch.ones(2, 2),
+        cov_mode="clip_cov",
+        cov_ratio=1e-4,
+        clip_cov_bounds=(1.1, 1.2),
+    )
+    assert loss.item() == pytest.approx(-0.27629275, abs=1e-6)
+    loss.backward()
+    assert lp.grad[1, 1] == 0 and lp.grad[1, 0] != 0 and lp.grad[0, 0] != 0
+
+
+def test_perception_loss_by_hand():
+    from embodied.rl.losses import perception_loss
+
+    lp, masked = torch.tensor([[LN(0.5)]]), torch.tensor([[LN(0.25)]])
+    # d = ln 0.25 - ln 0.5 = -ln 2; k3 = e^d - d - 1 = 0.5 + 0.693147 - 1 = 0.193147
+    # loss = -0.01 * 0.193147 + 0.03 * 1.0 + 0.03 * 2.0 = 0.08806853
+    loss, m = perception_loss(lp, masked, torch.ones(1, 1), 0.01, torch.ones(1, 1), torch.full((1, 1), 2.0))
+    assert loss.item() == pytest.approx(0.08806853, abs=1e-7)
+    assert m["loss/perception"].item() == pytest.approx(0.193147, abs=1e-6)
+    # maximising the divergence: the gradient pushes log pi(real) up where it exceeds the masked one
+    lp.requires_grad_(True)
+    perception_loss(lp, masked, torch.ones(1, 1), gamma=1.0)[0].backward()
+    # d/dlp of -(e^{m - lp} - (m - lp) - 1) = e^{m - lp} - 1 = 0.5 - 1 = -0.5
+    assert lp.grad.item() == pytest.approx(-0.5, abs=1e-6)
+
+
+def test_overlong_penalty_by_hand():
+    from embodied.rl.rewards import overlong_penalty
+
+    lengths = torch.tensor([5, 6, 8, 10, 11])
+    # soft, max 10, buffer 4: free up to 6, then (6 - L) / 4, -1 past 10
+    assert overlong_penalty(lengths, 10, 4).tolist() == [0.0, 0.0, -0.5, -1.0, -1.0]
+    # hard (buffer 0): only the over-budget one
+    assert overlong_penalty(lengths, 10, 0).tolist() == [0.0, 0.0, 0.0, 0.0, -1.0]
+    with pytest.raises(ValueError, match="buffer"):
+        overlong_penalty(lengths, 10, 10)
+
+
+@pytest.mark.parametrize("agg", ["seq-mean-token-mean", "token-mean", "seq-sum-norm"])
+def test_loss_and_gradient_do_not_depend_on_micro_batch_split(agg):
+    torch.manual_seed(0)
+    B, T = 8, 6
+    lp = torch.randn(B, T, dtype=torch.float64)
+    old = lp + 0.1 * torch.randn(B, T, dtype=torch.float64)
+    ref = lp + 0.1 * torch.randn(B, T, dtype=torch.float64)
+    adv = torch.randn(B, dtype=torch.float64)
+    mask = (torch.rand(B, T) > 0.3).long()
+    mask[:, 0] = 1
+    kw = dict(kl_coef=0.04, agg=agg, agg_norm=T, clip_eps_high=0.28, entropy_coef=0.01)
+    ent = torch.rand(B, T, dtype=torch.float64)
+
+    full = lp.clone().requires_grad_(True)
+    loss_full, _ = grpo_loss(full, old, adv, mask, ref, entropy=ent, **kw)
+    loss_full.backward()
+
+    split = lp.clone().requires_grad_(True)
+    total = 0.0
+    for idx in ([0, 1, 2], [3], [4, 5, 6, 7]):  # uneven micro-batches
+        part, _ = grpo_loss(
+            split[idx],
+            old[idx],
+            adv[idx],
+            mask[idx],
+            ref[idx],
+            entropy=ent[idx],
+            num_seqs=B,
+            num_tokens=int(mask.sum()),
+            **kw,
+        )
+        part.backward()
+        total += part.item()
+    assert total == pytest.approx(loss_full.item(), abs=1e-12)
+    assert torch.allclose(split.grad, full.grad, atol=1e-12)
+
+
+def test_papo_masks_whole_patches_with_black():
+    from embodied.rl.papo import mask_patches, patch_mask
+
+    grid = torch.tensor([[2, 2, 3], [1, 2, 2]])  # video 0: 2 temporal patches of 2x3; video 1: 1 of 2x2
+    g = torch.Generator().manual_seed(0)
+    m = patch_mask(grid, 0.5, consistent=True, generator=g)
+    assert m.shape == (2 * 6 + 4,)
+    assert torch.equal(m[:6], m[6:12])  # the same spatial positions in both temporal patches
+    m_ind = patch_mask(grid, 0.5, consistent=False, generator=torch.Generator().manual_seed(3))
+    assert not torch.equal(m_ind[:6], m_ind[6:12])  # drawn anew (seed chosen so they differ)
+    assert patch_mask(grid, 0.0, False).sum() == 0 and patch_mask(grid, 1.0, False).all()
+    pix = torch.randn(16, 3 * 2 * 2 * 2)  # C=3, Tp=2, P=2
+    black = torch.tensor([-1.0, -2.0, -3.0])
+    out = mask_patches(pix, m, black)
+    # a masked row is channel 0's value x 8, then channel 1's x 8, then channel 2's x 8 (layout C, Tp, P, P)
+    row = out[m.nonzero()[0, 0]]
+    assert torch.equal(row, torch.tensor([-1.0] * 8 + [-2.0] * 8 + [-3.0] * 8))
+    assert torch.equal(out[~m], pix[~m])

@@ -45,7 +45,12 @@ LOSS_AGGREGATIONS = ("seq-mean-token-mean", "token-mean", "seq-sum-norm")
 
 
 def aggregate(
-    per_token: torch.Tensor, mask: torch.Tensor, mode: str, norm: float | None = None
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str,
+    norm: float | None = None,
+    num_seqs: int | None = None,
+    num_tokens: int | None = None,
 ) -> torch.Tensor:
     """Reduce a `(B, T)` per-token loss to a scalar.
 
@@ -53,16 +58,88 @@ def aggregate(
     - `token-mean` (DAPO, Yu et al. 2025, token-level loss): mean over all tokens, so long answers weigh more.
     - `seq-sum-norm` (Dr. GRPO, Liu et al. 2025, Sec. 3.1): each sequence's token sum divided by the constant
       `norm` (e.g. the generation budget), then mean over sequences: no length bias.
+
+    When the batch is one micro-batch of a larger one, pass the whole batch's `num_seqs` and `num_tokens`:
+    every mode is then a sum over this micro-batch divided by whole-batch constants, so the micro-batch
+    losses (and gradients) add up exactly to those of the whole batch.
     """
+    m = mask.to(per_token.dtype)
+    seqs = per_token.shape[0] if num_seqs is None else num_seqs
     if mode == "seq-mean-token-mean":
-        return masked_mean(per_token, mask, dim=1).mean()
+        return ((per_token * m).sum(1) / m.sum(1).clamp(min=1)).sum() / seqs
     if mode == "token-mean":
-        return masked_mean(per_token, mask)
+        tokens = m.sum().clamp(min=1) if num_tokens is None else max(num_tokens, 1)
+        return (per_token * m).sum() / tokens
     if mode == "seq-sum-norm":
         if not norm or norm <= 0:
             raise ValueError("seq-sum-norm needs a positive constant `norm` (e.g. max_new_tokens)")
-        return ((per_token * mask.to(per_token.dtype)).sum(1) / norm).mean()
+        return (per_token * m).sum() / (norm * seqs)
     raise ValueError(f"unknown loss aggregation {mode!r}; choose one of {LOSS_AGGREGATIONS}")
+
+
+RATIO_LEVELS = ("token", "sequence")
+COV_MODES = ("none", "clip_cov", "kl_cov")
+
+
+def log_ratio(
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor, level: str = "token"
+) -> torch.Tensor:
+    """`(B, T)` log importance ratio log pi/pi_old, per token (PPO, GRPO) or per sequence.
+
+    `sequence`: the length-normalised sequence ratio of GSPO (Zheng et al. 2025, Eq. 7),
+    (1/|o|) sum_t (log pi - log pi_old), broadcast to every token of the sequence (gradient flows to all).
+    """
+    d = logprobs - old_logprobs
+    if level == "token":
+        return d
+    if level == "sequence":
+        return masked_mean(d, mask, dim=1).unsqueeze(1).expand_as(d)
+    raise ValueError(f"unknown ratio level {level!r}; choose one of {RATIO_LEVELS}")
+
+
+def token_covariance(logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`(B, T)` centred products (A_i - mean A)(log pi_t - mean log pi) over the batch's real tokens.
+
+    Cui et al. 2025, "The Entropy Mechanism of RL for Reasoning LMs", Eq. 11: tokens whose log-prob and
+    advantage co-vary most drive entropy collapse. Means run over masked tokens; detached (selection only).
+    """
+    adv = advantages.unsqueeze(1).expand_as(logprobs).detach()
+    lp = logprobs.detach()
+    return (adv - masked_mean(adv, mask)) * (lp - masked_mean(lp, mask))
+
+
+def clip_cov_select(
+    cov: torch.Tensor,
+    mask: torch.Tensor,
+    exclude: torch.Tensor,
+    ratio: float,
+    low: float,
+    high: float,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Clip-Cov's token choice (Cui et al. 2025, Sec. 4, Eq. 12): `(B, T)` bool.
+
+    Among real tokens not in `exclude` (already clipped) with low < cov < high, pick max(1, int(ratio * N))
+    uniformly at random (N = real tokens); their gradient is then detached.
+    """
+    eligible = (cov > low) & (cov < high) & mask.bool() & ~exclude
+    idx = eligible.flatten().nonzero().squeeze(1)
+    k = min(max(1, int(ratio * int(mask.sum()))), idx.numel())
+    pick = idx[torch.randperm(idx.numel(), generator=generator, device="cpu")[:k].to(idx.device)]
+    out = torch.zeros(cov.numel(), dtype=torch.bool, device=cov.device)
+    out[pick] = True
+    return out.view_as(cov)
+
+
+def kl_cov_select(cov: torch.Tensor, mask: torch.Tensor, ratio: float) -> torch.Tensor:
+    """KL-Cov's token choice (Cui et al. 2025, Sec. 4, Eq. 13): `(B, T)` bool, the top max(1, int(ratio * N))
+    real tokens by covariance."""
+    n = int(mask.sum())
+    k = min(max(1, int(ratio * n)), n)
+    scores = cov.masked_fill(~mask.bool(), float("-inf")).flatten()
+    out = torch.zeros_like(scores, dtype=torch.bool)
+    out[scores.topk(k).indices] = True
+    return out.view_as(cov)
 
 
 def grpo_loss(
@@ -78,45 +155,124 @@ def grpo_loss(
     kl_kind: str = "k3",
     agg: str = "seq-mean-token-mean",
     agg_norm: float | None = None,
+    ratio_level: str = "token",
+    entropy: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
+    cov_mode: str = "none",
+    cov_ratio: float = 2e-4,
+    clip_cov_bounds: tuple[float, float] = (1.0, 5.0),
+    kl_cov_coef: float = 1.0,
+    generator: torch.Generator | None = None,
+    num_seqs: int | None = None,
+    num_tokens: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped policy-gradient objective of GRPO (DeepSeekMath, Shao et al. 2024, Eq. 3), negated.
 
     Per token: -min(rho * A, clip(rho, 1 - eps_low, 1 + eps_high) * A) + beta * KL, with the ratio
-    rho = exp(logprobs - old_logprobs) against the policy that sampled the tokens. `clip_eps_high` (default:
-    `clip_eps`) gives DAPO's clip-higher (Yu et al. 2025: 0.2 / 0.28). `dual_clip` = c > 1 caps the loss
-    of negative-advantage tokens at -c * A (dual-clip PPO, Ye et al. 2020). The per-token loss is reduced by
+    rho = exp(logprobs - old_logprobs) against the policy that sampled the tokens (per token, or GSPO's
+    per-sequence ratio with `ratio_level="sequence"`). `clip_eps_high` (default: `clip_eps`) gives DAPO's
+    clip-higher (Yu et al. 2025: 0.2 / 0.28). `dual_clip` = c > 1 caps the loss of negative-advantage tokens
+    at -c * A (dual-clip PPO, Ye et al. 2020). The per-token loss is reduced by
     `aggregate(..., agg, agg_norm)`; the default is the paper's 1/G sum_i 1/|o_i| sum_t.
+
+    Entropy controls (Cui et al. 2025): `cov_mode="clip_cov"` detaches the gradient of a few random tokens
+    whose covariance lies in `clip_cov_bounds`; `"kl_cov"` drops the clip and adds `kl_cov_coef * |log rho|`
+    on the top `cov_ratio` tokens by covariance. `entropy_coef` > 0 subtracts coef * H (an entropy bonus);
+    `entropy` `(B, T)` must then carry gradient.
 
     Args:
         logprobs: `(B, T)` log-probs of the sampled tokens under the current policy (with grad).
         old_logprobs: `(B, T)` the same under the sampling policy (no grad).
         advantages: `(B,)` one advantage per sequence.
-        mask: `(B, T)` 1 for completion tokens, 0 for padding.
+        mask: `(B, T)` 1 for completion tokens, 0 for padding (and for masked-out truncated samples).
         ref_logprobs: `(B, T)` under the frozen reference policy; required when `kl_coef > 0`.
+        num_seqs, num_tokens: whole-batch sizes when this is one micro-batch (see `aggregate`).
 
     Returns:
-        Scalar loss and detached metrics (`loss/policy`, `loss/kl`, `clip/fraction`).
+        Scalar loss and detached metrics (`loss/policy`, `loss/kl`, `loss/entropy`, `clip/fraction`,
+        `clip/cov_fraction`).
     """
     eps_high = clip_eps if clip_eps_high is None else clip_eps_high
-    ratio = torch.exp(logprobs - old_logprobs)
+    ratio = torch.exp(log_ratio(logprobs, old_logprobs, mask, ratio_level))
     adv = advantages.unsqueeze(1)
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + eps_high) * adv
     per_token = -torch.minimum(unclipped, clipped)
+    is_clipped = (clipped < unclipped) & mask.bool()
     if dual_clip is not None:
         if dual_clip <= 1.0:
             raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
         per_token = torch.where(adv < 0, torch.minimum(per_token, -dual_clip * adv), per_token)
-    policy_loss = aggregate(per_token, mask, agg, agg_norm)
-    kl = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
+    selected = torch.zeros_like(mask, dtype=torch.bool)
+    if cov_mode != "none":
+        cov = token_covariance(logprobs, advantages, mask)
+        if cov_mode == "clip_cov":
+            lo, hi = clip_cov_bounds
+            selected = clip_cov_select(cov, mask, is_clipped, cov_ratio, lo, hi, generator)
+            per_token = per_token.masked_fill(selected, 0.0)
+        elif cov_mode == "kl_cov":
+            selected = kl_cov_select(cov, mask, cov_ratio)
+            penalty = kl_cov_coef * (logprobs - old_logprobs).abs()
+            per_token = torch.where(selected, -unclipped + penalty, -unclipped)
+            is_clipped = torch.zeros_like(is_clipped)
+        else:
+            raise ValueError(f"unknown cov_mode {cov_mode!r}; choose one of {COV_MODES}")
+    sizes = {"num_seqs": num_seqs, "num_tokens": num_tokens}
+    policy_loss = aggregate(per_token, mask, agg, agg_norm, **sizes)
+    zero = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
+    kl, ent = zero, zero
     if kl_coef > 0:
         if ref_logprobs is None:
             raise ValueError("kl_coef > 0 needs ref_logprobs")
-        kl = aggregate(kl_estimate(logprobs, ref_logprobs, kl_kind), mask, agg, agg_norm)
-    loss = policy_loss + kl_coef * kl
-    clip_frac = masked_mean((clipped < unclipped).to(logprobs.dtype), mask)
+        kl = aggregate(kl_estimate(logprobs, ref_logprobs, kl_kind), mask, agg, agg_norm, **sizes)
+    if entropy is not None:
+        ent = aggregate(entropy, mask, agg, agg_norm, **sizes)
+    loss = policy_loss + kl_coef * kl - entropy_coef * ent
     return loss, {
         "loss/policy": policy_loss.detach(),
         "loss/kl": kl.detach(),
-        "clip/fraction": clip_frac.detach(),
+        "loss/entropy": ent.detach(),
+        "clip/fraction": masked_mean(is_clipped.to(logprobs.dtype), mask).detach(),
+        "clip/cov_fraction": masked_mean(selected.to(logprobs.dtype), mask).detach(),
     }
+
+
+def perception_loss(
+    logprobs: torch.Tensor,
+    masked_logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float = 0.01,
+    entropy: torch.Tensor | None = None,
+    masked_entropy: torch.Tensor | None = None,
+    eta: tuple[float, float] = (0.03, 0.03),
+    agg: str = "seq-mean-token-mean",
+    agg_norm: float | None = None,
+    num_seqs: int | None = None,
+    num_tokens: int | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PAPO's extra terms (Wang et al. 2025, "Perception-Aware Policy Optimization", Eqs. 5-7 and 10).
+
+    Implicit perception loss: KL_prcp = KL(pi(o | q, V) || pi(o | q, V_masked)), estimated per rollout token
+    with the k3 estimator (d = log pi_masked - log pi), is *maximised*: the loss adds -gamma * KL_prcp. The
+    double entropy regulariser adds eta1 * H[pi(.|V)] + eta2 * H[pi(.|V_masked)], keeping both distributions
+    sharp so the divergence cannot be inflated by making the masked branch uniform ("KL hacking", Sec. 4).
+
+    Args:
+        logprobs, masked_logprobs: `(B, T)` log-probs of the rollout tokens given the real and the masked
+            visual input. Pass `masked_logprobs` detached for PAPO's default (no gradient through the masked
+            branch), or with grad to push both branches.
+        entropy, masked_entropy: `(B, T)` entropies of the two branches (or None to skip the regulariser).
+
+    Returns:
+        The scalar to add to the GRPO loss, and detached metrics (`loss/perception` is KL_prcp itself).
+    """
+    sizes = {"num_seqs": num_seqs, "num_tokens": num_tokens}
+    kl = aggregate(k3_kl(logprobs, masked_logprobs), mask, agg, agg_norm, **sizes)
+    loss = -gamma * kl
+    metrics = {"loss/perception": kl.detach()}
+    for coef, h, name in ((eta[0], entropy, "entropy/real"), (eta[1], masked_entropy, "entropy/masked")):
+        if h is not None:
+            h_agg = aggregate(h, mask, agg, agg_norm, **sizes)
+            loss = loss + coef * h_agg
+            metrics[name] = h_agg.detach()
+    return loss, metrics

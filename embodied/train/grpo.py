@@ -21,7 +21,7 @@ from embodied.metrics import MetricsLog
 from embodied.policy import completion_logprobs, decode, encode_prompts, generate, repeat_batch
 from embodied.rl.advantages import ESTIMATORS, compute_advantages
 from embodied.rl.losses import LOSS_AGGREGATIONS, grpo_loss, masked_mean
-from embodied.rl.rewards import mcq_reward
+from embodied.rl.rewards import RewardFn, mcq_rewards, mean_terms, score
 from embodied.train.common import NonFiniteGuard, index_batches, optimizer_step
 from embodied.video import VideoConfig
 
@@ -36,8 +36,13 @@ def train_grpo(
     val: Sequence[Example] = (),
     seed: int = 0,
     progress: bool = True,
+    reward_fn: RewardFn | None = None,
 ) -> dict:
-    """Run `cfg.steps` GRPO steps (`cfg` is a `GRPOConfig`); metrics go to `out_dir/metrics.jsonl`."""
+    """Run `cfg.steps` GRPO steps (`cfg` is a `GRPOConfig`); metrics go to `out_dir/metrics.jsonl`.
+
+    `reward_fn(texts, records)` scores a batch of completions (default: the rule-based MCQ reward); see
+    `embodied.rl.rewards.RewardFn`. If it raises or times out the run stops with a `RewardError`.
+    """
     if cfg.advantage not in ESTIMATORS or cfg.loss_agg not in LOSS_AGGREGATIONS:
         raise ValueError(
             f"grpo.advantage={cfg.advantage!r} (choose {ESTIMATORS}), "
@@ -49,6 +54,7 @@ def train_grpo(
     log = MetricsLog(Path(out_dir) / "metrics.jsonl", "grpo")
     order = index_batches(len(train), cfg.prompts_per_step, seed)
     guard = NonFiniteGuard()
+    reward_fn = reward_fn or mcq_rewards(cfg.accuracy_weight, cfg.format_weight)
     G = cfg.group_size
     bar = tqdm(range(1, cfg.steps + 1), desc="grpo", unit="step", disable=not progress)
     t_start = time.perf_counter()
@@ -65,10 +71,7 @@ def train_grpo(
         t_rollout = time.perf_counter() - t0
 
         # Rewards and advantages, normalised within each group of G.
-        terms = [
-            mcq_reward(t, records[i // G]["answer"], cfg.accuracy_weight, cfg.format_weight)
-            for i, t in enumerate(texts)
-        ]
+        terms = score(reward_fn, texts, [records[i // G] for i in range(len(texts))], cfg.reward_timeout_s)
         rewards = torch.tensor([t["reward/total"] for t in terms], device=device).view(len(records), G)
         advantages = compute_advantages(rewards, cfg.advantage).flatten()
 
@@ -97,7 +100,7 @@ def train_grpo(
 
         if step % cfg.log_every == 0 or step == cfg.steps:
             metrics = {
-                **{k: sum(t[k] for t in terms) / len(terms) for k in terms[0]},
+                **mean_terms(terms),
                 **loss_terms,
                 "reward/group_spread": (rewards.std(dim=1) > 0).float().mean(),
                 "rollout/len": mask.sum(1).float().mean(),
