@@ -8,8 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from embodied.envs import TASKS, env_reward, execute, task
-from embodied.envs import carry, place, push
+from embodied.envs import TASKS, carry, env_reward, execute, place, push, task
 from embodied.envs.backend import run_jobs
 from embodied.envs.core import EnvError
 

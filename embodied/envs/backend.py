@@ -132,7 +132,9 @@ def _warp_batch(jobs: list[Job]) -> list[Trace]:
     if any(c != counts[0] for c in counts):
         raise EnvError(f"task {task}: episodes of one batch must share their phase lengths, got {counts}")
     base = base_model(task)
-    names = sorted({f for job in jobs for f in job.fields} | (set(DERIVED_FIELDS) if jobs[0].fields else set()))
+    names = sorted(
+        {f for job in jobs for f in job.fields} | (set(DERIVED_FIELDS) if jobs[0].fields else set())
+    )
     with wp.ScopedDevice(warp_device()):
         try:
             m = mjw.put_model(base, batch_sizes={f: n for f in names})
@@ -159,7 +161,9 @@ def _warp_batch(jobs: list[Job]) -> list[Trace]:
     for w, job in enumerate(jobs):
         if np.any(overflow[w] != 0):
             raise EnvError(f"task {task}, seed {job.seed}: MuJoCo Warp ran out of contact/constraint slots")
-        trace = Trace(*(np.stack([r[j][w] for r in rows]).astype(np.float64) for j in range(3)), rows_time(rows))
+        trace = Trace(
+            *(np.stack([r[j][w] for r in rows]).astype(np.float64) for j in range(3)), rows_time(rows)
+        )
         _check_finite(job, trace, "warp")
         traces.append(trace)
     return traces

@@ -79,11 +79,18 @@ def _job(seed: int, obj: dict, force: float, speed: float, lift: bool = True) ->
     if lift:
         phases += [(core.steps(model, LIFT_S), np.array([speed, force, force]))]
         phases += [(core.steps(model, HOLD_S), close)]
-    return core.Job(NAME, seed, model, model.qpos0.copy(), np.zeros(model.nv), phases, fields, warp_sizes=WARP_SIZES)
+    return core.Job(
+        NAME, seed, model, model.qpos0.copy(), np.zeros(model.nv), phases, fields, warp_sizes=WARP_SIZES
+    )
 
 
 def make_episode(
-    seed: int, difficulty: str = "easy", width: int = 112, height: int = 112, num_frames: int = 4, fps: float = 2.0
+    seed: int,
+    difficulty: str = "easy",
+    width: int = 112,
+    height: int = 112,
+    num_frames: int = 4,
+    fps: float = 2.0,
 ) -> tuple[dict, np.ndarray]:
     """Sample an object from ``seed`` and render the open gripper around it: ``(record, frames)``."""
     from embodied.envs.backend import simulate_cpu

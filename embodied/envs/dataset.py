@@ -68,7 +68,9 @@ def generate_episodes(cfg: EnvConfig, progress: bool = True) -> dict:
     manifest = {
         "generator": "embodied.envs.dataset.generate_episodes",
         "tasks": list(cfg.tasks),
-        "counts": {s: {t: sum(r["id"].startswith(f"{s}-{t}-") for r in records) for t in cfg.tasks} for s in SPLITS},
+        "counts": {
+            s: {t: sum(r["id"].startswith(f"{s}-{t}-") for r in records) for t in cfg.tasks} for s in SPLITS
+        },
         "config": asdict(cfg),
         "wall_s": round(wall, 2),
     }

@@ -112,7 +112,9 @@ def rollout_video(
     terms = env_reward([text], [record])[0]
     said = mod.describe(action) if action is not None else text.strip()[:40] or "(empty)"
     head = [(f"{record['task']}: {said}", (255, 255, 255))]
-    frames = [_draw(f, [*head, ("watching...", (200, 200, 200))], scale) for f in clip for _ in range(int(fps / 2))]
+    frames = [
+        _draw(f, [*head, ("watching...", (200, 200, 200))], scale) for f in clip for _ in range(int(fps / 2))
+    ]
     if action is not None:
         job = mod.job(record, action)
         times = np.arange(0.0, job.n_steps * job.model.opt.timestep, 1.0 / fps)

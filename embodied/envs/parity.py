@@ -15,25 +15,32 @@ from embodied.envs.backend import warp_device
 from embodied.tasks import LETTERS
 
 
+def _ranges(name: str) -> np.ndarray:
+    mod = task(name)
+    return np.array([mod.FORCE_RANGE, mod.SPEED_RANGE] if name == "carry" else [mod.IMPULSE_RANGE])
+
+
+def _rounded(name: str, x: np.ndarray):
+    return (round(float(x[0]), 2), round(float(x[1]), 3)) if name == "carry" else round(float(x[0]), 4)
+
+
+def random_action(name: str, rng: np.random.Generator):
+    """An action drawn uniformly over the task's stated choices or ranges (it knows no physics)."""
+    if name == "place":
+        return int(rng.integers(len(task(name).OFFSETS_CM)))
+    r = _ranges(name)
+    return _rounded(name, rng.uniform(r[:, 0], r[:, 1]))
+
+
 def sample_actions(name: str, record: dict, rng: np.random.Generator, k: int) -> list:
     """``k`` actions for ``record``: a mix of arbitrary and near-good ones (see the module docstring)."""
-    mod = task(name)
     if name == "place":
         return [int(a) for a in rng.permutation(np.resize(np.arange(5), k))]
-    good = mod.good_action(record)
-    out = []
-    for i in range(k):
-        if name == "carry":
-            lo, hi = np.array([r[0] for r in (mod.FORCE_RANGE, mod.SPEED_RANGE)]), np.array(
-                [r[1] for r in (mod.FORCE_RANGE, mod.SPEED_RANGE)]
-            )
-            x = rng.uniform(lo, hi) if i % 2 else np.clip(np.array(good) * rng.uniform(0.8, 1.2, 2), lo, hi)
-            out.append((round(float(x[0]), 2), round(float(x[1]), 3)))
-        else:
-            lo, hi = mod.IMPULSE_RANGE
-            x = rng.uniform(lo, hi) if i % 2 else float(np.clip(good * rng.uniform(0.8, 1.2), lo, hi))
-            out.append(round(float(x), 4))
-    return out
+    good, r = np.atleast_1d(task(name).good_action(record)), _ranges(name)
+    near = [
+        _rounded(name, np.clip(good * rng.uniform(0.8, 1.2, good.size), r[:, 0], r[:, 1])) for _ in range(k)
+    ]
+    return [random_action(name, rng) if i % 2 else near[i] for i in range(k)]
 
 
 def answer_text(name: str, action) -> str:
@@ -66,7 +73,11 @@ def _timed(texts: list[str], records: list[dict], backend: str) -> tuple[list[di
 
 
 def parity(
-    n_per_task: int = 64, seed: int = 0, difficulty: str = "easy", tasks=("place", "carry", "push"), warmup: bool = True
+    n_per_task: int = 64,
+    seed: int = 0,
+    difficulty: str = "easy",
+    tasks=("place", "carry", "push"),
+    warmup: bool = True,
 ) -> dict:
     """Success labels from both backends on identical episodes and answers, plus episodes/s of each.
 

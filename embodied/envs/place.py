@@ -1,8 +1,8 @@
 """Place: where to set a fourth block on a leaning tower so that the tower still stands.
 
 The clip shows a tower of three equal blocks, each shifted sideways on the one below. The policy picks
-one of five lettered positions (offsets from the bottom block's centre) for a fourth block on top; the block is released 2 mm above the tower and
-MuJoCo decides. Statics says a tower stands when, at every interface, the centre of mass of all the
+one of five lettered positions (offsets from the bottom block's centre, marked by ticks on the floor)
+for a fourth block on top; the block is released 2 mm above the tower and MuJoCo decides. Statics says a tower stands when, at every interface, the centre of mass of all the
 blocks above lies over the block below; :func:`static_margins` computes that margin, and the sampler
 keeps every option at least ``MIN_MARGIN`` away from the tipping point, so the physical outcome is not
 a coin toss on numerical noise. No label is stored: the reward is what the simulator does.
@@ -82,11 +82,24 @@ def _job(seed: int, xs: list[float], top_x: float | None) -> core.Job:
     else:
         qpos[21:24] = [top_x, 0.0, HALF[2] * 7 + 0.002]
     nu = np.zeros(model.nu)
-    return core.Job(NAME, seed, model, qpos, np.zeros(model.nv), [(core.steps(model, SETTLE_S), nu)], warp_sizes=WARP_SIZES)
+    return core.Job(
+        NAME,
+        seed,
+        model,
+        qpos,
+        np.zeros(model.nv),
+        [(core.steps(model, SETTLE_S), nu)],
+        warp_sizes=WARP_SIZES,
+    )
 
 
 def make_episode(
-    seed: int, difficulty: str = "easy", width: int = 112, height: int = 112, num_frames: int = 4, fps: float = 2.0
+    seed: int,
+    difficulty: str = "easy",
+    width: int = 112,
+    height: int = 112,
+    num_frames: int = 4,
+    fps: float = 2.0,
 ) -> tuple[dict, np.ndarray]:
     """Sample a tower from ``seed`` and render its clip: ``(record, frames (T, H, W, 3) uint8)``."""
     from embodied.envs.backend import simulate_cpu

@@ -68,7 +68,12 @@ def _job(seed: int, scene: dict, impulse: float, seconds: float = SLIDE_S) -> co
 
 
 def make_episode(
-    seed: int, difficulty: str = "easy", width: int = 112, height: int = 112, num_frames: int = 4, fps: float = 2.0
+    seed: int,
+    difficulty: str = "easy",
+    width: int = 112,
+    height: int = 112,
+    num_frames: int = 4,
+    fps: float = 2.0,
 ) -> tuple[dict, np.ndarray]:
     """Sample friction and a zone from ``seed`` and render the demonstration: ``(record, frames)``."""
     from embodied.envs.backend import simulate_cpu

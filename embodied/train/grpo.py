@@ -111,7 +111,9 @@ def train_grpo(
                 "train/skipped_steps": guard.total,
             }
             log.log(step, metrics)
-            bar.set_postfix(acc=f"{metrics['reward/accuracy']:.2f}", fmt=f"{metrics['reward/format']:.2f}")
+            bar.set_postfix(
+                reward=f"{metrics['reward/total']:.2f}", fmt=f"{metrics.get('reward/format', 0):.2f}"
+            )
         if cfg.eval_every and val and step % cfg.eval_every == 0:
             res = evaluate(model, processor, val[: cfg.eval_examples], video, choice=False, progress=False)
             log.log(step, {"eval/accuracy": res["accuracy"], "eval/unparseable": res["unparseable"]})
