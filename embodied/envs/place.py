@@ -3,9 +3,10 @@
 The clip shows a tower of three equal blocks, each shifted sideways on the one below. The policy picks
 one of five lettered positions (offsets from the bottom block's centre, marked by ticks on the floor)
 for a fourth block on top; the block is released 2 mm above the tower and MuJoCo decides. Statics
-says a tower stands when, at every interface, the centre of mass of all the blocks above lies over the block below; :func:`static_margins` computes that margin, and the sampler
-keeps every option at least ``MIN_MARGIN`` away from the tipping point, so the physical outcome is not
-a coin toss on numerical noise. No label is stored: the reward is what the simulator does.
+says a tower stands when, at every interface, the centre of mass of all the blocks above lies over the
+block below; :func:`static_margins` computes that margin, and the sampler keeps every option at least
+``MIN_MARGIN`` away from the tipping point, so the physical outcome is not a coin toss on numerical
+noise. No label is stored: the reward is what the simulator does.
 
 Reward terms: ``reward/success`` (1 when every block is still at its height after 2.5 s),
 ``reward/toppled`` (-1 when any block fell), ``reward/standing`` (share of blocks still at height).
