@@ -42,7 +42,8 @@ def test_evaluate_env_scores_policy_answers(tiny_policy, episodes):
 def test_rollout_video_shows_answer_and_outcome(episodes, tmp_path):
     ex = next(e for e in episodes if e.record["task"] == "push")
     j = push.good_action(ex.record)
-    terms = rollout_video(ex.record, ex.clip.frames, f"<think></think><answer>{j:.3f}</answer>", tmp_path / "a.mp4")
+    text = f"<think></think><answer>{j:.3f}</answer>"
+    terms = rollout_video(ex.record, ex.clip.frames, text, tmp_path / "a.mp4")
     assert terms["reward/success"] == 1
     clip = read_video(tmp_path / "a.mp4", fps=10.0, max_frames=1000)
     assert clip.frames.shape[1:] == (336, 336, 3) and len(clip.frames) > 4 * 5  # the clip, then the physics

@@ -153,23 +153,26 @@ def _warp_batch(jobs: list[Job]) -> list[Trace]:
                 for _ in range(k // READ_EVERY):
                     chunk()
                     rows.append(_warp_read(d))
-            overflow = d.overflow.numpy() if hasattr(d, "overflow") else np.zeros(n)
+            overflow = d.overflow.numpy().copy()  # per-world bitmask of exhausted buffers
         except Exception as e:
             seeds = [job.seed for job in jobs]
             raise EnvError(f"task {task}, seeds {seeds}: MuJoCo Warp failed: {e}") from e
     traces = []
     for w, job in enumerate(jobs):
         if np.any(overflow[w] != 0):
-            raise EnvError(f"task {task}, seed {job.seed}: MuJoCo Warp ran out of contact/constraint slots")
+            raise EnvError(
+                f"task {task}, seed {job.seed}: MuJoCo Warp overflowed its buffers (flags "
+                f"{int(overflow[w])}); raise the task's WARP_SIZES (contacts, constraint rows)"
+            )
         trace = Trace(
-            *(np.stack([r[j][w] for r in rows]).astype(np.float64) for j in range(3)), rows_time(rows)
+            *(np.stack([r[j][w] for r in rows]).astype(np.float64) for j in range(3)), _rows_time(rows)
         )
         _check_finite(job, trace, "warp")
         traces.append(trace)
     return traces
 
 
-def rows_time(rows: list[tuple]) -> np.ndarray:
+def _rows_time(rows: list[tuple]) -> np.ndarray:
     return np.asarray([float(r[3][0]) for r in rows])
 
 
