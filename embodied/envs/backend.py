@@ -102,7 +102,8 @@ def _import_warp():
     try:
         import warp as wp
 
-        wp.config.quiet = True  # before mujoco_warp initialises Warp: no banner, no per-module timings
+        # Before Warp initialises: no banner and no per-module load timings, warnings still shown.
+        wp.config.log_level = wp.LOG_WARNING
         import mujoco_warp as mjw
     except ImportError as e:
         raise ImportError(

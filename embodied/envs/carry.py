@@ -141,9 +141,9 @@ def outcome(record: dict, action: tuple[float, float], trace: core.Trace) -> dic
     ok = not (dropped or crushed or too_low)
     terms = {
         "reward/success": float(ok),
-        "reward/dropped": -float(dropped),
-        "reward/crushed": -float(crushed),
-        "reward/too_low": -float(too_low),
+        "reward/dropped": -1.0 if dropped else 0.0,
+        "reward/crushed": -1.0 if crushed else 0.0,
+        "reward/too_low": -1.0 if too_low else 0.0,
     }
     return core.total(terms, WEIGHTS)
 

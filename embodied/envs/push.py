@@ -123,8 +123,8 @@ def outcome(record: dict, action: float, trace: core.Trace) -> dict[str, float]:
     terms = {
         "reward/success": float(inside and at_rest),
         "reward/closeness": max(0.0, 1.0 - abs(error) / scene["target"]),
-        "reward/overshoot": -float(error > scene["zone_half"]),
-        "reward/short": -float(error < -scene["zone_half"]),
+        "reward/overshoot": -1.0 if error > scene["zone_half"] else 0.0,
+        "reward/short": -1.0 if error < -scene["zone_half"] else 0.0,
     }
     return core.total(terms, WEIGHTS)
 
