@@ -61,3 +61,22 @@ def test_routed_reward_scores_each_record_by_its_kind(episodes):
     terms = routed_reward(Config())(texts, [mcq, env])
     assert terms[0] == {"reward/accuracy": 1.0, "reward/format": 1.0, "reward/total": 1.5}
     assert terms[1]["reward/success"] == 1 and "reward/accuracy" not in terms[1]
+
+
+@pytest.mark.slow
+def test_env_feedback_experiment_end_to_end(tmp_path):
+    """The whole experiment at toy size: data, start, three arms, table, plots and videos."""
+    from embodied.config import load_config
+    from embodied.experiments.env_feedback import run
+
+    overrides = [
+        f"data.root={tmp_path}/mcq", "data.n_train=40", "data.n_val=4", "data.n_test=20", "data.workers=0",
+        "sft.steps=10", "sft.batch_size=8", "grpo.steps=2", f"env.root={tmp_path}/env", "env.n_train=6",
+        "env.n_test=4", "env.feedback.format_steps=5", "env.feedback.eval_mcq=20",
+    ]  # fmt: skip
+    cfg = load_config("configs/experiment_env_feedback.yaml", overrides)
+    summary = run(cfg, tmp_path / "run", progress=False)
+    assert set(summary["stages"]) == {"start", "mcq", "sim", "mixed"}
+    for name in ("results.md", "results.json", "results.png", "reward_curves.png"):
+        assert (tmp_path / "run" / name).stat().st_size > 0
+    assert len(list((tmp_path / "run" / "videos").glob("*.mp4"))) == 4 * 3
