@@ -147,3 +147,17 @@ def test_warp_backend_agrees_with_cpu():
 
     result = parity(n_per_task=8, seed=0)
     assert result["agree"] >= 0.99 * result["n"], result
+
+
+def test_gymnasium_shaped_env():
+    from embodied.envs.gym_env import TaskEnv
+
+    env = TaskEnv("push")
+    obs, info = env.reset(3)
+    assert obs["frames"].shape == (4, 112, 112, 3) and obs["options"] == [] and "impulse" in obs["question"]
+    j = push.good_action(info["record"])
+    _, reward, terminated, truncated, info = env.step(f"<think></think><answer>{j:.3f}</answer>")
+    assert terminated and not truncated and info["terms"]["reward/success"] == 1
+    assert reward == pytest.approx(info["terms"]["reward/total"])
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(0.3)

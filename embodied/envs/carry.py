@@ -160,3 +160,10 @@ def good_action(record: dict) -> tuple[float, float]:
 
 def describe(action: tuple[float, float]) -> str:
     return f"grip {action[0]:.1f} N, lift {action[1]:.2f} m/s"
+
+
+def execute(record: dict, action, backend: str = "cpu") -> dict[str, float]:
+    """Simulate ``action`` for ``record`` on ``backend`` and return the reward terms."""
+    from embodied.envs import execute as run
+
+    return run(record, action, backend)

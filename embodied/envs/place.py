@@ -158,3 +158,10 @@ def outcome(record: dict, action: int, trace: core.Trace) -> dict[str, float]:
 def describe(action: int) -> str:
     """The action in words, for videos and logs."""
     return _options()[action]
+
+
+def execute(record: dict, action, backend: str = "cpu") -> dict[str, float]:
+    """Simulate ``action`` for ``record`` on ``backend`` and return the reward terms."""
+    from embodied.envs import execute as run
+
+    return run(record, action, backend)

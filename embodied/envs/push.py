@@ -142,3 +142,10 @@ def good_action(record: dict) -> float:
 
 def describe(action: float) -> str:
     return f"impulse {action:.2f} N s"
+
+
+def execute(record: dict, action, backend: str = "cpu") -> dict[str, float]:
+    """Simulate ``action`` for ``record`` on ``backend`` and return the reward terms."""
+    from embodied.envs import execute as run
+
+    return run(record, action, backend)
