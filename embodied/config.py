@@ -41,6 +41,9 @@ class SFTConfig:
     eval_every: int = 100
     """Greedy accuracy on `eval_examples` validation clips every this many steps (0 = never)."""
     eval_examples: int = 100
+    checkpoint_every: int = 100
+    """Write a resumable checkpoint every this many steps and at the end (0 = never)."""
+    keep_checkpoints: int = 2
 
 
 @dataclass
@@ -53,6 +56,9 @@ class GRPOConfig:
     """Responses sampled per prompt (G); advantages are normalised within each group."""
     max_new_tokens: int = 32
     temperature: float = 1.0
+    temperatures: list[float] = field(default_factory=list)
+    """Per group member: member g samples at `temperatures[g % len]` (empty: all at `temperature`).
+    Log-probs are always computed at each sample's own temperature."""
     lr: float = 5e-5
     """Constant AdamW learning rate. Above ~1e-4 the tiny model's accuracy degrades."""
     clip_eps: float = 0.2
@@ -68,7 +74,47 @@ class GRPOConfig:
     kl_estimator: str = "k3"
     """k1 | k2 | k3 estimator of the KL to the reference."""
     kl_coef: float = 0.04
-    """Weight of the k3 KL to the frozen initial policy; 0 drops the reference model entirely."""
+    """Weight of the KL to the frozen initial policy; 0 drops the reference model entirely."""
+    ratio_level: str = "token"
+    """token (PPO/GRPO importance ratio per token) | sequence (GSPO's length-normalised sequence ratio)."""
+    entropy_coef: float = 0.0
+    """Entropy bonus: the loss subtracts entropy_coef * entropy of the sampling distribution."""
+    cov_mode: str = "none"
+    """none | clip_cov | kl_cov: covariance-based entropy control (Cui et al. 2025)."""
+    cov_ratio: float = 2e-4
+    """Fraction of tokens Clip-Cov detaches / KL-Cov penalises (at least one token)."""
+    clip_cov_low: float = 1.0
+    clip_cov_high: float = 5.0
+    """Clip-Cov picks its tokens among those with clip_cov_low < covariance < clip_cov_high."""
+    kl_cov_coef: float = 1.0
+    """KL-Cov's weight on |log ratio| for the selected tokens."""
+    dynamic_sampling: bool = False
+    """DAPO: drop groups with equal rewards and draw more prompts until `prompts_per_step` groups remain."""
+    max_sampling_rounds: int = 3
+    """Cap on draws per step under dynamic sampling; a step trains on the groups kept by then."""
+    overlong: str = "off"
+    """off | hard (truncated answers get -1) | soft (ramps down over the last `overlong_buffer` tokens)."""
+    overlong_buffer: int = 8
+    overlong_weight: float = 1.0
+    mask_truncated: bool = False
+    """Leave answers that hit `max_new_tokens` without ending out of the loss (DAPO's overlong filtering)."""
+    updates_per_rollout: int = 1
+    """mu: optimizer steps on each rollout, against the log-probs stored when it was sampled."""
+    micro_batch_size: int = 0
+    """Sequences per forward/backward pass (0 = the whole rollout); the gradient does not depend on it."""
+    papo: bool = False
+    """Perception-aware policy optimisation: add PAPO's implicit perception loss on masked visual input."""
+    papo_gamma: float = 0.01
+    """Weight of the perception KL (maximised)."""
+    papo_mask_prob: float = 0.6
+    """Probability of blackening each vision patch."""
+    papo_consistent: bool = True
+    """Video: blacken the same patch positions in every temporal patch (False: draw each anew)."""
+    papo_entropy_real: float = 0.03
+    papo_entropy_masked: float = 0.03
+    """PAPO's double entropy regulariser weights (eta1 on the real branch, eta2 on the masked one)."""
+    papo_masked_grad: bool = False
+    """Let gradient flow through the masked branch too (PAPO's released runs: no)."""
     accuracy_weight: float = 1.0
     format_weight: float = 0.5
     reward_timeout_s: float = 60.0
@@ -77,6 +123,9 @@ class GRPOConfig:
     log_every: int = 5
     eval_every: int = 0
     eval_examples: int = 100
+    checkpoint_every: int = 20
+    """Write a resumable checkpoint every this many steps and at the end (0 = never)."""
+    keep_checkpoints: int = 2
 
 
 @dataclass
@@ -100,6 +149,9 @@ class Config:
     """Seed for data order, sampling and initialisation of training."""
     threads: int = 0
     """torch CPU threads (0 = torch's default)."""
+    resume: str = ""
+    """sft/grpo: "" starts fresh; "auto" continues from the newest complete checkpoint in run_dir (fresh
+    if none); a path continues from that checkpoint folder."""
     data: DataConfig = field(default_factory=DataConfig)
     video: VideoConfig = field(default_factory=VideoConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)

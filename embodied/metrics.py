@@ -21,6 +21,18 @@ class MetricsLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.stage = stage
 
+    def truncate(self, after_step: int) -> None:
+        """Drop this stage's rows past `after_step`: a resumed run rewrites them, and must not log twice."""
+        if not self.path.exists():
+            return
+        keep = [
+            line
+            for line in self.path.read_text().splitlines()
+            if line.strip()
+            and not ((row := json.loads(line))["stage"] == self.stage and row["step"] > after_step)
+        ]
+        self.path.write_text("".join(line + "\n" for line in keep))
+
     def log(self, step: int, metrics: dict) -> None:
         row = {"stage": self.stage, "step": step}
         row.update({k: _plain(v) for k, v in metrics.items()})

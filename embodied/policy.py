@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from transformers import LogitsProcessor, LogitsProcessorList
 
 from embodied.tasks import format_question
 from embodied.tiny import TinySpec, build_tiny_policy
@@ -120,21 +121,33 @@ def encode_prompts(
     return batch.to(device)
 
 
+def select_rows(batch, rows: Sequence[int]):
+    """The prompts `rows` of `batch` (repeats allowed), each with its own visual inputs.
+
+    Videos and images are flattened across the batch into patch rows; each prompt's block of patches is
+    found from its grid (`t * h * w` patches) and moved with it.
+    """
+    index = torch.as_tensor(list(rows), dtype=torch.long)
+    out = {k: v[index.to(v.device)] for k, v in batch.items() if k in _PER_SEQUENCE}
+    for pix, grid, extra in (
+        ("pixel_values_videos", "video_grid_thw", "second_per_grid_ts"),
+        ("pixel_values", "image_grid_thw", None),
+    ):
+        if pix not in batch:
+            continue
+        if batch[grid].shape[0] != batch["input_ids"].shape[0]:
+            raise NotImplementedError(f"select_rows needs exactly one video or image per prompt ({grid})")
+        chunks = batch[pix].split(batch[grid].prod(-1).tolist())
+        out[pix] = torch.cat([chunks[i] for i in index.tolist()])
+        out[grid] = batch[grid][index.to(batch[grid].device)]
+        if extra and extra in batch:
+            out[extra] = batch[extra][index.to(batch[extra].device)]
+    return out
+
+
 def repeat_batch(batch, n: int):
     """Each prompt of `batch` repeated `n` times in a row (a GRPO group), visual inputs included."""
-    out = {k: v.repeat_interleave(n, dim=0) for k, v in batch.items() if k in _PER_SEQUENCE}
-    if "pixel_values_videos" in batch:
-        sizes = batch["video_grid_thw"].prod(-1).tolist()
-        chunks = batch["pixel_values_videos"].split(sizes)
-        out["pixel_values_videos"] = torch.cat([c for c in chunks for _ in range(n)])
-        out["video_grid_thw"] = batch["video_grid_thw"].repeat_interleave(n, dim=0)
-        if "second_per_grid_ts" in batch:
-            out["second_per_grid_ts"] = batch["second_per_grid_ts"].repeat_interleave(n, dim=0)
-    if "pixel_values" in batch:
-        raise NotImplementedError(
-            "repeat_batch supports one video per prompt; image prompts are not grouped yet"
-        )
-    return out
+    return select_rows(batch, [i for i in range(batch["input_ids"].shape[0]) for _ in range(n)])
 
 
 _PER_SEQUENCE = ("input_ids", "attention_mask", "mm_token_type_ids")
@@ -163,15 +176,36 @@ def vision_token_ids(processor) -> list[int]:
     return [i for i in ids if i is not None and i != tok.unk_token_id]
 
 
+class _RowTemperature(LogitsProcessor):
+    """Divides each row's logits by its own temperature `(B,)`: one group can mix temperatures."""
+
+    def __init__(self, temperature: torch.Tensor):
+        self.t = temperature
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        return scores / self.t.to(scores).unsqueeze(1)
+
+
 @torch.no_grad()
-def generate(model, processor, batch, max_new_tokens: int, temperature: float = 1.0, do_sample: bool = True):
-    """Sample completions for a prompt batch: `(ids (B, T), mask (B, T))`, padding after the first eos."""
+def generate(
+    model,
+    processor,
+    batch,
+    max_new_tokens: int,
+    temperature: float | torch.Tensor = 1.0,
+    do_sample: bool = True,
+):
+    """Sample completions for a prompt batch: `(ids (B, T), mask (B, T))`, padding after the first eos.
+
+    `temperature` is one number, or a `(B,)` tensor giving each row its own.
+    """
     eos = eos_token_ids(model, processor)
-    kwargs = (
-        {"do_sample": do_sample, "temperature": temperature, "top_p": 1.0, "top_k": 0}
-        if do_sample
-        else {"do_sample": False}
-    )
+    per_row = isinstance(temperature, torch.Tensor)
+    kwargs = {"do_sample": False}
+    if do_sample:
+        kwargs = {"do_sample": True, "temperature": 1.0 if per_row else temperature, "top_p": 1.0, "top_k": 0}
+        if per_row:
+            kwargs["logits_processor"] = LogitsProcessorList([_RowTemperature(temperature)])
     out = model.generate(
         **batch,
         max_new_tokens=max_new_tokens,
@@ -185,13 +219,20 @@ def generate(model, processor, batch, max_new_tokens: int, temperature: float = 
 
 
 def completion_logprobs(
-    model, batch, ids: torch.Tensor, mask: torch.Tensor, temperature: float = 1.0, with_entropy: bool = False
+    model,
+    batch,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    temperature: float | torch.Tensor = 1.0,
+    with_entropy: bool = False,
+    entropy_grad: bool = False,
 ):
     """Per-token log-probs `(B, T)` of completion `ids` after the prompts of `batch`.
 
-    Logits are divided by `temperature` so that the log-probs are those of the distribution the tokens
-    were sampled from. Only the last T+1 positions' logits are materialised. With `with_entropy`, also
-    returns the per-token entropy `(B, T)` of that distribution (detached).
+    Logits are divided by `temperature` (a number, or `(B,)` per row) so that the log-probs are those of
+    the distribution each row was sampled from. Only the last T+1 positions' logits are materialised.
+    With `with_entropy`, also returns the per-token entropy `(B, T)` of that distribution (detached unless
+    `entropy_grad`).
     """
     prompt_len = batch["input_ids"].shape[1]
     inputs = {k: v for k, v in batch.items() if k in _VISUAL}
@@ -205,12 +246,14 @@ def completion_logprobs(
     t = ids.shape[1]
     logits = model(**inputs, use_cache=False, logits_to_keep=t + 1).logits[:, :-1].float()
     assert logits.shape[1] == t and inputs["input_ids"].shape[1] == prompt_len + t
+    if isinstance(temperature, torch.Tensor):
+        temperature = temperature.to(logits).view(-1, 1, 1)
     logp = torch.log_softmax(logits / temperature, dim=-1)
     token_logp = logp.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
     if not with_entropy:
         return token_logp
-    entropy = -(logp.exp() * logp).sum(-1).detach()
-    return token_logp, entropy
+    entropy = -(logp.exp() * logp).sum(-1)
+    return token_logp, entropy if entropy_grad else entropy.detach()
 
 
 def encode_completions(processor, texts: Sequence[str], device="cpu") -> tuple[torch.Tensor, torch.Tensor]:

@@ -90,7 +90,19 @@ def _train(cfg: Config, stage: str, progress: bool) -> dict:
     model, processor = load(cfg.policy)
     train, _ = _examples(cfg, "train", progress)
     val, _ = _examples(cfg, "val", progress)
-    info = loop(model, processor, train, stage_cfg, cfg.video, out, val, cfg.seed, progress)
+    info = loop(
+        model,
+        processor,
+        train,
+        stage_cfg,
+        cfg.video,
+        out,
+        val,
+        cfg.seed,
+        progress,
+        resume=cfg.resume,
+        config_yaml=to_yaml(cfg),
+    )
     save_policy(model, processor, out / "model")
     plot_curves(read_metrics(out / "metrics.jsonl"), out / "curves.png")
     return info | {"model": str(out / "model")}

@@ -64,9 +64,21 @@ def optimizer_step(model, optimizer, loss, grad_clip: float, guard: NonFiniteGua
     """Backward, clip, and step unless the loss or gradient is non-finite; returns the gradient norm."""
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
+    return apply_gradients(model, optimizer, loss.detach(), grad_clip, guard, step)
+
+
+def apply_gradients(model, optimizer, loss, grad_clip: float, guard: NonFiniteGuard, step: int) -> float:
+    """Clip accumulated gradients; step unless `loss` or the gradient is non-finite; then clear them."""
     params = [p for p in model.parameters() if p.grad is not None]
     grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else float("inf"))
-    if guard.ok(loss.detach(), grad_norm, step):
+    if guard.ok(torch.as_tensor(loss), grad_norm, step):
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return float(grad_norm)
+
+
+def skip_batches(order: Iterator[list[int]], n: int) -> Iterator[list[int]]:
+    """Advance a batch stream by `n` batches (resuming at a saved data position)."""
+    for _ in range(n):
+        next(order)
+    return order

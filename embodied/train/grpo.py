@@ -1,8 +1,9 @@
-"""GRPO: sample a group of answers per question, score them by rule, push towards the better ones.
+"""GRPO and its descendants: sample a group of answers per question, score them, push towards the better.
 
-One step: rollout (G samples per prompt) -> rewards -> group-normalised advantages -> clipped policy
-loss + k3 KL to the frozen initial policy -> AdamW step -> log. With one update per rollout the ratio
-is 1 in value but carries the policy gradient (the sampling log-probs are the detached current ones).
+One step, top to bottom: rollout (G samples per prompt, DAPO dynamic sampling if on) -> rewards ->
+advantages -> `updates_per_rollout` optimizer steps of the clipped policy loss (+ KL to the frozen initial
+policy, entropy controls, PAPO's perception loss), each accumulated over micro-batches -> log -> eval ->
+checkpoint. Every recipe is a switch of `GRPOConfig`; presets live in configs/ (grpo, dapo, drgrpo, papo).
 """
 
 from __future__ import annotations
@@ -15,15 +16,153 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from embodied.checkpoint import load_checkpoint, resolve_resume, save_checkpoint
 from embodied.datasets import Example
 from embodied.evaluate import evaluate
 from embodied.metrics import MetricsLog
-from embodied.policy import completion_logprobs, decode, encode_prompts, generate, repeat_batch
+from embodied.policy import completion_logprobs, decode, generate, select_rows
 from embodied.rl.advantages import ESTIMATORS, compute_advantages
-from embodied.rl.losses import LOSS_AGGREGATIONS, grpo_loss, masked_mean
+from embodied.rl.losses import (
+    COV_MODES,
+    LOSS_AGGREGATIONS,
+    RATIO_LEVELS,
+    grpo_loss,
+    masked_mean,
+    perception_loss,
+)
+from embodied.rl.papo import masked_batch
 from embodied.rl.rewards import RewardFn, mcq_rewards, mean_terms, score
-from embodied.train.common import NonFiniteGuard, index_batches, optimizer_step
+from embodied.rl.rollout import Rollout, dynamic_sample, sample_groups
+from embodied.train.common import NonFiniteGuard, apply_gradients, index_batches, skip_batches
 from embodied.video import VideoConfig
+
+CHOICES = {
+    "advantage": ESTIMATORS,
+    "loss_agg": LOSS_AGGREGATIONS,
+    "ratio_level": RATIO_LEVELS,
+    "cov_mode": COV_MODES,
+    "overlong": ("off", "hard", "soft"),
+}
+
+
+def check_config(cfg) -> None:
+    """Fail before any work on a misspelt recipe switch, naming the key and the choices."""
+    bad = [
+        f"grpo.{k}={getattr(cfg, k)!r} (choose {v})" for k, v in CHOICES.items() if getattr(cfg, k) not in v
+    ]
+    if cfg.updates_per_rollout < 1 or cfg.micro_batch_size < 0 or cfg.max_sampling_rounds < 1:
+        bad.append(
+            "grpo.updates_per_rollout and grpo.max_sampling_rounds must be >= 1, micro_batch_size >= 0"
+        )
+    if bad:
+        raise ValueError("; ".join(bad))
+
+
+def _generator(seed: int, step: int, salt: int) -> torch.Generator:
+    """A CPU generator fixed by (seed, step): masks and token picks replay exactly after a resume."""
+    return torch.Generator().manual_seed(seed * 1_000_003 + step * 7919 + salt)
+
+
+def update(model, ref, processor, ro: Rollout, advantages: torch.Tensor, old_logp, cfg, gen) -> dict:
+    """Accumulate the loss's gradient over micro-batches of the rollout (no optimizer step).
+
+    Every micro-batch loss is normalised by whole-rollout sizes, so the summed gradient equals the
+    whole-batch one. Returns the detached metrics summed the same way (clip fractions token-weighted).
+    """
+    mask = ro.mask * (~ro.truncated).unsqueeze(1) if cfg.mask_truncated else ro.mask
+    rows, tokens = mask.shape[0], int(mask.sum())
+    size = cfg.micro_batch_size or rows
+    need_entropy_grad = cfg.entropy_coef > 0 or (cfg.papo and cfg.papo_entropy_real > 0)
+    totals: dict[str, float] = {}
+    for start in range(0, rows, size):
+        idx = list(range(start, min(start + size, rows)))
+        sub, ids, m, temp = select_rows(ro.batch, idx), ro.ids[idx], mask[idx], ro.temperature[idx]
+        logp, entropy = completion_logprobs(
+            model, sub, ids, m, temp, with_entropy=True, entropy_grad=need_entropy_grad
+        )
+        ref_logp = None
+        if ref is not None:
+            with torch.no_grad():
+                ref_logp = completion_logprobs(ref, sub, ids, m, temp)
+        sizes = {"num_seqs": rows, "num_tokens": tokens, "agg": cfg.loss_agg, "agg_norm": cfg.max_new_tokens}
+        loss, terms = grpo_loss(
+            logp,
+            logp.detach() if old_logp is None else old_logp[idx],
+            advantages[idx],
+            m,
+            ref_logp,
+            cfg.clip_eps,
+            cfg.kl_coef,
+            clip_eps_high=cfg.clip_eps_high,
+            dual_clip=cfg.dual_clip,
+            kl_kind=cfg.kl_estimator,
+            ratio_level=cfg.ratio_level,
+            entropy=entropy if cfg.entropy_coef > 0 else None,
+            entropy_coef=cfg.entropy_coef,
+            cov_mode=cfg.cov_mode,
+            cov_ratio=cfg.cov_ratio,
+            clip_cov_bounds=(cfg.clip_cov_low, cfg.clip_cov_high),
+            kl_cov_coef=cfg.kl_cov_coef,
+            generator=gen,
+            **sizes,
+        )
+        if cfg.papo:
+            masked = masked_batch(sub, processor, cfg.papo_mask_prob, cfg.papo_consistent, gen)
+            with torch.set_grad_enabled(cfg.papo_masked_grad):
+                m_logp, m_ent = completion_logprobs(model, masked, ids, m, temp, True, cfg.papo_masked_grad)
+            p_loss, p_terms = perception_loss(
+                logp,
+                m_logp,
+                m,
+                cfg.papo_gamma,
+                entropy,
+                m_ent,
+                (cfg.papo_entropy_real, cfg.papo_entropy_masked),
+                **sizes,
+            )
+            loss = loss + p_loss
+            terms |= p_terms
+        loss.backward()
+        share = float(m.sum()) / max(tokens, 1)
+        for k, v in terms.items():
+            totals[k] = totals.get(k, 0.0) + float(v) * (share if k.startswith("clip/") else 1.0)
+        totals["loss/total"] = totals.get("loss/total", 0.0) + float(loss.detach())
+        totals["entropy/mean"] = (
+            totals.get("entropy/mean", 0.0) + float(masked_mean(entropy.detach(), m)) * share
+        )
+    return totals
+
+
+@torch.no_grad()
+def rollout_logprobs(model, ro: Rollout, micro_batch_size: int = 0) -> torch.Tensor:
+    """`(P * G, T)` log-probs of the rollout's tokens under `model`, in micro-batches, without grad."""
+    rows = ro.ids.shape[0]
+    size = micro_batch_size or rows
+    parts = []
+    for start in range(0, rows, size):
+        idx = list(range(start, min(start + size, rows)))
+        sub = select_rows(ro.batch, idx)
+        parts.append(completion_logprobs(model, sub, ro.ids[idx], ro.mask[idx], ro.temperature[idx]))
+    return torch.cat(parts)
+
+
+@torch.no_grad()
+def masked_input_accuracy(model, processor, ro: Rollout, cfg, reward_fn, gen) -> dict[str, float]:
+    """Greedy answers to this step's prompts with real and with masked visual input, scored by `reward_fn`:
+    a policy that truly looks should lose accuracy when it cannot see."""
+    G = ro.group_size
+    prompts = select_rows(ro.batch, list(range(0, ro.ids.shape[0], G)))
+    records = [e.record for e in ro.examples]
+    out = {}
+    for name, batch in (
+        ("real", prompts),
+        ("masked", masked_batch(prompts, processor, cfg.papo_mask_prob, cfg.papo_consistent, gen)),
+    ):
+        ids, mask = generate(model, processor, batch, cfg.max_new_tokens, do_sample=False)
+        terms = score(reward_fn, decode(processor, ids, mask), records, cfg.reward_timeout_s)
+        key = "reward/accuracy" if "reward/accuracy" in terms[0] else "reward/total"
+        out[f"papo/accuracy_{name}"] = sum(t[key] for t in terms) / len(terms)
+    return out
 
 
 def train_grpo(
@@ -37,85 +176,94 @@ def train_grpo(
     seed: int = 0,
     progress: bool = True,
     reward_fn: RewardFn | None = None,
+    resume: str = "",
+    config_yaml: str = "",
 ) -> dict:
     """Run `cfg.steps` GRPO steps (`cfg` is a `GRPOConfig`); metrics go to `out_dir/metrics.jsonl`.
 
     `reward_fn(texts, records)` scores a batch of completions (default: the rule-based MCQ reward); see
     `embodied.rl.rewards.RewardFn`. If it raises or times out the run stops with a `RewardError`.
+    Checkpoints go to `out_dir/checkpoints/grpo`; `resume` is "", "auto" or a checkpoint folder.
     """
-    if cfg.advantage not in ESTIMATORS or cfg.loss_agg not in LOSS_AGGREGATIONS:
-        raise ValueError(
-            f"grpo.advantage={cfg.advantage!r} (choose {ESTIMATORS}), "
-            f"grpo.loss_agg={cfg.loss_agg!r} (choose {LOSS_AGGREGATIONS})"
-        )
-    device = next(model.parameters()).device
+    check_config(cfg)
+    out_dir = Path(out_dir)
     ref = copy.deepcopy(model).eval().requires_grad_(False) if cfg.kl_coef > 0 else None
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
-    log = MetricsLog(Path(out_dir) / "metrics.jsonl", "grpo")
-    order = index_batches(len(train), cfg.prompts_per_step, seed)
-    guard = NonFiniteGuard()
     reward_fn = reward_fn or mcq_rewards(cfg.accuracy_weight, cfg.format_weight)
-    G = cfg.group_size
-    bar = tqdm(range(1, cfg.steps + 1), desc="grpo", unit="step", disable=not progress)
+    log = MetricsLog(out_dir / "metrics.jsonl", "grpo")
+    ckpt_dir = out_dir / "checkpoints" / "grpo"
+    guard = NonFiniteGuard()
+    order, drawn, start, empty_steps = index_batches(len(train), cfg.prompts_per_step, seed), 0, 1, 0
+    if path := resolve_resume(resume, ckpt_dir):
+        state = load_checkpoint(path, model, optimizer)
+        start, drawn, empty_steps = state["step"] + 1, state["drawn"], state["empty_steps"]
+        guard.total, guard.in_row = state["skipped"], state["in_row"]
+        order = skip_batches(order, drawn)
+        log.truncate(state["step"])
+        print(f"resuming GRPO from {path} (step {state['step']})")
+
+    def draw() -> Rollout:
+        nonlocal drawn
+        drawn += 1
+        return sample_groups(model, processor, [train[i] for i in next(order)], cfg, video, reward_fn)
+
+    bar = tqdm(range(start, cfg.steps + 1), desc="grpo", unit="step", disable=not progress)
     t_start = time.perf_counter()
     for step in bar:
         t0 = time.perf_counter()
-        chunk = [train[i] for i in next(order)]
-        records = [e.record for e in chunk]
-        batch = repeat_batch(encode_prompts(processor, records, [e.clip for e in chunk], video, device), G)
-
-        # Rollout: G samples per prompt from the current policy.
-        model.eval()
-        ids, mask = generate(model, processor, batch, cfg.max_new_tokens, cfg.temperature)
-        texts = decode(processor, ids, mask)
-        t_rollout = time.perf_counter() - t0
-
-        # Rewards and advantages, normalised within each group of G.
-        terms = score(reward_fn, texts, [records[i // G] for i in range(len(texts))], cfg.reward_timeout_s)
-        rewards = torch.tensor([t["reward/total"] for t in terms], device=device).view(len(records), G)
-        advantages = compute_advantages(rewards, cfg.advantage).flatten()
-
-        # Loss and update.
-        model.train()
-        logp, entropy = completion_logprobs(model, batch, ids, mask, cfg.temperature, with_entropy=True)
-        ref_logp = None
-        if ref is not None:
-            with torch.no_grad():
-                ref_logp = completion_logprobs(ref, batch, ids, mask, cfg.temperature)
-        loss, loss_terms = grpo_loss(
-            logp,
-            logp.detach(),
-            advantages,
-            mask,
-            ref_logp,
-            cfg.clip_eps,
-            cfg.kl_coef,
-            clip_eps_high=cfg.clip_eps_high,
-            dual_clip=cfg.dual_clip,
-            kl_kind=cfg.kl_estimator,
-            agg=cfg.loss_agg,
-            agg_norm=cfg.max_new_tokens,
-        )
-        grad_norm = optimizer_step(model, optimizer, loss, cfg.grad_clip, guard, step)
-
-        if step % cfg.log_every == 0 or step == cfg.steps:
-            metrics = {
-                **mean_terms(terms),
-                **loss_terms,
-                "reward/group_spread": (rewards.std(dim=1) > 0).float().mean(),
-                "rollout/len": mask.sum(1).float().mean(),
-                "entropy/mean": masked_mean(entropy, mask),
-                "optim/grad_norm": grad_norm,
-                "time/step": time.perf_counter() - t0,
-                "time/rollout": t_rollout,
-                "train/skipped_steps": guard.total,
-            }
-            log.log(step, metrics)
-            bar.set_postfix(
-                reward=f"{metrics['reward/total']:.2f}", fmt=f"{metrics.get('reward/format', 0):.2f}"
+        # Rollout: G samples per prompt from the current policy, scored.
+        sampling = {}
+        if cfg.dynamic_sampling:
+            ro, sampling = dynamic_sample(
+                draw, cfg.prompts_per_step, cfg.max_sampling_rounds, processor, video
             )
+        else:
+            ro = draw()
+        t_rollout = time.perf_counter() - t0
+        metrics: dict = {}
+        if ro is None:  # every group drawn had equal rewards: nothing to learn from this step
+            empty_steps += 1
+        else:
+            # Advantages within each group; then mu updates against the sampling policy's log-probs.
+            advantages = compute_advantages(ro.rewards, cfg.advantage).flatten()
+            model.train()
+            # mu = 1: the sampling policy is the current one, so its log-probs are the detached current ones
+            old_logp = (
+                rollout_logprobs(model, ro, cfg.micro_batch_size) if cfg.updates_per_rollout > 1 else None
+            )
+            gen = _generator(seed, step, 1)
+            for _ in range(cfg.updates_per_rollout):
+                metrics = update(model, ref, processor, ro, advantages, old_logp, cfg, gen)
+                metrics["optim/grad_norm"] = apply_gradients(
+                    model, optimizer, torch.tensor(metrics["loss/total"]), cfg.grad_clip, guard, step
+                )
+            model.eval()
+        if step % cfg.log_every == 0 or step == cfg.steps:
+            metrics |= {**sampling, "train/skipped_steps": guard.total, "train/empty_steps": empty_steps}
+            if ro is not None:
+                metrics |= {
+                    **mean_terms(ro.terms),
+                    "reward/group_spread": (ro.rewards.std(dim=1) > 0).float().mean(),
+                    "rollout/len": ro.mask.sum(1).float().mean(),
+                    "rollout/truncated": ro.truncated.float().mean(),
+                }
+                if cfg.papo:
+                    metrics |= masked_input_accuracy(
+                        model, processor, ro, cfg, reward_fn, _generator(seed, step, 2)
+                    )
+                bar.set_postfix(r=f"{metrics['reward/total']:.2f}")
+            metrics |= {"time/step": time.perf_counter() - t0, "time/rollout": t_rollout}
+            log.log(step, metrics)
         if cfg.eval_every and val and step % cfg.eval_every == 0:
             res = evaluate(model, processor, val[: cfg.eval_examples], video, choice=False, progress=False)
             log.log(step, {"eval/accuracy": res["accuracy"], "eval/unparseable": res["unparseable"]})
+        if cfg.checkpoint_every and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
+            state = {
+                "drawn": drawn,
+                "empty_steps": empty_steps,
+                "skipped": guard.total,
+                "in_row": guard.in_row,
+            }
+            save_checkpoint(ckpt_dir, step, model, optimizer, None, state, config_yaml, cfg.keep_checkpoints)
     model.eval()
     return {"steps": cfg.steps, "wall_s": time.perf_counter() - t_start, "skipped_steps": guard.total}

@@ -14,13 +14,14 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from embodied.checkpoint import load_checkpoint, resolve_resume, save_checkpoint
 from embodied.datasets import Example
 from embodied.evaluate import evaluate
 from embodied.metrics import MetricsLog
 from embodied.policy import completion_logprobs, encode_completions, encode_prompts
 from embodied.rl.losses import masked_mean
 from embodied.tasks import sft_target
-from embodied.train.common import NonFiniteGuard, index_batches, optimizer_step, param_groups
+from embodied.train.common import NonFiniteGuard, index_batches, optimizer_step, param_groups, skip_batches
 from embodied.video import VideoConfig
 
 
@@ -46,8 +47,13 @@ def train_sft(
     val: Sequence[Example] = (),
     seed: int = 0,
     progress: bool = True,
+    resume: str = "",
+    config_yaml: str = "",
 ) -> dict:
-    """Run `cfg.steps` SFT steps (`cfg` is an `SFTConfig`); metrics go to `out_dir/metrics.jsonl`."""
+    """Run `cfg.steps` SFT steps (`cfg` is an `SFTConfig`); metrics go to `out_dir/metrics.jsonl`.
+
+    Checkpoints go to `out_dir/checkpoints/sft`; `resume` is "", "auto" or a checkpoint folder.
+    """
     device = next(model.parameters()).device
     model.train()
     cycle = cfg.restart_every if cfg.restart_every > 0 else cfg.steps
@@ -58,10 +64,20 @@ def train_sft(
         return opt, torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(cfg.warmup_steps, cycle))
 
     log = MetricsLog(Path(out_dir) / "metrics.jsonl", "sft")
+    ckpt_dir = Path(out_dir) / "checkpoints" / "sft"
     order = index_batches(len(train), cfg.batch_size, seed)
     guard = NonFiniteGuard()
-    bar = tqdm(range(1, cfg.steps + 1), desc="sft", unit="step", disable=not progress)
-    loss_sum, tok_sum, t_start = 0.0, 0, time.perf_counter()
+    loss_sum, tok_sum, start = 0.0, 0, 1
+    if path := resolve_resume(resume, ckpt_dir):
+        optimizer, schedule = fresh_optimizer()
+        state = load_checkpoint(path, model, optimizer, schedule)
+        start, loss_sum, tok_sum = state["step"] + 1, state["loss_sum"], state["tokens"]
+        guard.total, guard.in_row = state["skipped"], state["in_row"]
+        order = skip_batches(order, state["step"])
+        log.truncate(state["step"])
+        print(f"resuming SFT from {path} (step {state['step']})")
+    bar = tqdm(range(start, cfg.steps + 1), desc="sft", unit="step", disable=not progress)
+    t_start = time.perf_counter()
     for step in bar:
         t0 = time.perf_counter()
         if (step - 1) % cycle == 0:  # start, and each warm restart
@@ -93,5 +109,10 @@ def train_sft(
             res = evaluate(model, processor, val[: cfg.eval_examples], video, choice=False, progress=False)
             log.log(step, {"eval/accuracy": res["accuracy"], "eval/unparseable": res["unparseable"]})
             bar.write(f"sft step {step}: val accuracy {res['accuracy']:.3f}")
+        if cfg.checkpoint_every and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
+            state = {"loss_sum": loss_sum, "tokens": tok_sum, "skipped": guard.total, "in_row": guard.in_row}
+            save_checkpoint(
+                ckpt_dir, step, model, optimizer, schedule, state, config_yaml, cfg.keep_checkpoints
+            )
     model.eval()
     return {"steps": cfg.steps, "wall_s": time.perf_counter() - t_start, "skipped_steps": guard.total}

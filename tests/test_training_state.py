@@ -1,0 +1,329 @@
+"""GRPO recipes on the real tiny model, and training state: resume equals an uninterrupted run, a crash
+mid-save leaves the previous checkpoint, micro-batching and seeds do not change results."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+from embodied.checkpoint import list_checkpoints, load_checkpoint, resolve_resume, save_checkpoint
+from embodied.config import GRPOConfig, SFTConfig
+from embodied.datasets import Example
+from embodied.metrics import read_metrics
+from embodied.policy import load_policy
+from embodied.tasks import arrow_of_time
+from embodied.tiny import TinySpec, build_tiny_policy
+from embodied.train.grpo import train_grpo
+from embodied.train.sft import train_sft
+from embodied.video import Clip, VideoConfig
+
+
+def synthetic_examples(n: int = 12, seed: int = 0) -> list[Example]:
+    """Arrow-of-time records over random 4-frame clips: enough to exercise every code path quickly."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        frames = rng.integers(0, 255, (4, 56, 56, 3), dtype=np.uint8)
+        record = {
+            "id": f"s-{i}",
+            "task": arrow_of_time.NAME,
+            "video": f"{i}.mp4",
+            "question": arrow_of_time.QUESTION,
+            "options": list(arrow_of_time.OPTIONS),
+            "answer": "AB"[i % 2],
+            "meta": {"difficulty": "easy"},
+        }
+        out.append(Example(record, Clip(frames, 2.0)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def examples():
+    return synthetic_examples()
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    return build_tiny_policy(tmp_path_factory.mktemp("tiny") / "m", TinySpec(seed=0))
+
+
+def _grpo(**kw) -> GRPOConfig:
+    base = dict(steps=2, prompts_per_step=2, group_size=4, max_new_tokens=8, log_every=1, checkpoint_every=0)
+    return GRPOConfig(**(base | kw))
+
+
+def _rows(path, stage="grpo"):
+    return [r for r in read_metrics(path / "metrics.jsonl") if r["stage"] == stage]
+
+
+def varied_reward(texts, records):
+    """A reward with spread even for an untrained policy (its answers are unparseable): the text's length."""
+    return [{"reward/total": float(len(t) % 3), "reward/accuracy": float(len(t) % 2)} for t in texts]
+
+
+def _no_time(row: dict) -> dict:
+    return {k: v for k, v in row.items() if not k.startswith("time/")}
+
+
+RECIPES = {
+    "dapo": dict(
+        loss_agg="token-mean",
+        clip_eps_high=0.28,
+        kl_coef=0.0,
+        dynamic_sampling=True,
+        max_sampling_rounds=2,
+        overlong="soft",
+        overlong_buffer=4,
+        temperature=1.5,
+    ),
+    "dapo_masked": dict(loss_agg="token-mean", kl_coef=0.0, overlong="hard", mask_truncated=True),
+    "drgrpo": dict(advantage="drgrpo", loss_agg="seq-sum-norm"),
+    "papo": dict(papo=True, papo_consistent=False, loss_agg="token-mean"),
+    "entropy": dict(
+        cov_mode="kl_cov",
+        entropy_coef=0.01,
+        ratio_level="sequence",
+        updates_per_rollout=2,
+        micro_batch_size=3,
+        temperatures=[0.7, 1.0, 1.3, 1.6],
+        overlong="hard",
+    ),
+    "clip_cov": dict(
+        cov_mode="clip_cov", clip_cov_low=-10.0, clip_cov_high=10.0, papo=True, papo_masked_grad=True
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_every_recipe_trains_and_logs(name, examples, tiny_path, tmp_path):
+    torch.manual_seed(0)
+    model, processor = load_policy(tiny_path)
+    before = [p.detach().clone() for p in model.parameters()]
+    cfg = _grpo(**RECIPES[name])
+    train_grpo(
+        model, processor, examples, cfg, VideoConfig(), tmp_path, progress=False, reward_fn=varied_reward
+    )
+    rows = _rows(tmp_path)
+    assert [r["step"] for r in rows] == [1, 2]
+    last = rows[-1]
+    expected = {
+        "dapo": ["sampling/rounds", "sampling/kept_groups", "reward/overlong", "rollout/truncated"],
+        "dapo_masked": ["rollout/truncated", "reward/overlong"],
+        "drgrpo": ["loss/policy", "loss/kl"],
+        "papo": [
+            "loss/perception",
+            "entropy/real",
+            "entropy/masked",
+            "papo/accuracy_real",
+            "papo/accuracy_masked",
+        ],
+        "entropy": ["loss/entropy", "clip/cov_fraction", "reward/overlong"],
+        "clip_cov": ["clip/cov_fraction", "loss/perception"],
+    }[name]
+    for key in expected:
+        assert key in last, key
+        assert np.isfinite(last[key]), (key, last[key])
+    if name in ("entropy", "clip_cov"):
+        assert last["clip/cov_fraction"] > 0  # some tokens were selected
+    if name == "dapo":  # only groups with reward spread were kept
+        assert last["sampling/kept_groups"] == 2 and last["reward/group_spread"] == 1.0
+    changed = any(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
+    if name == "dapo_masked" and all(r["rollout/truncated"] == 1.0 for r in rows):
+        # the untrained policy never ends within 8 tokens: every sample is masked out, nothing may move
+        assert not changed and last["reward/overlong"] == -1.0
+        return
+    assert changed
+
+
+def test_per_member_temperatures_score_each_sample_at_its_own(tiny_policy, examples):
+    from embodied.policy import completion_logprobs, encode_prompts, generate, repeat_batch
+
+    model, processor = tiny_policy
+    batch = repeat_batch(
+        encode_prompts(processor, [examples[0].record], [examples[0].clip], VideoConfig()), 2
+    )
+    temps = torch.tensor([0.5, 2.0])
+    torch.manual_seed(0)
+    ids, mask = generate(model, processor, batch, 6, temps)
+    lp_rows = completion_logprobs(model, batch, ids, mask, temps)
+    for i, t in enumerate(temps.tolist()):  # row i's log-probs are those at temperature t
+        lp_i = completion_logprobs(model, batch, ids, mask, t)[i]
+        assert torch.allclose(lp_rows[i], lp_i, atol=1e-5)
+    assert not torch.allclose(lp_rows[0], completion_logprobs(model, batch, ids, mask, 2.0)[0], atol=1e-3)
+
+
+def test_micro_batches_give_the_same_loss_and_gradient(examples, tiny_policy):
+    from embodied.rl.advantages import compute_advantages
+    from embodied.rl.rollout import sample_groups
+    from embodied.train.grpo import update
+
+    model, processor = tiny_policy
+    torch.manual_seed(0)
+    cfg = _grpo(loss_agg="token-mean", entropy_coef=0.01, papo=True, kl_coef=0.0, overlong="hard")
+    ro = sample_groups(model, processor, examples[:2], cfg, VideoConfig(), varied_reward)
+    adv = compute_advantages(ro.rewards, cfg.advantage).flatten()
+    results = []
+    for mb in (0, 3):  # the whole rollout (8 rows) vs uneven micro-batches of 3, 3, 2
+        cfg.micro_batch_size = mb
+        model.zero_grad(set_to_none=True)
+        # the same PAPO masks for both: a fresh generator with the same seed
+        metrics = update(model, None, processor, ro, adv, None, cfg, torch.Generator().manual_seed(0))
+        grads = [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
+        results.append((metrics, grads))
+    model.zero_grad(set_to_none=True)
+    (m0, g0), (m3, g3) = results
+    assert m3 == pytest.approx(m0, abs=1e-6)
+    assert len(g0) == len(g3) > 0
+    assert all(torch.allclose(a, b, atol=1e-7, rtol=1e-4) for a, b in zip(g0, g3))
+
+
+def test_same_seed_gives_identical_metrics(examples, tiny_path, tmp_path):
+    for run in ("a", "b"):
+        torch.manual_seed(0)
+        model, processor = load_policy(tiny_path)
+        cfg = _grpo(**RECIPES["papo"])
+        out = tmp_path / run
+        train_grpo(
+            model,
+            processor,
+            examples,
+            cfg,
+            VideoConfig(),
+            out,
+            seed=3,
+            progress=False,
+            reward_fn=varied_reward,
+        )
+    a, b = (list(map(_no_time, _rows(tmp_path / r))) for r in ("a", "b"))
+    assert a == b
+
+
+class Crash(Exception):
+    pass
+
+
+def test_grpo_resume_equals_uninterrupted_run(examples, tiny_path, tmp_path, monkeypatch):
+    import embodied.train.grpo as grpo_mod
+
+    cfg = _grpo(steps=4, checkpoint_every=2, dynamic_sampling=True, max_sampling_rounds=2, kl_coef=0.04)
+    torch.manual_seed(0)
+    model, processor = load_policy(tiny_path)
+    kw = dict(progress=False, reward_fn=varied_reward)
+    train_grpo(model, processor, examples, cfg, VideoConfig(), tmp_path / "full", **kw)
+    full = [p.detach().clone() for p in model.parameters()]
+
+    real_save = grpo_mod.save_checkpoint
+
+    def save_then_crash(root, step, *a, **k):
+        real_save(root, step, *a, **k)
+        if step == 2:
+            raise Crash  # the process dies right after the step-2 checkpoint
+
+    torch.manual_seed(0)
+    model, processor = load_policy(tiny_path)
+    monkeypatch.setattr(grpo_mod, "save_checkpoint", save_then_crash)
+    with pytest.raises(Crash):
+        train_grpo(model, processor, examples, cfg, VideoConfig(), tmp_path / "cut", **kw)
+    monkeypatch.setattr(grpo_mod, "save_checkpoint", real_save)
+    torch.manual_seed(123)  # whatever the new process's RNG: the checkpoint restores it
+    model, processor = load_policy(tiny_path)
+    train_grpo(model, processor, examples, cfg, VideoConfig(), tmp_path / "cut", resume="auto", **kw)
+    resumed = [p.detach().clone() for p in model.parameters()]
+
+    a, b = (list(map(_no_time, _rows(tmp_path / r))) for r in ("full", "cut"))
+    assert [r["step"] for r in b] == [1, 2, 3, 4]  # the resumed run did not log twice
+    for ra, rb in zip(a, b):
+        assert set(ra) == set(rb)
+        for k in ra:
+            assert rb[k] == pytest.approx(ra[k], abs=1e-6), (ra["step"], k)
+    assert all(torch.allclose(x, y, atol=1e-6) for x, y in zip(full, resumed))
+
+
+def test_checkpoint_rotation_and_rng_round_trip(tiny_path, tmp_path):
+    model, _ = load_policy(tiny_path)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for step in (1, 2, 3):
+        save_checkpoint(tmp_path, step, model, opt, state={"drawn": step}, keep=2)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step-00000002", "step-00000003"]
+    (tmp_path / ".tmp-step-00000004-1").mkdir()  # a crashed write is never picked up
+    assert resolve_resume("auto", tmp_path).name == "step-00000003"
+    assert resolve_resume("", tmp_path) is None and resolve_resume("auto", tmp_path / "none") is None
+    with pytest.raises(FileNotFoundError, match="missing"):
+        resolve_resume(str(tmp_path / ".tmp-step-00000004-1"), tmp_path)
+    torch.manual_seed(5)
+    np.random.seed(5)
+    path = save_checkpoint(tmp_path, 9, model, opt, keep=5)
+    want = (torch.rand(3), np.random.rand(3))
+    torch.manual_seed(0)
+    np.random.seed(0)
+    assert load_checkpoint(path, model, opt)["step"] == 9
+    assert torch.equal(torch.rand(3), want[0]) and np.array_equal(np.random.rand(3), want[1])
+
+
+KILLED_RUN = textwrap.dedent(
+    """
+    import os, signal, sys, torch
+    sys.path.insert(0, {tests!r})
+    import embodied.checkpoint as ck
+    from test_training_state import synthetic_examples
+    from embodied.config import SFTConfig
+    from embodied.policy import load_policy
+    from embodied.train.sft import train_sft
+    from embodied.video import VideoConfig
+
+    real = ck.torch.save
+    def dying_save(obj, path, *a, **k):
+        if "step-00000004" in str(path):  # half-way through writing the step-4 checkpoint
+            open(path, "wb").write(b"partial")
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(obj, path, *a, **k)
+    ck.torch.save = dying_save
+    torch.manual_seed(0)
+    model, processor = load_policy({model!r})
+    cfg = SFTConfig(**{cfg!r})
+    train_sft(model, processor, synthetic_examples(), cfg, VideoConfig(), {out!r}, progress=False)
+    """
+)
+
+
+def test_sft_killed_during_checkpoint_write_resumes_from_the_previous_one(tiny_path, tmp_path, examples):
+    cfg = dict(
+        steps=6,
+        batch_size=4,
+        lr=1e-3,
+        warmup_steps=1,
+        restart_every=3,
+        log_every=1,
+        eval_every=0,
+        checkpoint_every=2,
+    )
+    torch.manual_seed(0)
+    model, processor = load_policy(tiny_path)
+    train_sft(model, processor, examples, SFTConfig(**cfg), VideoConfig(), tmp_path / "full", progress=False)
+    full = [p.detach().clone() for p in model.parameters()]
+
+    cut = tmp_path / "cut"
+    script = KILLED_RUN.format(tests=os.path.dirname(__file__), model=str(tiny_path), cfg=cfg, out=str(cut))
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == -9, proc.stderr[-2000:]  # SIGKILL, mid-write
+    ckroot = cut / "checkpoints" / "sft"
+    assert any(p.name.startswith(".tmp-step-00000004") for p in ckroot.iterdir())  # the torn write is there
+    assert [p.name for p in list_checkpoints(ckroot)] == ["step-00000002"]  # ... and ignored
+
+    torch.manual_seed(99)
+    model, processor = load_policy(tiny_path)
+    train_sft(model, processor, examples, SFTConfig(**cfg), VideoConfig(), cut, progress=False, resume="auto")
+    resumed = [p.detach().clone() for p in model.parameters()]
+    a, b = (list(map(_no_time, _rows(d, "sft"))) for d in (tmp_path / "full", cut))
+    assert [r["step"] for r in b] == list(range(1, 7))
+    assert [r["loss/sft"] for r in b] == pytest.approx([r["loss/sft"] for r in a], abs=1e-6)
+    assert [r["optim/lr"] for r in b] == pytest.approx([r["optim/lr"] for r in a], abs=1e-12)
+    assert all(torch.allclose(x, y, atol=1e-6) for x, y in zip(full, resumed))
+    assert json.loads((ckroot / "step-00000006" / "state.json").read_text())["step"] == 6
