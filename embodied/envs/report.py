@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from embodied.envs import task
 from embodied.metrics import read_metrics
 
 FAILURES = (
@@ -41,7 +42,7 @@ def summarize(results: dict) -> dict:
             "env_n": env["n"],
             "env_per_task": {
                 t: {"success": v["success"], "ci95": v["ci95"], "unparseable": v["unparseable"], "n": v["n"]}
-                | {k.split("/", 1)[1]: v["terms"][k] for k in FAILURES if k in v["terms"]}
+                | {k.split("/", 1)[1]: v["terms"].get(k, 0.0) for k in FAILURES if k in task(t).WEIGHTS}
                 for t, v in env["per_task"].items()
             },
         }
