@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from embodied.envs import TASKS, carry, env_reward, execute, place, push, task
+from embodied.envs import TASKS, UNPARSEABLE_PENALTY, carry, env_reward, execute, place, push, task
 from embodied.envs.backend import run_jobs
 from embodied.envs.core import EnvError
 
@@ -124,9 +124,21 @@ def test_env_reward_terms_and_unparseable(episodes):
     assert {"reward/total", "reward/format", "reward/unparseable", "reward/toppled"} <= set(terms[0])
     assert terms[0]["reward/success"] == 1 and terms[0]["reward/format"] == 1
     assert terms[1]["reward/unparseable"] == 1 and terms[1]["reward/format"] == 0
-    assert terms[1]["reward/total"] == 0 and terms[1]["reward/success"] == 0
+    assert terms[1]["reward/total"] == -UNPARSEABLE_PENALTY and terms[1]["reward/success"] == 0
     expected = execute(records[2], 2)["reward/total"] + 0.2
     assert terms[2]["reward/total"] == pytest.approx(expected)
+
+
+def test_not_answering_never_beats_a_bad_action():
+    """Every penalty term at -1 together (the worst executed outcome) still scores above unparseable."""
+    for name in TASKS:
+        weights = task(name).WEIGHTS
+        worst = -sum(
+            w
+            for k, w in weights.items()
+            if k not in ("reward/success", "reward/standing", "reward/closeness")
+        )
+        assert worst > -UNPARSEABLE_PENALTY, name
 
 
 def test_env_errors_name_task_and_seed(episodes):

@@ -18,11 +18,14 @@ from types import ModuleType
 
 from embodied.rl.rewards import format_reward
 
-__all__ = ["TASKS", "env_reward", "execute", "is_interactive", "task"]
+__all__ = ["TASKS", "UNPARSEABLE_PENALTY", "env_reward", "execute", "is_interactive", "task"]
 
 TASKS = ("place", "carry", "push")
 FORMAT_WEIGHT = 0.2
 """Weight of ``reward/format`` (the ``<think>...</think><answer>...</answer>`` layout) in the total."""
+UNPARSEABLE_PENALTY = 1.5
+"""``reward/total`` of an unparseable answer is minus this: below the worst executed outcome of every
+task (place -0.5, carry -1.25, push -0.25), so that not answering never beats a bad action."""
 
 
 def task(name: str) -> ModuleType:
@@ -51,7 +54,8 @@ def env_reward(
 
     Every term of every task is present in every dict (0 where it does not apply), so that means over a
     batch are well defined; ``reward/unparseable`` is 1 for an answer that could not be parsed (nothing
-    is executed, no format reward). An error inside a simulation propagates, naming task and seed.
+    is executed, no format reward, ``reward/total`` is ``-UNPARSEABLE_PENALTY``). An error inside a
+    simulation propagates, naming task and seed.
     """
     from embodied.envs.backend import run_jobs
     from embodied.envs.core import EnvError
@@ -83,6 +87,9 @@ def env_reward(
         terms = {k: out[i].get(k, 0.0) for k in keys}
         terms["reward/format"] = format_reward(text) if parsed else 0.0
         terms["reward/unparseable"] = 0.0 if parsed else 1.0
-        terms["reward/total"] = terms["reward/total"] + format_weight * terms["reward/format"]
+        if parsed:
+            terms["reward/total"] += format_weight * terms["reward/format"]
+        else:
+            terms["reward/total"] = -UNPARSEABLE_PENALTY
         out[i] = terms
     return out
