@@ -1,7 +1,8 @@
 """`embodied`: the command line.
 
-Every command takes `--config FILE.yaml` (differences from the defaults) and dotted `key=value`
-overrides, e.g. `embodied sft --config configs/quickstart.yaml sft.lr=1e-3 run_dir=runs/try2`.
+Every command takes `--config FILE.yaml` (differences from the defaults; repeat it to stack files) and
+dotted `key=value` overrides, e.g. `embodied sft -c configs/quickstart.yaml sft.lr=1e-3 run_dir=runs/try2`
+or `embodied grpo -c configs/quickstart.yaml -c configs/recipes/dapo.yaml --resume auto`.
 `embodied show-config` prints the merged config with every default.
 """
 
@@ -14,7 +15,7 @@ import sys
 from embodied.config import ConfigError, load_config, to_yaml
 
 COMMANDS = {
-    "generate": "simulate scenes and write an arrow-of-time dataset (JSONL + mp4) under data.root",
+    "generate": "write a dataset or benchmark of video questions (JSONL + mp4) under data.root",
     "sft": "supervised fine-tuning of policy.path on data.root's train split; saves run_dir/sft/model",
     "grpo": "GRPO from policy.path on data.root's train split; saves run_dir/grpo/model",
     "eval": "evaluate policy.path on data.root's eval.split: accuracy, 95% interval, chance, unparseable",
@@ -47,29 +48,71 @@ def _parser() -> argparse.ArgumentParser:
     for name, help_ in COMMANDS.items():
         s = sub.add_parser(name, help=help_, description=help_)
         if name in NAMED:
-            s.add_argument("name", nargs="?", help=f"which {name} to run")
             s.add_argument("--list", action="store_true", help=f"list the available {name} names")
-        s.add_argument("--config", "-c", help="YAML file with the differences from the defaults")
+        if name == "eval":
+            from embodied.baselines import BASELINES
+
+            s.add_argument(
+                "--baseline",
+                choices=BASELINES,
+                help="run a shortcut-audit baseline (same as eval.baseline=NAME; see docs/evaluation.md)",
+            )
+        if name == "generate":
+            s.add_argument(
+                "--from-videos",
+                metavar="DIR",
+                help="make questions from the videos in DIR (data.from_videos)",
+            )
+        s.add_argument(
+            "--config",
+            "-c",
+            action="append",
+            help="YAML file with the differences from the defaults; repeat to stack files (later wins)",
+        )
+        if name in ("sft", "grpo"):
+            s.add_argument(
+                "--resume",
+                metavar="auto|DIR",
+                help="continue from the newest complete checkpoint in run_dir (auto) or from DIR",
+            )
         s.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
-        s.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. sft.lr=1e-3")
+        what = f"NAME of the {name} to run, then " if name in NAMED else ""
+        s.add_argument(
+            "overrides", nargs="*", metavar="key=value", help=f"{what}dotted overrides, e.g. sft.lr=1e-3"
+        )
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.command in NAMED:
+    parser = _parser()
+    # overrides may come before and after options (`experiment recipes -c x.yaml k=v`): argparse hands the
+    # ones after an option back as unknown
+    args, extra = parser.parse_known_args(argv)
+    if any(e.startswith("-") for e in extra):
+        parser.error(f"unrecognized arguments: {' '.join(e for e in extra if e.startswith('-'))}")
+    args.overrides += extra
+    args.name = None
+    if args.command in NAMED:  # the first argument without "=" names the bench or experiment
         names = _named(NAMED[args.command])
         if args.list:
             print("\n".join(names))
             return 0
+        given = [o for o in args.overrides if "=" not in o]
+        args.name = given[0] if given else None
+        args.overrides = [o for o in args.overrides if o is not args.name]
         if args.name not in names:
             print(
                 f"embodied {args.command}: unknown or missing name {args.name!r}; choose one of {names}",
                 file=sys.stderr,
             )
             return 2
+    if getattr(args, "baseline", None):
+        args.overrides.append(f"eval.baseline={args.baseline}")
+    if getattr(args, "from_videos", None):
+        args.overrides.append(f"data.from_videos={args.from_videos}")
     try:
-        cfg = load_config(args.config, args.overrides)
+        resume = [f"resume={args.resume}"] if getattr(args, "resume", None) else []
+        cfg = load_config(args.config, args.overrides + resume)
     except ConfigError as e:
         print(f"embodied: config error: {e}", file=sys.stderr)
         return 2

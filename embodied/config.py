@@ -12,8 +12,10 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from embodied.bench import BenchConfig
 from embodied.datasets import DataConfig
 from embodied.envs.config import EnvConfig
+from embodied.experiments.recipes import RecipesConfig
 from embodied.policy import PolicyConfig
 from embodied.video import VideoConfig
 
@@ -61,6 +63,8 @@ class GRPOConfig:
     Log-probs are always computed at each sample's own temperature."""
     lr: float = 5e-5
     """Constant AdamW learning rate. Above ~1e-4 the tiny model's accuracy degrades."""
+    vision_lr_scale: float = 1.0
+    """Learning rate of the vision tower relative to `lr` (as in SFT)."""
     clip_eps: float = 0.2
     """Lower clip range of the ratio (and the upper one unless `clip_eps_high` is set)."""
     clip_eps_high: float | None = None
@@ -137,6 +141,15 @@ class EvalConfig:
     """Evaluate only the first `limit` records of the split."""
     choice: bool = True
     """Also report forced-choice accuracy (the option letter the model finds most likely)."""
+    baseline: str = "none"
+    """none | random | majority | blind | single-frame | shuffled-frames (docs/evaluation.md)."""
+    samples: int = 0
+    """Responses sampled per question at `temperature` for pass@k and cons@k (0 = greedy only). Sampling
+    runs `batch_size x samples` sequences at once: lower `batch_size` for a large model."""
+    k: list[int] = field(default_factory=list)
+    """The k of pass@k and cons@k, each <= `samples` (empty = 1 and `samples`)."""
+    temperature: float = 1.0
+    """Sampling temperature of the `samples` responses."""
 
 
 @dataclass
@@ -149,6 +162,8 @@ class Config:
     """Seed for data order, sampling and initialisation of training."""
     threads: int = 0
     """torch CPU threads (0 = torch's default)."""
+    mixed_precision: str = "no"
+    """sft/grpo: "bf16" trains under autocast with fp32 master weights (GPU); "no" is full precision."""
     resume: str = ""
     """sft/grpo: "" starts fresh; "auto" continues from the newest complete checkpoint in run_dir (fresh
     if none); a path continues from that checkpoint folder."""
@@ -158,6 +173,8 @@ class Config:
     sft: SFTConfig = field(default_factory=SFTConfig)
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    bench: BenchConfig = field(default_factory=BenchConfig)
+    recipes: RecipesConfig = field(default_factory=RecipesConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
 
 
@@ -166,19 +183,25 @@ class ConfigError(ValueError):
 
 
 def load_config(
-    path: str | Path | None = None, overrides: list[str] | None = None, base: Config | None = None
+    path: str | Path | list | None = None, overrides: list[str] | None = None, base: Config | None = None
 ) -> Config:
-    """Schema defaults (or `base`) <- YAML file <- dotted overrides, checked against the dataclasses."""
+    """Schema defaults (or `base`) <- YAML files, in order <- dotted overrides, checked against the schema.
+
+    Several files stack: `[configs/quickstart.yaml, configs/recipes/dapo.yaml]` is the quickstart run
+    with DAPO's switches.
+    """
     merged = OmegaConf.structured(base if base is not None else Config())
     layers = []
-    if path:
-        p = Path(path)
+    paths = [path] if isinstance(path, (str, Path)) else list(path or [])
+    for p in map(Path, paths):
         if not p.is_file():
             raise ConfigError(f"config file {p} not found")
         try:
             layer = OmegaConf.load(p)
         except yaml.YAMLError as e:
             raise ConfigError(f"{p}: not valid YAML ({' '.join(str(e).split())})") from None
+        if layer is None:  # an empty file changes nothing
+            continue
         if not isinstance(layer, DictConfig):
             kind = type(layer).__name__
             raise ConfigError(f"{p}: must hold a mapping of sections (sft:, data:, ...), not a {kind}")

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from embodied.tasks import arrow_of_time
+from embodied.tasks import FamilySpec, arrow_of_time
 from embodied.video import Clip, VideoError, read_video, write_video
 
 FORMAT_VERSION = 1
@@ -46,6 +46,22 @@ class DataConfig:
     clip: arrow_of_time.ClipSpec = field(default_factory=arrow_of_time.ClipSpec)
     workers: int = 2
     """Worker processes for simulation and rendering (0 = in this process)."""
+    families: list[FamilySpec] = field(default_factory=list)
+    """Question families to generate (see docs/data.md). Empty: the arrow-of-time dataset of the quickstart,
+    made exactly as before from `clip` and the drop world."""
+    benchmark: bool = False
+    """Write a benchmark: one `test` split of `n_test` records from the seed stream reserved for benchmarks,
+    which training splits (train/val/test of any dataset) never draw from."""
+    from_videos: str = ""
+    """Folder of user videos: build arrow-of-time, spatial and temporal puzzles from them instead of
+    simulating (`embodied generate --from-videos DIR`)."""
+    from_videos_split: str = "train"
+    """Split that the records made from videos go to (`test` when `benchmark` is set)."""
+    motion_threshold: float = 2.0
+    """Video windows whose mean absolute frame-to-frame change (0-255 scale) is below this are skipped:
+    a still window has no arrow of time and no order."""
+    sheets: bool = True
+    """Write a contact sheet PNG and an animated GIF per family under `<root>/sheets/`."""
 
 
 def split_seeds(base_seed: int, split: str, n: int) -> list[int]:
@@ -85,6 +101,10 @@ def _make_one(job: tuple) -> dict:
 
 def generate_dataset(cfg: DataConfig, progress: bool = True) -> dict:
     """Write the train/val/test splits of `cfg` under `cfg.root`; returns the manifest."""
+    if cfg.families or cfg.from_videos or cfg.benchmark:
+        from embodied.generate import generate
+
+        return generate(cfg, progress)
     root = Path(cfg.root)
     root.mkdir(parents=True, exist_ok=True)
     sizes = {"train": cfg.n_train, "val": cfg.n_val, "test": cfg.n_test}
@@ -102,8 +122,12 @@ def generate_dataset(cfg: DataConfig, progress: bool = True) -> dict:
     bar = tqdm(total=len(jobs), desc="generate", unit="clip", disable=not progress)
     records: list[dict] = []
     if cfg.workers > 0:
+        from embodied.generate import light_spawn
+
         ctx = mp.get_context("spawn")  # fresh processes: GL contexts do not survive fork
-        with ctx.Pool(cfg.workers, initializer=_init_worker, initargs=(cfg.width, cfg.height)) as pool:
+        with light_spawn():  # workers skip the CLI's torch imports
+            pool = ctx.Pool(cfg.workers, initializer=_init_worker, initargs=(cfg.width, cfg.height))
+        with pool:
             for rec in pool.imap(_make_one, jobs, chunksize=16):
                 records.append(rec)
                 bar.update()
@@ -129,6 +153,12 @@ def generate_dataset(cfg: DataConfig, progress: bool = True) -> dict:
         "clips_per_s": round(len(jobs) / wall, 2) if wall > 0 else None,
     }
     (root / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    from embodied.contact_sheet import write_sheets
+    from embodied.generate import write_card
+
+    write_card(root, [s for s, n in sizes.items() if n])
+    if cfg.sheets and records:
+        write_sheets(root, list(sizes))
     return manifest
 
 

@@ -1,22 +1,33 @@
-"""Benchmark evaluation: greedy answers, accuracy with a 95% interval, chance, unparseable share.
+"""Benchmark evaluation: greedy answers, sampled answers (pass@k, cons@k), forced choice, baselines.
 
 `accuracy` is strict: the response must hold exactly one non-empty `<answer>` with the right letter,
 so a model that has not learned the format scores 0 there. `choice_accuracy` asks the model instead
-which `<answer>X</answer>` it finds most likely right after the prompt (forced choice, as
-log-likelihood harnesses do): it shows what an untrained or format-breaking model knows, and sits at
-chance for a random model.
+which `<answer>X</answer>` it finds most likely where it answers, after its own greedy reasoning
+(forced choice, as log-likelihood harnesses do; see `choice_prefix`): it shows what an untrained or
+format-breaking model knows, and sits at chance for a random model. With `samples=n > 0`, n
+responses per question are sampled at `temperature` for pass@k (unbiased estimator) and cons@k
+(majority vote); see `embodied.eval_stats`. With a `baseline` (see `embodied.baselines`) the policy
+answers modified clips. docs/evaluation.md defines every number.
 """
 
 from __future__ import annotations
 
-import math
-from collections import defaultdict
 from collections.abc import Sequence
 
 import torch
 from tqdm.auto import tqdm
 
+from embodied.baselines import VIDEO_BASELINES, baseline_views, question_rng
 from embodied.datasets import Example
+from embodied.eval_stats import (
+    format_result,
+    majority_vote,
+    markdown_table,
+    pass_at_k,
+    resolve_k,
+    summarize,
+    wilson_interval,
+)
 from embodied.policy import (
     completion_logprobs,
     decode,
@@ -27,31 +38,81 @@ from embodied.policy import (
 )
 from embodied.rl.rewards import parse_answer
 from embodied.tasks import LETTERS
-from embodied.video import VideoConfig
+from embodied.video import Clip, VideoConfig
+
+__all__ = [
+    "evaluate",
+    "format_result",
+    "majority_vote",
+    "markdown_table",
+    "pass_at_k",
+    "summarize",
+    "wilson_interval",
+]
 
 
-def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval for a binomial proportion (good at small n and near 0 or 1)."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+def choice_prefix(response: str) -> str:
+    """Where forced choice puts the answer: the greedy response up to its first `<answer>` (the
+    model's own reasoning), or an empty `<think></think>` (the SFT target's shape) when it has none."""
+    cut = response.find("<answer>")
+    return response[:cut] if cut >= 0 else "<think></think>"
 
 
 @torch.no_grad()
-def _choice_letters(model, processor, batch, records: Sequence[dict]) -> list[str]:
-    """Forced choice: the option letter whose `<answer>X</answer>` has the highest log-likelihood."""
+def _choice_scores(
+    model, processor, batch, records: Sequence[dict], responses: Sequence[str]
+) -> torch.Tensor:
+    """Forced choice: `(B, max options)` log-likelihood of `choice_prefix + <answer>X</answer>` per
+    option letter X (-inf past a record's own options). The prefix is the same for every X, so only
+    the answer decides; scoring `<answer>X</answer>` right after the prompt would instead ask a trained
+    model about a completion it never writes (it starts with `<think>`)."""
     k = max(len(r["options"]) for r in records)
     grouped = repeat_batch(batch, k)
-    texts = [f"<answer>{LETTERS[j]}</answer>" for _ in records for j in range(k)]
+    texts = [f"{choice_prefix(t)}<answer>{LETTERS[j]}</answer>" for t in responses for j in range(k)]
     ids, mask = encode_completions(processor, texts, device=batch["input_ids"].device)
     lp = (completion_logprobs(model, grouped, ids, mask) * mask).sum(1).view(len(records), k)
     for i, r in enumerate(records):
         lp[i, len(r["options"]) :] = -torch.inf
-    return [LETTERS[j] for j in lp.argmax(1).tolist()]
+    return lp
+
+
+@torch.no_grad()
+def _sampled_letters(
+    model, processor, batch, n: int, max_new_tokens: int, temperature: float
+) -> list[list[str | None]]:
+    """`n` responses per prompt sampled at `temperature`, parsed: `(B, n)` letters (None if unparseable)."""
+    grouped = repeat_batch(batch, n)
+    ids, mask = generate(model, processor, grouped, max_new_tokens, temperature, do_sample=True)
+    letters = [parse_answer(t) for t in decode(processor, ids, mask)]
+    return [letters[i : i + n] for i in range(0, len(letters), n)]
+
+
+def _items(examples: Sequence[Example], baseline: str, seed: int) -> list[tuple[dict, Clip, int]]:
+    """(record, clip the policy sees, view index) for every question and every view of it."""
+    return [
+        (e.record, clip, v)
+        for i, e in enumerate(examples)
+        for v, clip in enumerate(baseline_views(e.clip, baseline, question_rng(seed, i)))
+    ]
+
+
+def _row(rec: dict, text: str, view: int, lp: torch.Tensor | None, sampled) -> dict:
+    m = len(rec["options"])
+    row = {
+        "id": rec["id"],
+        "task": rec["task"],
+        "difficulty": rec.get("meta", {}).get("difficulty"),
+        "n_options": m,
+        "view": view,
+        "answer": rec["answer"],
+        "predicted": parse_answer(text),
+        "response": text,
+        "choice": None if lp is None else LETTERS[int(lp.argmax())],
+        "choice_logprobs": None if lp is None else [round(float(x), 6) for x in lp[:m]],
+    }
+    if sampled is not None:
+        row["sampled"] = sampled
+    return row
 
 
 @torch.no_grad()
@@ -65,69 +126,55 @@ def evaluate(
     choice: bool = True,
     progress: bool = True,
     desc: str = "eval",
+    *,
+    baseline: str = "none",
+    samples: int = 0,
+    k: Sequence[int] = (),
+    temperature: float = 1.0,
+    seed: int = 0,
 ) -> dict:
-    """Greedy evaluation of `examples`. Returns a JSON-ready dict with overall and per-task figures and
-    every prediction (`id`, `answer`, `predicted`, `response`)."""
+    """Evaluate `examples` (greedy answers, plus `samples` sampled ones per question when > 0).
+
+    `baseline` is `none` or a video baseline (`blind`, `single-frame`, `shuffled-frames`); `seed` draws
+    its shuffles and seeds torch for sampling. Returns a JSON-ready dict: the overall figures,
+    `per_task`, `per_task_tier`, `settings`, and every prediction row (`id`, `answer`, `predicted`,
+    `response`, `choice`, ...; one row per view of a question).
+    """
+    if baseline != "none" and baseline not in VIDEO_BASELINES:
+        raise ValueError(f"evaluate runs the policy: baseline must be none or one of {VIDEO_BASELINES}")
+    ks = resolve_k(samples, k)
+    if samples:
+        torch.manual_seed(seed)
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    predictions = []
-    for start in tqdm(range(0, len(examples), batch_size), desc=desc, unit="batch", disable=not progress):
-        chunk = examples[start : start + batch_size]
-        records = [e.record for e in chunk]
-        batch = encode_prompts(processor, records, [e.clip for e in chunk], video, device)
+    items = _items(examples, baseline, seed)
+    rows = []
+    for start in tqdm(range(0, len(items), batch_size), desc=desc, unit="batch", disable=not progress):
+        chunk = items[start : start + batch_size]
+        records = [rec for rec, _, _ in chunk]
+        batch = encode_prompts(processor, records, [clip for _, clip, _ in chunk], video, device)
         ids, mask = generate(model, processor, batch, max_new_tokens, do_sample=False)
         texts = decode(processor, ids, mask)
-        chosen = _choice_letters(model, processor, batch, records) if choice else [None] * len(records)
-        for rec, text, letter in zip(records, texts, chosen):
-            predictions.append(
-                {
-                    "id": rec["id"],
-                    "task": rec["task"],
-                    "answer": rec["answer"],
-                    "predicted": parse_answer(text),
-                    "response": text,
-                    "choice": letter,
-                }
-            )
+        scores = (
+            _choice_scores(model, processor, batch, records, texts).cpu() if choice else [None] * len(chunk)
+        )
+        sampled = (
+            _sampled_letters(model, processor, batch, samples, max_new_tokens, temperature)
+            if samples
+            else [None] * len(chunk)
+        )
+        for (rec, _, view), text, lp, s in zip(chunk, texts, scores, sampled):
+            rows.append(_row(rec, text, view, lp, s))
     model.train(was_training)
-    result = summarize(predictions, {e.record["id"]: len(e.record["options"]) for e in examples})
-    result["predictions"] = predictions
+    result = summarize(rows, k=ks)
+    result["settings"] = {
+        "baseline": baseline,
+        "samples": samples,
+        "k": ks,
+        "temperature": temperature if samples else None,
+        "seed": seed,
+        "max_new_tokens": max_new_tokens,
+    }
+    result["predictions"] = rows
     return result
-
-
-def summarize(predictions: Sequence[dict], n_options: dict[str, int]) -> dict:
-    """Accuracy, 95% interval, chance, unparseable share and forced-choice accuracy, overall and per task."""
-    groups: dict[str, list[dict]] = defaultdict(list)
-    for p in predictions:
-        groups[p["task"]].append(p)
-
-    def stats(preds: list[dict]) -> dict:
-        n = len(preds)
-        correct = sum(p["predicted"] == p["answer"] for p in preds)
-        out = {
-            "n": n,
-            "accuracy": correct / n if n else 0.0,
-            "ci95": list(wilson_interval(correct, n)),
-            "chance": sum(1 / n_options[p["id"]] for p in preds) / n if n else 0.0,
-            "unparseable": sum(p["predicted"] is None for p in preds) / n if n else 0.0,
-        }
-        if preds and preds[0].get("choice") is not None:
-            out["choice_accuracy"] = sum(p["choice"] == p["answer"] for p in preds) / n
-        return out
-
-    result = stats(list(predictions))
-    result["per_task"] = {task: stats(preds) for task, preds in sorted(groups.items())}
-    return result
-
-
-def format_result(result: dict) -> str:
-    """One line for humans: accuracy [interval], chance, unparseable, forced choice."""
-    lo, hi = result["ci95"]
-    line = (
-        f"accuracy {result['accuracy']:.3f} [{lo:.3f}, {hi:.3f}] on n={result['n']} "
-        f"(chance {result['chance']:.2f}, unparseable {result['unparseable']:.1%}"
-    )
-    if "choice_accuracy" in result:
-        line += f", forced-choice {result['choice_accuracy']:.3f}"
-    return line + ")"

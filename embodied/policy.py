@@ -8,18 +8,34 @@ on the right, and `completion_logprobs` scores the completion tokens.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
+from embodied.groups import (
+    PROMPT_KEYS,
+    VISUAL_KEYS,
+    GroupedBatch,
+    is_grouped,
+    shared_prefix_logits,
+    shared_visual_features,
+)
+from embodied.lora import (
+    LORA_TARGETS_DEFAULT,
+    apply_lora,
+    enable_gradient_checkpointing,
+    has_lora,
+    merged_state_dict,
+)
 from embodied.tasks import format_question
 from embodied.tiny import TinySpec, build_tiny_policy
-from embodied.video import Clip, VideoConfig, processor_video_kwargs
+from embodied.video import Clip, VideoConfig, frame_pixel_cap, processor_video_kwargs
 
 
 @dataclass
@@ -34,6 +50,18 @@ class PolicyConfig:
     """cpu | cuda | cuda:N."""
     tiny_seed: int = 0
     """Initialisation seed of the tiny model (only for path=tiny)."""
+    lora_rank: int = 0
+    """LoRA adapter rank (0 = off: full fine-tuning). With LoRA only the adapters train; saving merges them
+    into an ordinary Hugging Face folder (see embodied/lora.py)."""
+    lora_alpha: float = 16.0
+    """LoRA scale numerator: the update is B A * lora_alpha / lora_rank."""
+    lora_dropout: float = 0.0
+    lora_targets: list[str] = field(default_factory=lambda: list(LORA_TARGETS_DEFAULT))
+    """Names of the linear layers that get adapters (the language model's attention and MLP by default)."""
+    lora_vision: bool = False
+    """Also adapt vision-tower layers with those names (else the vision tower is frozen under LoRA)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass: much less activation memory, ~30% more compute."""
 
 
 def resolve_policy_path(path: str | None, seed: int = 0) -> Path:
@@ -76,11 +104,16 @@ def load_policy(path: str | Path, dtype: str = "float32", device: str = "cpu"):
 
 
 def save_policy(model, processor, out: str | Path) -> None:
-    """Save as a Hugging Face folder, atomically: a temporary folder renamed over the target."""
+    """Save as a Hugging Face folder, atomically: a temporary folder renamed over the target.
+
+    A LoRA policy is saved with its adapters merged into the base weights: the folder loads like any
+    checkpoint (no peft needed) and the live model keeps training with its adapters unmerged.
+    """
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
-    model.save_pretrained(tmp, safe_serialization=True)
+    state = merged_state_dict(model) if has_lora(model) else None
+    model.save_pretrained(tmp, safe_serialization=True, state_dict=state)
     processor.save_pretrained(tmp)
     old = out.with_name(f".{out.name}.old")
     if out.exists():
@@ -95,8 +128,13 @@ def count_parameters(model: torch.nn.Module) -> int:
 
 
 def load(cfg: PolicyConfig):
-    """`(model, processor)` for a `PolicyConfig`."""
-    return load_policy(resolve_policy_path(cfg.path, cfg.tiny_seed), cfg.dtype, cfg.device)
+    """`(model, processor)` for a `PolicyConfig`, with LoRA adapters and gradient checkpointing if set."""
+    model, processor = load_policy(resolve_policy_path(cfg.path, cfg.tiny_seed), cfg.dtype, cfg.device)
+    if cfg.lora_rank > 0:
+        apply_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets, cfg.lora_vision)
+    if cfg.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    return model, processor
 
 
 # --- prompts and batches ----------------------------------------------------------------------------
@@ -112,46 +150,127 @@ def prompt_text(processor, record: dict) -> str:
     return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
+def media_kwargs(records: Sequence[dict], clips: Sequence[Clip], video: VideoConfig) -> dict:
+    """Processor keyword arguments for the visual inputs of `records`.
+
+    A record with `video` gets its clip as a video (with its metadata). A record with `images` instead
+    gets its clip's frames as that many separate images, in order (the frames are the images). Each
+    modality has its own kwargs dict, since the processor rejects a shared `size` next to them.
+    """
+    vids, imgs = [], []
+    for r, c in zip(records, clips, strict=True):
+        if "video" in r:
+            vids.append(c)
+            continue
+        if len(r.get("images", [])) != len(c.frames):
+            raise ValueError(
+                f"record {r.get('id', '?')}: {len(r.get('images', []))} images but its clip has "
+                f"{len(c.frames)} frames; an image record's clip must hold exactly its images"
+            )
+        imgs.append(c)
+    kwargs: dict = {}
+    if vids:
+        v = processor_video_kwargs(vids, video)
+        kwargs["videos"] = v.pop("videos")
+        kwargs["videos_kwargs"] = v
+    if imgs:
+        cap = frame_pixel_cap(max(len(c.frames) for c in imgs), video)
+        kwargs["images"] = [list(c.frames) for c in imgs]
+        kwargs["images_kwargs"] = {"size": {"shortest_edge": video.min_pixels, "longest_edge": cap}}
+    return kwargs
+
+
 def encode_prompts(
     processor, records: Sequence[dict], clips: Sequence[Clip], video: VideoConfig, device="cpu"
 ):
-    """Left-padded prompt batch with the clips' pixels, grids and correct video metadata."""
+    """Left-padded prompt batch with the clips' pixels, grids and correct video metadata.
+
+    Records with `video` see their clip as a video; records with `images` see its frames as images.
+    """
     texts = [prompt_text(processor, r) for r in records]
-    batch = processor(text=texts, padding=True, return_tensors="pt", **processor_video_kwargs(clips, video))
+    batch = processor(text=texts, padding=True, return_tensors="pt", **media_kwargs(records, clips, video))
     return batch.to(device)
 
 
 def select_rows(batch, rows: Sequence[int]):
     """The prompts `rows` of `batch` (repeats allowed), each with its own visual inputs.
 
-    Videos and images are flattened across the batch into patch rows; each prompt's block of patches is
-    found from its grid (`t * h * w` patches) and moved with it.
+    Videos and images are flattened across the batch into patch rows; each prompt's items are counted
+    from its runs of visual tokens (`mm_token_type_ids`: any number of images, or a video, per prompt) and
+    each item's block of patches is found from its grid (`t * h * w` patches) and moved with it. From a
+    `GroupedBatch`, rows that are whole groups in order give a `GroupedBatch` again.
     """
     index = torch.as_tensor(list(rows), dtype=torch.long)
     out = {k: v[index.to(v.device)] for k, v in batch.items() if k in _PER_SEQUENCE}
-    for pix, grid, extra in (
-        ("pixel_values_videos", "video_grid_thw", "second_per_grid_ts"),
-        ("pixel_values", "image_grid_thw", None),
+    for pix, grid, extra, type_id in (
+        ("pixel_values_videos", "video_grid_thw", "second_per_grid_ts", 2),
+        ("pixel_values", "image_grid_thw", None, 1),
     ):
         if pix not in batch:
             continue
-        if batch[grid].shape[0] != batch["input_ids"].shape[0]:
-            raise NotImplementedError(f"select_rows needs exactly one video or image per prompt ({grid})")
+        counts = _items_per_row(batch, grid, type_id)
+        starts = [0, *itertools.accumulate(counts)]
+        items = [j for i in index.tolist() for j in range(starts[i], starts[i] + counts[i])]
+        if not items:
+            continue
         chunks = batch[pix].split(batch[grid].prod(-1).tolist())
-        out[pix] = torch.cat([chunks[i] for i in index.tolist()])
-        out[grid] = batch[grid][index.to(batch[grid].device)]
+        out[pix] = torch.cat([chunks[j] for j in items])
+        sel = torch.as_tensor(items, dtype=torch.long, device=batch[grid].device)
+        out[grid] = batch[grid][sel]
         if extra and extra in batch:
-            out[extra] = batch[extra][index.to(batch[extra].device)]
+            out[extra] = batch[extra][sel.to(batch[extra].device)]
+    groups = _whole_groups(index.tolist(), batch.group) if isinstance(batch, GroupedBatch) else None
+    if groups is not None:
+        return GroupedBatch(out, select_rows(batch.unique, groups), batch.group)
     return out
 
 
-def repeat_batch(batch, n: int):
+def _items_per_row(batch, grid: str, type_id: int) -> list[int]:
+    """Videos (type 2) or images (type 1) of each prompt."""
+    n = batch["input_ids"].shape[0]
+    if "mm_token_type_ids" in batch:
+        return visual_runs(batch, type_id).tolist()
+    if batch[grid].shape[0] != n:
+        raise ValueError(f"{grid} has {batch[grid].shape[0]} rows for {n} prompts and no mm_token_type_ids")
+    return [1] * n
+
+
+def _whole_groups(rows: list[int], group: int) -> list[int] | None:
+    """The group indices if `rows` are whole groups of `group` consecutive rows, in order; else None."""
+    if not rows or len(rows) % group:
+        return None
+    firsts = rows[::group]
+    if any(f % group for f in firsts):
+        return None
+    if rows != [f + j for f in firsts for j in range(group)]:
+        return None
+    return [f // group for f in firsts]
+
+
+def repeat_batch(batch, n: int) -> GroupedBatch:
     """Each prompt of `batch` repeated `n` times in a row (a GRPO group), visual inputs included."""
-    return select_rows(batch, [i for i in range(batch["input_ids"].shape[0]) for _ in range(n)])
+    rows = [i for i in range(batch["input_ids"].shape[0]) for _ in range(n)]
+    return GroupedBatch(select_rows(batch, rows), batch, n)
 
 
-_PER_SEQUENCE = ("input_ids", "attention_mask", "mm_token_type_ids")
-_VISUAL = ("pixel_values_videos", "video_grid_thw", "second_per_grid_ts", "pixel_values", "image_grid_thw")
+def visual_runs(batch, type_id: int) -> torch.Tensor:
+    """`(B,)` number of visual items of a kind in each prompt: runs of `type_id` in `mm_token_type_ids`."""
+    if "mm_token_type_ids" not in batch:
+        raise ValueError(
+            "counting visual inputs needs the processor's mm_token_type_ids (transformers >= 5.20)"
+        )
+    is_item = (batch["mm_token_type_ids"] == type_id).long()
+    starts = is_item[:, 1:] > is_item[:, :-1]
+    return starts.sum(1) + is_item[:, 0]
+
+
+def images_per_row(batch) -> torch.Tensor:
+    """`(B,)` number of images in each prompt (image tokens are type 1 in `mm_token_type_ids`)."""
+    return visual_runs(batch, 1)
+
+
+_PER_SEQUENCE = PROMPT_KEYS
+_VISUAL = VISUAL_KEYS
 
 
 def completion_mask(ids: torch.Tensor, eos_ids: Sequence[int]) -> torch.Tensor:
@@ -204,17 +323,21 @@ def generate(
     kwargs = {"do_sample": False}
     if do_sample:
         kwargs = {"do_sample": True, "temperature": 1.0 if per_row else temperature, "top_p": 1.0, "top_k": 0}
-        if per_row:
+        if per_row:  # rows of the expanded batch, in the same order as the repeated one
             kwargs["logits_processor"] = LogitsProcessorList([_RowTemperature(temperature)])
+    # A group of samples of one prompt: generate encodes the prompt's pixels once and expands them.
+    grouped = is_grouped(batch) and do_sample
+    inputs = batch.unique if grouped else batch
     out = model.generate(
-        **batch,
+        **inputs,
         max_new_tokens=max_new_tokens,
         eos_token_id=eos,
         pad_token_id=processor.tokenizer.pad_token_id,
         suppress_tokens=vision_token_ids(processor),
+        num_return_sequences=batch.group if grouped else 1,
         **kwargs,
     )
-    ids = out[:, batch["input_ids"].shape[1] :]
+    ids = out[:, inputs["input_ids"].shape[1] :]
     return ids, completion_mask(ids, eos)
 
 
@@ -234,18 +357,12 @@ def completion_logprobs(
     With `with_entropy`, also returns the per-token entropy `(B, T)` of that distribution (detached unless
     `entropy_grad`).
     """
-    prompt_len = batch["input_ids"].shape[1]
-    inputs = {k: v for k, v in batch.items() if k in _VISUAL}
-    inputs["input_ids"] = torch.cat([batch["input_ids"], ids], dim=1)
-    inputs["attention_mask"] = torch.cat(
-        [batch["attention_mask"], mask.to(batch["attention_mask"].dtype)], dim=1
-    )
-    if "mm_token_type_ids" in batch:
-        mm = batch["mm_token_type_ids"]
-        inputs["mm_token_type_ids"] = torch.cat([mm, torch.zeros_like(ids, dtype=mm.dtype)], dim=1)
-    t = ids.shape[1]
-    logits = model(**inputs, use_cache=False, logits_to_keep=t + 1).logits[:, :-1].float()
-    assert logits.shape[1] == t and inputs["input_ids"].shape[1] == prompt_len + t
+    checkpointing = model.training and getattr(model, "is_activation_checkpointing", False)
+    if is_grouped(batch) and not checkpointing:  # (checkpointed layers drop the KV cache it needs)
+        logits = shared_prefix_logits(model, batch, ids, mask).float()
+    else:
+        logits = _full_logits(model, batch, ids, mask).float()
+    assert logits.shape[:2] == ids.shape
     if isinstance(temperature, torch.Tensor):
         temperature = temperature.to(logits).view(-1, 1, 1)
     logp = torch.log_softmax(logits / temperature, dim=-1)
@@ -254,6 +371,23 @@ def completion_logprobs(
         return token_logp
     entropy = -(logp.exp() * logp).sum(-1)
     return token_logp, entropy if entropy_grad else entropy.detach()
+
+
+def _full_logits(model, batch, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Logits `(B, T, V)` predicting each completion token, from one pass over prompt + completion."""
+    inputs = {k: v for k, v in batch.items() if k in _VISUAL}
+    if is_grouped(batch):  # the vision tower runs once per prompt, not once per sample
+        inputs["mm_encoder_outputs"] = shared_visual_features(model, batch)
+        inputs.pop("pixel_values", None)
+        inputs.pop("pixel_values_videos", None)
+    inputs["input_ids"] = torch.cat([batch["input_ids"], ids], dim=1)
+    inputs["attention_mask"] = torch.cat(
+        [batch["attention_mask"], mask.to(batch["attention_mask"].dtype)], dim=1
+    )
+    if "mm_token_type_ids" in batch:
+        mm = batch["mm_token_type_ids"]
+        inputs["mm_token_type_ids"] = torch.cat([mm, torch.zeros_like(ids, dtype=mm.dtype)], dim=1)
+    return model(**inputs, use_cache=False, logits_to_keep=ids.shape[1] + 1).logits[:, :-1]
 
 
 def encode_completions(processor, texts: Sequence[str], device="cpu") -> tuple[torch.Tensor, torch.Tensor]:

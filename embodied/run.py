@@ -11,7 +11,7 @@ import torch
 
 from embodied.config import Config, to_yaml
 from embodied.datasets import generate_dataset, load_examples
-from embodied.evaluate import evaluate, format_result
+from embodied.evaluate import evaluate, format_result, markdown_table
 from embodied.metrics import plot_curves, read_metrics
 from embodied.policy import count_parameters, load, save_policy
 from embodied.train.common import seed_everything
@@ -42,7 +42,8 @@ def _examples(cfg: Config, split: str, progress: bool, limit: int | None = None)
 
 def generate(cfg: Config, progress: bool = True) -> dict:
     manifest = generate_dataset(cfg.data, progress=progress)
-    return {k: manifest[k] for k in ("counts", "answers", "wall_s", "clips_per_s")} | {"root": cfg.data.root}
+    keys = ("counts", "answers", "skipped", "content_hash", "wall_s", "clips_per_s")
+    return {k: manifest[k] for k in keys if k in manifest} | {"root": cfg.data.root}
 
 
 def _dataset_matches(cfg: Config) -> bool:
@@ -56,36 +57,60 @@ def _dataset_matches(cfg: Config) -> bool:
     }
 
 
-def _write_eval(out: Path, name: str, result: dict) -> None:
+def _write_eval(out: Path, name: str, result: dict, title: str = "") -> str:
+    """`eval_<name>.json` and its markdown table `eval_<name>.md`; returns the table."""
     (out / f"eval_{name}.json").write_text(json.dumps(result, indent=2))
+    table = markdown_table(result, title or name)
+    (out / f"eval_{name}.md").write_text(table)
+    return table
 
 
 def eval(cfg: Config, progress: bool = True) -> dict:  # noqa: A001 - the command's name
+    """Evaluate `policy.path` on `eval.split`, or run the `eval.baseline` shortcut audit instead."""
+    from embodied.baselines import MODEL_FREE, check_baseline, model_free_eval
+    from embodied.eval_stats import resolve_k
+
+    e = cfg.eval
+    check_baseline(e.baseline)
+    resolve_k(e.samples, e.k)  # a bad eval.k fails before the model and the videos load
     out = _setup(cfg, "eval")
-    model, processor = load(cfg.policy)
-    examples, skipped = _examples(cfg, cfg.eval.split, progress, cfg.eval.limit)
-    result = evaluate(
-        model,
-        processor,
-        examples,
-        cfg.video,
-        cfg.eval.batch_size,
-        cfg.eval.max_new_tokens,
-        cfg.eval.choice,
-        progress,
-    )
+    if e.baseline in MODEL_FREE:  # no model and no video: records only
+        result = model_free_eval(cfg.data.root, e.split, e.baseline, cfg.seed, e.samples, e.k, e.limit)
+        skipped, who = [], e.baseline
+    else:
+        model, processor = load(cfg.policy)
+        examples, skipped = _examples(cfg, e.split, progress, e.limit)
+        result = evaluate(
+            model,
+            processor,
+            examples,
+            cfg.video,
+            e.batch_size,
+            e.max_new_tokens,
+            e.choice,
+            progress,
+            baseline=e.baseline,
+            samples=e.samples,
+            k=e.k,
+            temperature=e.temperature,
+            seed=cfg.seed,
+        )
+        who = cfg.policy.path + ("" if e.baseline == "none" else f" ({e.baseline} baseline)")
     result["skipped_videos"] = skipped
-    _write_eval(out, cfg.eval.split, result)
-    print(f"{cfg.policy.path} on {cfg.data.root}/{cfg.eval.split}: {format_result(result)}")
+    name = e.split if e.baseline == "none" else f"{e.split}_{e.baseline}"
+    print(_write_eval(out, name, result, f"{who} on {cfg.data.root}/{e.split}"))
+    print(f"{who} on {cfg.data.root}/{e.split}: {format_result(result)}")
     return {k: v for k, v in result.items() if k != "predictions"}
 
 
 def _train(cfg: Config, stage: str, progress: bool) -> dict:
     """Load `policy.path`, run the `stage` loop on the train split, save `run_dir/model` and the curves."""
+    from embodied.train.common import Processes
     from embodied.train.grpo import train_grpo
     from embodied.train.sft import train_sft
 
     loop, stage_cfg = {"sft": (train_sft, cfg.sft), "grpo": (train_grpo, cfg.grpo)}[stage]
+    procs = Processes(cfg.mixed_precision, cpu=cfg.policy.device == "cpu")
     out = _setup(cfg, stage)
     model, processor = load(cfg.policy)
     train, _ = _examples(cfg, "train", progress)
@@ -102,9 +127,12 @@ def _train(cfg: Config, stage: str, progress: bool) -> dict:
         progress,
         resume=cfg.resume,
         config_yaml=to_yaml(cfg),
+        procs=procs,
     )
-    save_policy(model, processor, out / "model")
-    plot_curves(read_metrics(out / "metrics.jsonl"), out / "curves.png")
+    if procs.main:  # the other processes hold the same weights
+        save_policy(model, processor, out / "model")
+        plot_curves(read_metrics(out / "metrics.jsonl"), out / "curves.png")
+    procs.barrier()
     return info | {"model": str(out / "model")}
 
 

@@ -91,16 +91,19 @@ def read_video(path: str | Path, fps: float = 2.0, max_frames: int = 32) -> Clip
         raise VideoError(
             f"{path}: no such video file. Check the dataset root and the record's `video` field."
         )
-    frames: list[np.ndarray] = []
+    # Decoded frames stay in the codec's format; only the sampled ones are converted to RGB, which costs
+    # 3-4x the decoding itself (a 2 fps sample of a 30 fps file converts 1 frame in 15).
+    frames: list = []
     try:
         with av.open(str(path)) as container:
             if not container.streams.video:
                 raise VideoError(f"{path}: has no video stream. Remove it or replace it with a real video.")
             stream = container.streams.video[0]
+            stream.thread_type = "AUTO"  # frame- and slice-threaded decoding; same frames, less wall time
             src_fps = float(stream.average_rate or stream.guessed_rate or 0) or 30.0
             try:
                 for frame in container.decode(stream):
-                    frames.append(frame.to_ndarray(format="rgb24"))
+                    frames.append(frame)
             except av.error.FFmpegError:
                 if not frames:  # nothing usable; otherwise keep what decoded before the damage
                     raise
@@ -114,7 +117,7 @@ def read_video(path: str | Path, fps: float = 2.0, max_frames: int = 32) -> Clip
     if not frames:
         raise VideoError(f"{path}: no decodable frames. Re-encode the file or delete it.")
     idx, eff_fps = sample_indices(len(frames), src_fps, fps, max_frames)
-    return Clip(np.stack([frames[i] for i in idx]), eff_fps)
+    return Clip(np.stack([frames[i].to_ndarray(format="rgb24") for i in idx]), eff_fps)
 
 
 def write_video(path: str | Path, frames: np.ndarray, fps: float) -> None:

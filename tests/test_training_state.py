@@ -327,3 +327,25 @@ def test_sft_killed_during_checkpoint_write_resumes_from_the_previous_one(tiny_p
     assert [r["optim/lr"] for r in b] == pytest.approx([r["optim/lr"] for r in a], abs=1e-12)
     assert all(torch.allclose(x, y, atol=1e-6) for x, y in zip(full, resumed))
     assert json.loads((ckroot / "step-00000006" / "state.json").read_text())["step"] == 6
+
+
+def test_recipe_comparison_experiment_end_to_end(tmp_path, monkeypatch):
+    from embodied.cli import main
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    monkeypatch.chdir(tmp_path)
+    arms = f"[{repo}/configs/recipes/grpo.yaml,{repo}/configs/recipes/papo.yaml]"
+    rc = main(
+        ["experiment", "recipes", "-q", "-c", f"{repo}/configs/experiment_recipes.yaml", "run_dir=out"]
+        + ["data.n_train=8", "data.n_val=4", "data.n_test=4", "data.workers=0", "sft.batch_size=4"]
+        + ["grpo.prompts_per_step=2", "grpo.group_size=2", "grpo.max_new_tokens=8", "grpo.log_every=1"]
+        + ["recipes.sft_steps=2", "recipes.steps=2", "recipes.eval_every=1", f"recipes.arms={arms}"]
+    )
+    assert rc == 0
+    result = json.loads((tmp_path / "out" / "recipes.json").read_text())
+    assert [a["arm"] for a in result["arms"]] == ["grpo", "papo"]
+    for arm in result["arms"]:
+        assert [s for s, _ in arm["val_curve"]] == [0, 1, 2] and 0 <= arm["test_accuracy"] <= 1
+    assert result["arms"][1]["masked_input_accuracy"] is not None
+    assert (tmp_path / "out" / "recipes.png").is_file()
+    assert "| papo |" in (tmp_path / "out" / "recipes.md").read_text()

@@ -18,6 +18,7 @@ from embodied.worlds.drop import (
     CONTROL_DT,
     DAMPRATIO_RANGE,
     DROP_HEIGHT_RANGE,
+    REST_BOUND,
     REST_WINDOW,
     SHAPES,
     DropWorld,
@@ -110,7 +111,7 @@ def test_record_shape_motion_early_and_rest_late(world: DropWorld) -> None:
 
 
 def test_objects_come_to_rest_within_bound(world: DropWorld) -> None:
-    bound = 2.5  # s after release; the task cuts clips assuming fall, bounces, then rest
+    bound = REST_BOUND  # s after release; the task cuts clips assuming fall, bounces, then rest
     for seed in range(20):
         world.reset(seed)
         terminated, t = False, 0.0

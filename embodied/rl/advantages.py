@@ -38,19 +38,27 @@ def rloo_advantages(rewards: torch.Tensor) -> torch.Tensor:
     return (rewards * g - rewards.sum(dim=1, keepdim=True)) / (g - 1)
 
 
-def batch_normalized_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+def batch_normalized_advantages(rewards: torch.Tensor, eps: float = 1e-6, all_sum=None) -> torch.Tensor:
     """REINFORCE++ with a group baseline (Hu et al. 2025): subtract each group's mean, then divide by the
-    std of those centred rewards over the whole batch, so no single group's spread sets the scale."""
+    std of those centred rewards over the whole batch, so no single group's spread sets the scale.
+
+    `all_sum` sums a tensor over processes when the batch is split across them (the std is then the
+    whole batch's, from the sums of x and x^2)."""
     centred = rewards - rewards.mean(dim=1, keepdim=True)
-    std = centred.flatten().std() if centred.numel() > 1 else torch.zeros(())
-    return centred / (std + eps)
+    if all_sum is None:
+        std = centred.flatten().std() if centred.numel() > 1 else torch.zeros(())
+        return centred / (std + eps)
+    x = centred.flatten().double()
+    n, s1, s2 = all_sum(torch.stack([torch.tensor(float(x.numel()), dtype=x.dtype), x.sum(), (x * x).sum()]))
+    var = (s2 - s1 * s1 / n) / (n - 1) if n > 1 else torch.zeros((), dtype=x.dtype)
+    return centred / (var.clamp(min=0).sqrt().to(centred.dtype) + eps)
 
 
 ESTIMATORS = ("grpo", "drgrpo", "rloo", "reinforce_pp")
 
 
-def compute_advantages(rewards: torch.Tensor, estimator: str = "grpo") -> torch.Tensor:
-    """`(N, G)` rewards -> `(N, G)` advantages with one of `ESTIMATORS`."""
+def compute_advantages(rewards: torch.Tensor, estimator: str = "grpo", all_sum=None) -> torch.Tensor:
+    """`(N, G)` rewards -> `(N, G)` advantages with one of `ESTIMATORS` (`all_sum`: see the batch one)."""
     if estimator == "grpo":
         return group_normalized_advantages(rewards)
     if estimator == "drgrpo":  # Dr. GRPO (Liu et al. 2025): no division by the group std
@@ -58,5 +66,5 @@ def compute_advantages(rewards: torch.Tensor, estimator: str = "grpo") -> torch.
     if estimator == "rloo":
         return rloo_advantages(rewards)
     if estimator == "reinforce_pp":
-        return batch_normalized_advantages(rewards)
+        return batch_normalized_advantages(rewards, all_sum=all_sum)
     raise ValueError(f"unknown advantage estimator {estimator!r}; choose one of {ESTIMATORS}")

@@ -3,12 +3,27 @@
 A record is one JSON line (see data/FORMAT.md): `id`, `task`, `video` or `images`, `question`, `options`,
 `answer` (a letter), `meta`. The prompt format follows Cosmos-Reason1: the question, the options as
 `(A) ...` lines, and an instruction to reason in `<think>` and answer in `<answer>`.
+
+Every family module defines `NAME`, `VERSION` (bumped whenever what it generates for a seed changes),
+`num_options(tier, variant)`, `make(world, rng, answer, tier, fam, clip) -> (record, frames)` for simulated
+scenes, a `verify(...)` that checks the recorded answer is the one right option against the ground truth
+(the unshuffled original, or the simulated outcome), and `reasoning_for(record)` (templated SFT rationale).
+Families that work on any footage also define `from_frames(frames, fps, rng, answer, tier, fam)`.
+`answer` is the index of the correct option, chosen by the caller so that letters are balanced per family
+and tier; `fam` is the `FamilySpec` and `clip` the dataset's `ClipSpec`. Material that cannot give a
+question with exactly one right answer raises `Ambiguous`.
 """
 
 from __future__ import annotations
 
+import importlib
+import itertools
 import string
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from types import ModuleType
+
+import numpy as np
 
 LETTERS = string.ascii_uppercase
 
@@ -16,6 +31,38 @@ INSTRUCTION = (
     "Answer the question about the video. Reason inside <think></think>, "
     "then give only the letter of the correct option inside <answer></answer>."
 )
+
+TASKS = ("arrow_of_time", "spatial_puzzle", "temporal_puzzle", "object_permanence")
+TIERS = ("easy", "hard")
+
+
+@dataclass
+class FamilySpec:
+    """One question family in a generation spec (`data.families` in YAML)."""
+
+    task: str = "arrow_of_time"
+    """arrow_of_time | spatial_puzzle | temporal_puzzle | object_permanence."""
+    scene: str = "drop"
+    """World it is simulated in (`embodied.worlds` registry); ignored with `data.from_videos`."""
+    weight: float = 1.0
+    """Share of each split's record count (`n_train`, ...) relative to the other families."""
+    tiers: list[str] = field(default_factory=lambda: ["easy"])
+    """Difficulty tiers; a family's records are split evenly over them, answers balanced per tier."""
+    variant: str = ""
+    """Family-specific question variant (spatial_puzzle: arrangement | patch); empty = the default."""
+    num_frames: int = 0
+    """Frames per clip for arrow_of_time (0 = `data.clip.num_frames`)."""
+
+
+class Ambiguous(ValueError):
+    """The material cannot make a question with exactly one right answer (e.g. identical puzzle pieces)."""
+
+
+def family(name: str) -> ModuleType:
+    """The module of question family `name` (imported on first use)."""
+    if name not in TASKS:
+        raise KeyError(f"unknown task {name!r}; known: {list(TASKS)}")
+    return importlib.import_module(f"embodied.tasks.{name}")
 
 
 ACTION_INSTRUCTION = (
@@ -39,14 +86,15 @@ def format_response(reasoning: str, letter: str) -> str:
 
 
 def tokenizer_corpus() -> Iterator[str]:
-    """Every fixed phrase the families write, for training the tiny model's tokenizer."""
+    """Every fixed phrase the families write, for training the tiny model's tokenizer.
+
+    Only arrow-of-time phrases: adding the other families' phrases would change the tiny model's
+    tokenizer (and its cache key); byte-level BPE encodes their text anyway.
+    """
     from embodied.tasks import arrow_of_time
 
     yield INSTRUCTION
     yield from arrow_of_time.phrases()
-
-
-TASKS = ("arrow_of_time",)
 
 
 def sft_target(record: dict, rationale: bool = False) -> str:
@@ -55,10 +103,116 @@ def sft_target(record: dict, rationale: bool = False) -> str:
     The questions carry no human reasoning, so the default leaves `<think>` empty rather than teaching a
     canned sentence.
     """
-    from embodied.tasks import arrow_of_time
-
-    families = {arrow_of_time.NAME: arrow_of_time}
-    if record["task"] not in families:
-        raise KeyError(f"unknown task {record['task']!r}; known: {sorted(families)}")
-    reasoning = families[record["task"]].reasoning_for(record) if rationale else ""
+    module = family(record["task"])  # an unknown task is an error even without a rationale
+    reasoning = module.reasoning_for(record) if rationale else ""
     return format_response(reasoning, record["answer"])
+
+
+# --- helpers shared by the families ---------------------------------------------------------------------
+
+
+def balanced_answers(n: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """`n` answer indices in `0..k-1`, each used `n // k` or `n // k + 1` times, in random order."""
+    extra = rng.permutation(k)[: n % k]
+    return rng.permutation(np.concatenate([np.repeat(np.arange(k), n // k), extra]).astype(int))
+
+
+def shuffled_order(n: int, rng: np.random.Generator) -> list[int]:
+    """A uniformly random permutation of `range(n)` other than the identity (the shown order is shuffled)."""
+    while True:
+        p = [int(x) for x in rng.permutation(n)]
+        if p != list(range(n)):
+            return p
+
+
+def restoring_order(shown: Sequence[int]) -> list[int]:
+    """`shown[j]` is the original index of the piece shown at place j; returns, for each original index
+    in order, the 1-based place where that piece is shown (the sequence that restores the original)."""
+    where = {orig: j for j, orig in enumerate(shown)}
+    return [where[i] + 1 for i in range(len(shown))]
+
+
+def order_options(
+    correct: Sequence[int], answer: int, k: int, rng: np.random.Generator, accept=None
+) -> list[list[int]]:
+    """`k` distinct orders of `1..n` with `correct` at index `answer`; distractors drawn uniformly from the
+    other orders that `accept(order)` allows (e.g. those that visibly differ from the truth). The identity
+    is never a distractor: it would mean "nothing was shuffled". Raises `Ambiguous` if too few remain."""
+    n = len(correct)
+    banned = {tuple(correct), tuple(range(1, n + 1))}
+    if n <= 5:  # few enough orders (120) to list and filter them all
+        pool = [list(p) for p in itertools.permutations(range(1, n + 1)) if p not in banned]
+        pool = [p for p in pool if accept is None or accept(p)]
+    else:  # 9! orders of a 3x3 grid: draw random ones until k - 1 acceptable distinct ones are found
+        found: dict[tuple, None] = {}
+        for _ in range(50 * k):
+            p = tuple(int(x) + 1 for x in rng.permutation(n))
+            if p not in banned and p not in found and (accept is None or accept(list(p))):
+                found[p] = None
+                if len(found) == k - 1:
+                    break
+        pool = [list(p) for p in found]
+    if len(pool) < k - 1:
+        raise Ambiguous(f"only {len(pool)} distractor orders of {n} pieces look different from the truth")
+    picks = rng.choice(len(pool), size=k - 1, replace=False)
+    options = [pool[i] for i in picks]
+    options.insert(answer, list(correct))
+    return options
+
+
+def order_text(order: Sequence[int]) -> str:
+    return ", ".join(str(x) for x in order)
+
+
+def visible_shuffle(pieces: np.ndarray, rng: np.random.Generator, tol: float, tries: int = 20) -> list[int]:
+    """A shuffled order of `pieces (N, ...)` that visibly changes them (swapping two look-alike pieces does
+    not count); raises `Ambiguous` when none is found in `tries` draws."""
+    for _ in range(tries):
+        shown = shuffled_order(len(pieces), rng)
+        if piece_difference(pieces[shown], pieces) > tol:
+            return shown
+    raise Ambiguous("no shuffle visibly changes the pieces: they look alike")
+
+
+def piece_difference(a: np.ndarray, b: np.ndarray) -> float:
+    """Largest mean absolute difference (0-255) between corresponding pieces of `a` and `b` `(N, ...)`:
+    how visible the most changed piece is (a whole-image mean would dilute one swapped patch of nine)."""
+    diff = np.abs(a.astype(np.int16) - b.astype(np.int16))
+    return float(diff.reshape(len(a), -1).mean(axis=1).max())
+
+
+# --- simulated scenes -----------------------------------------------------------------------------------
+
+
+def reset_world(world, rng: np.random.Generator, tier: str, **options) -> dict:
+    """`world.reset(rng, difficulty=tier, **options)`, passing only the options the world accepts
+    (DropWorld takes none); returns `info`."""
+    import inspect
+
+    params = inspect.signature(world.reset).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    wanted = {"difficulty": tier, **options}
+    kwargs = {k: v for k, v in wanted.items() if takes_any or k in params}
+    missing = set(options) - set(kwargs)
+    if missing:
+        raise TypeError(f"{type(world).__name__}.reset does not take {sorted(missing)}")
+    _, info = world.reset(rng, **kwargs)
+    return info
+
+
+def window_start(info: dict, duration: float, rng: np.random.Generator, max_start: float) -> float:
+    """Start (s) of a clip of `duration` inside the world's irreversible motion `info["motion"] = (t0, t1)`:
+    uniform over the starts that keep the clip inside it (at t0 when the clip is longer). Worlds without
+    `motion` (drop) start uniformly in `[0, max_start]`, right after release."""
+    if "motion" not in info:
+        return float(rng.uniform(0.0, max_start))
+    t0, t1 = (float(x) for x in info["motion"])
+    return float(rng.uniform(t0, max(t0, t1 - duration)))
+
+
+def scene_meta(world_name: str, info: dict) -> dict:
+    """Scene fields of a record's `meta`. World parameters go in as a JSON string so that records of
+    different worlds share one Arrow schema (Hugging Face `datasets` loads mixed files)."""
+    import json
+
+    return {"scene": world_name, "params": json.dumps(info.get("params", {}), sort_keys=True)}

@@ -13,9 +13,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from embodied.tasks import LETTERS
+from embodied.tasks import LETTERS, reset_world, scene_meta, window_start
 
 NAME = "arrow_of_time"
+VERSION = 2
+"""2: simulated scenes from the world registry, difficulty tiers, clips cut from real footage."""
+HARD_MAX_START = 1.5
+"""Hard tier on worlds without `info["motion"]`: the window may start this late, in slower motion."""
 QUESTION = "Is this video playing forward or reversed in time?"
 OPTIONS = ("forward", "reversed")
 # Short rationales for SFT targets: what a physicist would point at, tied to the label.
@@ -83,3 +87,60 @@ def make_example(world, seed: int, reverse: bool, spec: ClipSpec) -> tuple[dict,
 def reasoning_for(record: dict) -> str:
     """SFT rationale for a record (derived from its label)."""
     return REASONING[record["options"][LETTERS.index(record["answer"])]]
+
+
+def num_options(tier: str, variant: str = "") -> int:
+    return len(OPTIONS)
+
+
+def _record(answer: int, meta: dict) -> dict:
+    return {
+        "task": NAME,
+        "question": QUESTION,
+        "options": list(OPTIONS),
+        "answer": LETTERS[answer],
+        "meta": meta,
+    }
+
+
+def make(
+    world, rng: np.random.Generator, answer: int, tier: str, fam, clip: ClipSpec
+) -> tuple[dict, np.ndarray]:
+    """One clip of a simulated scene, forward (`answer` 0) or reversed (1): `(record, frames (T, H, W, 3))`.
+
+    Easy: the window starts right where the irreversible motion starts (drop: within `clip.max_start` s of
+    release). Hard: anywhere inside the motion (drop: within 1.5 s), where the motion is slower and subtler.
+    """
+    info = reset_world(world, rng, tier)
+    n = fam.num_frames or clip.num_frames
+    duration = (n - 1) / clip.fps
+    if tier == "easy" and "motion" in info:
+        t0 = float(info["motion"][0])
+        start = float(rng.uniform(t0, t0 + clip.max_start))
+    else:
+        start = window_start(info, duration, rng, clip.max_start if tier == "easy" else HARD_MAX_START)
+    frames = world.record(start + np.arange(n) / clip.fps)
+    meta = {
+        "direction": OPTIONS[answer],
+        "clip_start_s": round(start, 4),
+        "fps": clip.fps,
+        "num_frames": n,
+        **scene_meta(fam.scene, info),
+    }
+    return _record(answer, meta), np.ascontiguousarray(frames[::-1] if answer == 1 else frames)
+
+
+def from_frames(
+    frames: np.ndarray, fps: float, rng: np.random.Generator, answer: int, tier: str, fam
+) -> tuple[dict, np.ndarray]:
+    """A clip of real footage `(T, H, W, 3)` (a window the caller found to move), forward or reversed."""
+    del rng, tier, fam  # the window is the caller's; nothing else to draw
+    meta = {"direction": OPTIONS[answer], "fps": fps, "num_frames": len(frames)}
+    return _record(answer, meta), np.ascontiguousarray(frames[::-1] if answer == 1 else frames)
+
+
+def verify(record: dict, shown: np.ndarray, original: np.ndarray) -> bool:
+    """The answer is right: the shown clip is the original one in the order the answer names."""
+    reverse = record["options"][LETTERS.index(record["answer"])] == "reversed"
+    palindrome = np.array_equal(original, original[::-1])  # a still clip has no arrow of time
+    return bool(not palindrome and np.array_equal(shown, original[::-1] if reverse else original))

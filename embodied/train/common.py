@@ -60,10 +60,13 @@ class NonFiniteGuard:
         return False
 
 
-def optimizer_step(model, optimizer, loss, grad_clip: float, guard: NonFiniteGuard, step: int) -> float:
-    """Backward, clip, and step unless the loss or gradient is non-finite; returns the gradient norm."""
+def optimizer_step(
+    model, optimizer, loss, grad_clip: float, guard: NonFiniteGuard, step: int, backward=None
+) -> float:
+    """Backward (`backward(loss)`, default `loss.backward()`), clip, and step unless the loss or gradient
+    is non-finite; returns the gradient norm."""
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    (backward or torch.Tensor.backward)(loss)
     return apply_gradients(model, optimizer, loss.detach(), grad_clip, guard, step)
 
 
@@ -82,3 +85,54 @@ def skip_batches(order: Iterator[list[int]], n: int) -> Iterator[list[int]]:
     for _ in range(n):
         next(order)
     return order
+
+
+class Processes:
+    """This process's place in a multi-process run, and the few collectives the training loops need.
+
+    Under `accelerate launch` (or `torchrun`) with N processes, every process draws the same global batch
+    and trains on its slice `rank::N`; losses are normalised by whole-batch sizes (summed across
+    processes) and multiplied by N, because DDP averages gradients: the summed gradient is then exactly
+    the single-process one on the same global batch. In a plain run N = 1 and everything is the identity.
+    `mixed_precision="bf16"` (GPU) wraps the forward pass in autocast with fp32 master weights.
+    """
+
+    def __init__(self, mixed_precision: str = "no", cpu: bool = True):
+        from accelerate import Accelerator
+
+        # cpu=True: processes launched by torchrun on CPU join a gloo group (accelerate's MULTI_CPU)
+        self.accelerator = Accelerator(mixed_precision=mixed_precision, cpu=cpu)
+        self.rank = self.accelerator.process_index
+        self.world = self.accelerator.num_processes
+        self.main = self.accelerator.is_main_process
+        self.mixed_precision = mixed_precision
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The module to run training forward passes through (DDP / autocast wrapper when needed)."""
+        if self.world == 1 and self.mixed_precision == "no":
+            return model
+        return self.accelerator.prepare(model)
+
+    def shard(self, items: list) -> list:
+        if len(items) % self.world:
+            raise ValueError(f"a global batch of {len(items)} does not split over {self.world} processes")
+        return items[self.rank :: self.world]
+
+    def sum(self, x: torch.Tensor) -> torch.Tensor:
+        return self.accelerator.reduce(x.detach().clone(), "sum") if self.world > 1 else x
+
+    def reduce_metrics(self, metrics: dict, summed: tuple[str, ...] = ()) -> dict:
+        """Metrics over all processes: keys starting with a prefix in `summed` are summed (each process
+        holds its share), the rest averaged. Every process must call this at the same step."""
+        if self.world == 1:
+            return metrics
+        keys = sorted(metrics)
+        values = self.sum(torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64))
+        return {k: v if k.startswith(summed) else v / self.world for k, v in zip(keys, values.tolist())}
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.accelerator.backward(loss * self.world)
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            self.accelerator.wait_for_everyone()

@@ -33,7 +33,14 @@ from embodied.rl.losses import (
 from embodied.rl.papo import masked_batch
 from embodied.rl.rewards import RewardFn, mcq_rewards, mean_terms, score
 from embodied.rl.rollout import Rollout, dynamic_sample, sample_groups
-from embodied.train.common import NonFiniteGuard, apply_gradients, index_batches, skip_batches
+from embodied.train.common import (
+    NonFiniteGuard,
+    Processes,
+    apply_gradients,
+    index_batches,
+    param_groups,
+    skip_batches,
+)
 from embodied.video import VideoConfig
 
 CHOICES = {
@@ -58,24 +65,34 @@ def check_config(cfg) -> None:
         raise ValueError("; ".join(bad))
 
 
+# update() returns each process's share of these; their sum over processes is the global value
+UPDATE_SUMS = ("loss/", "clip/", "entropy/")
+
+
 def _generator(seed: int, step: int, salt: int) -> torch.Generator:
     """A CPU generator fixed by (seed, step): masks and token picks replay exactly after a resume."""
     return torch.Generator().manual_seed(seed * 1_000_003 + step * 7919 + salt)
 
 
-def update(model, ref, processor, ro: Rollout, advantages: torch.Tensor, old_logp, cfg, gen) -> dict:
+def update(
+    model, ref, processor, ro: Rollout, advantages: torch.Tensor, old_logp, cfg, gen, procs=None
+) -> dict:
     """Accumulate the loss's gradient over micro-batches of the rollout (no optimizer step).
 
-    Every micro-batch loss is normalised by whole-rollout sizes, so the summed gradient equals the
-    whole-batch one. Returns the detached metrics summed the same way (clip fractions token-weighted).
+    Every micro-batch loss is normalised by whole-rollout sizes (summed over processes), so the summed
+    gradient equals the whole-batch one. Returns this process's share of the detached metrics, summed the
+    same way (clip fractions token-weighted); summing them over processes gives the global values.
     """
+    procs = procs or Processes()
     mask = ro.mask * (~ro.truncated).unsqueeze(1) if cfg.mask_truncated else ro.mask
-    rows, tokens = mask.shape[0], int(mask.sum())
-    size = cfg.micro_batch_size or rows
+    local_rows = mask.shape[0]
+    rows = int(procs.sum(torch.tensor(local_rows)))
+    tokens = int(procs.sum(mask.sum()))
+    size = cfg.micro_batch_size or local_rows
     need_entropy_grad = cfg.entropy_coef > 0 or (cfg.papo and cfg.papo_entropy_real > 0)
     totals: dict[str, float] = {}
-    for start in range(0, rows, size):
-        idx = list(range(start, min(start + size, rows)))
+    for start in range(0, local_rows, size):
+        idx = list(range(start, min(start + size, local_rows)))
         sub, ids, m, temp = select_rows(ro.batch, idx), ro.ids[idx], mask[idx], ro.temperature[idx]
         logp, entropy = completion_logprobs(
             model, sub, ids, m, temp, with_entropy=True, entropy_grad=need_entropy_grad
@@ -122,7 +139,7 @@ def update(model, ref, processor, ro: Rollout, advantages: torch.Tensor, old_log
             )
             loss = loss + p_loss
             terms |= p_terms
-        loss.backward()
+        procs.backward(loss)
         share = float(m.sum()) / max(tokens, 1)
         for k, v in terms.items():
             totals[k] = totals.get(k, 0.0) + float(v) * (share if k.startswith("clip/") else 1.0)
@@ -178,17 +195,27 @@ def train_grpo(
     reward_fn: RewardFn | None = None,
     resume: str = "",
     config_yaml: str = "",
+    procs: Processes | None = None,
 ) -> dict:
     """Run `cfg.steps` GRPO steps (`cfg` is a `GRPOConfig`); metrics go to `out_dir/metrics.jsonl`.
 
     `reward_fn(texts, records)` scores a batch of completions (default: the rule-based MCQ reward); see
     `embodied.rl.rewards.RewardFn`. If it raises or times out the run stops with a `RewardError`.
     Checkpoints go to `out_dir/checkpoints/grpo`; `resume` is "", "auto" or a checkpoint folder.
+    Under several processes (`procs`) each samples and trains on its share of every step's prompts (whole
+    groups, so group advantages are exact; REINFORCE++'s batch std is taken over all processes); only the
+    first logs, evaluates and writes checkpoints.
     """
     check_config(cfg)
+    procs = procs or Processes()
+    if procs.world > 1 and cfg.dynamic_sampling:
+        raise ValueError("grpo.dynamic_sampling with several processes is not supported yet: run it in one")
+    net = procs.wrap(model)
     out_dir = Path(out_dir)
     ref = copy.deepcopy(model).eval().requires_grad_(False) if cfg.kl_coef > 0 else None
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(
+        param_groups(model, cfg.lr, cfg.vision_lr_scale), lr=cfg.lr, weight_decay=0.0
+    )
     reward_fn = reward_fn or mcq_rewards(cfg.accuracy_weight, cfg.format_weight)
     log = MetricsLog(out_dir / "metrics.jsonl", "grpo")
     ckpt_dir = out_dir / "checkpoints" / "grpo"
@@ -205,7 +232,8 @@ def train_grpo(
     def draw() -> Rollout:
         nonlocal drawn
         drawn += 1
-        return sample_groups(model, processor, [train[i] for i in next(order)], cfg, video, reward_fn)
+        prompts = [train[i] for i in procs.shard(next(order))]
+        return sample_groups(model, processor, prompts, cfg, video, reward_fn)
 
     bar = tqdm(range(start, cfg.steps + 1), desc="grpo", unit="step", disable=not progress)
     t_start = time.perf_counter()
@@ -225,7 +253,8 @@ def train_grpo(
             empty_steps += 1
         else:
             # Advantages within each group; then mu updates against the sampling policy's log-probs.
-            advantages = compute_advantages(ro.rewards, cfg.advantage).flatten()
+            all_sum = procs.sum if procs.world > 1 else None
+            advantages = compute_advantages(ro.rewards, cfg.advantage, all_sum).flatten()
             model.train()
             # mu = 1: the sampling policy is the current one, so its log-probs are the detached current ones
             old_logp = (
@@ -233,7 +262,7 @@ def train_grpo(
             )
             gen = _generator(seed, step, 1)
             for _ in range(cfg.updates_per_rollout):
-                metrics = update(model, ref, processor, ro, advantages, old_logp, cfg, gen)
+                metrics = update(net, ref, processor, ro, advantages, old_logp, cfg, gen, procs)
                 metrics["optim/grad_norm"] = apply_gradients(
                     model, optimizer, torch.tensor(metrics["loss/total"]), cfg.grad_clip, guard, step
                 )
@@ -247,17 +276,20 @@ def train_grpo(
                     "rollout/len": ro.mask.sum(1).float().mean(),
                     "rollout/truncated": ro.truncated.float().mean(),
                 }
-                if cfg.papo:
-                    metrics |= masked_input_accuracy(
-                        model, processor, ro, cfg, reward_fn, _generator(seed, step, 2)
-                    )
+                metrics = procs.reduce_metrics(metrics, summed=UPDATE_SUMS)
+            if procs.main and ro is not None and cfg.papo:
+                metrics |= masked_input_accuracy(
+                    model, processor, ro, cfg, reward_fn, _generator(seed, step, 2)
+                )
+            if ro is not None:
                 bar.set_postfix(r=f"{metrics['reward/total']:.2f}")
             metrics |= {"time/step": time.perf_counter() - t0, "time/rollout": t_rollout}
-            log.log(step, metrics)
-        if cfg.eval_every and val and step % cfg.eval_every == 0:
+            if procs.main:
+                log.log(step, metrics)
+        if procs.main and cfg.eval_every and val and step % cfg.eval_every == 0:
             res = evaluate(model, processor, val[: cfg.eval_examples], video, choice=False, progress=False)
             log.log(step, {"eval/accuracy": res["accuracy"], "eval/unparseable": res["unparseable"]})
-        if cfg.checkpoint_every and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
+        if procs.main and cfg.checkpoint_every and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
             state = {
                 "drawn": drawn,
                 "empty_steps": empty_steps,
@@ -265,5 +297,6 @@ def train_grpo(
                 "in_row": guard.in_row,
             }
             save_checkpoint(ckpt_dir, step, model, optimizer, None, state, config_yaml, cfg.keep_checkpoints)
+    procs.barrier()
     model.eval()
     return {"steps": cfg.steps, "wall_s": time.perf_counter() - t_start, "skipped_steps": guard.total}

@@ -19,9 +19,15 @@ from embodied.datasets import Example
 from embodied.evaluate import evaluate
 from embodied.metrics import MetricsLog
 from embodied.policy import completion_logprobs, encode_completions, encode_prompts
-from embodied.rl.losses import masked_mean
 from embodied.tasks import sft_target
-from embodied.train.common import NonFiniteGuard, index_batches, optimizer_step, param_groups, skip_batches
+from embodied.train.common import (
+    NonFiniteGuard,
+    Processes,
+    index_batches,
+    optimizer_step,
+    param_groups,
+    skip_batches,
+)
 from embodied.video import VideoConfig
 
 
@@ -49,11 +55,16 @@ def train_sft(
     progress: bool = True,
     resume: str = "",
     config_yaml: str = "",
+    procs: Processes | None = None,
 ) -> dict:
     """Run `cfg.steps` SFT steps (`cfg` is an `SFTConfig`); metrics go to `out_dir/metrics.jsonl`.
 
-    Checkpoints go to `out_dir/checkpoints/sft`; `resume` is "", "auto" or a checkpoint folder.
+    Checkpoints go to `out_dir/checkpoints/sft`; `resume` is "", "auto" or a checkpoint folder. Under
+    several processes (`procs`), each trains on its slice of every global batch; only the first logs,
+    evaluates and writes checkpoints.
     """
+    procs = procs or Processes()
+    net = procs.wrap(model)
     device = next(model.parameters()).device
     model.train()
     cycle = cfg.restart_every if cfg.restart_every > 0 else cfg.steps
@@ -82,19 +93,21 @@ def train_sft(
         t0 = time.perf_counter()
         if (step - 1) % cycle == 0:  # start, and each warm restart
             optimizer, schedule = fresh_optimizer()
-        chunk = [train[i] for i in next(order)]
+        chunk = [train[i] for i in procs.shard(next(order))]
         records = [e.record for e in chunk]
         batch = encode_prompts(processor, records, [e.clip for e in chunk], video, device)
         ids, mask = encode_completions(processor, [sft_target(r, cfg.rationale) for r in records], device)
-        logp = completion_logprobs(model, batch, ids, mask)
-        loss = -masked_mean(logp, mask)
-        grad_norm = optimizer_step(model, optimizer, loss, cfg.grad_clip, guard, step)
+        logp = completion_logprobs(net, batch, ids, mask)
+        tokens = procs.sum(mask.sum())  # the mean is over the whole global batch's target tokens
+        loss = -(logp * mask).sum() / tokens
+        grad_norm = optimizer_step(model, optimizer, loss, cfg.grad_clip, guard, step, procs.backward)
         schedule.step()
-        loss_sum += loss.item()
-        tok_sum += int(mask.sum())
-        if step % cfg.log_every == 0 or step == cfg.steps:
+        loss_sum += procs.sum(loss.detach()).item()
+        tok_sum += int(tokens)
+        if procs.main and (step % cfg.log_every == 0 or step == cfg.steps):
             metrics = {
-                "loss/sft": loss_sum / cfg.log_every if step % cfg.log_every == 0 else loss.item(),
+                "loss/sft": loss_sum
+                / (cfg.log_every if step % cfg.log_every == 0 else (step - 1) % cfg.log_every + 1),
                 "optim/lr": schedule.get_last_lr()[1],
                 "optim/lr_vision": schedule.get_last_lr()[0],
                 "optim/grad_norm": grad_norm,
@@ -104,15 +117,17 @@ def train_sft(
             }
             log.log(step, metrics)
             bar.set_postfix(loss=f"{metrics['loss/sft']:.3f}")
+        if step % cfg.log_every == 0 or step == cfg.steps:
             loss_sum = 0.0
-        if cfg.eval_every and val and step % cfg.eval_every == 0:
+        if procs.main and cfg.eval_every and val and step % cfg.eval_every == 0:
             res = evaluate(model, processor, val[: cfg.eval_examples], video, choice=False, progress=False)
             log.log(step, {"eval/accuracy": res["accuracy"], "eval/unparseable": res["unparseable"]})
             bar.write(f"sft step {step}: val accuracy {res['accuracy']:.3f}")
-        if cfg.checkpoint_every and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
+        if procs.main and cfg.checkpoint_every and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
             state = {"loss_sum": loss_sum, "tokens": tok_sum, "skipped": guard.total, "in_row": guard.in_row}
             save_checkpoint(
                 ckpt_dir, step, model, optimizer, schedule, state, config_yaml, cfg.keep_checkpoints
             )
+    procs.barrier()
     model.eval()
     return {"steps": cfg.steps, "wall_s": time.perf_counter() - t_start, "skipped_steps": guard.total}

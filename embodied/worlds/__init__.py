@@ -6,12 +6,24 @@ GL bindings are touched (see :mod:`embodied.worlds.render`).
 
 from __future__ import annotations
 
+import importlib
 import importlib.resources
 import pathlib
+from typing import Any
 
 from embodied.worlds.render import FrameRenderer, gl_context  # sets MUJOCO_GL first
 
-__all__ = ["DropWorld", "FrameRenderer", "gl_context", "scene_path"]
+__all__ = ["WORLDS", "DropWorld", "FrameRenderer", "gl_context", "make_world", "scene_path", "world_class"]
+
+# name -> (module, class); imported lazily so that one family's import cost is paid only when used.
+_FAMILIES = {
+    "drop": ("embodied.worlds.drop", "DropWorld"),
+    "occluder": ("embodied.worlds.occluder", "OccluderWorld"),
+    "slide": ("embodied.worlds.slide", "SlideWorld"),
+    "topple": ("embodied.worlds.topple", "ToppleWorld"),
+    "dominoes": ("embodied.worlds.dominoes", "DominoesWorld"),
+    "pendulum": ("embodied.worlds.pendulum", "PendulumWorld"),
+}
 
 
 def scene_path(name: str) -> pathlib.Path:
@@ -37,10 +49,25 @@ def scene_path(name: str) -> pathlib.Path:
     )
 
 
+def world_class(name: str) -> type:
+    """The world class registered as ``name`` (see ``WORLDS``), importing only its module."""
+    if name not in _FAMILIES:
+        raise ValueError(f"unknown world {name!r}; known worlds: {', '.join(sorted(_FAMILIES))}")
+    module, cls = _FAMILIES[name]
+    return getattr(importlib.import_module(module), cls)
+
+
+def make_world(name: str, width: int = 128, height: int = 128, **kwargs: Any) -> Any:
+    """Build world ``name`` rendering ``width`` x ``height`` frames; ``kwargs`` go to its constructor
+    (e.g. ``difficulty="hard"`` for every family but drop, ``max_objects`` for drop)."""
+    return world_class(name)(width=width, height=height, **kwargs)
+
+
 def __getattr__(name: str) -> object:
     # Lazy so that `scene_path` works without importing the scene families.
-    if name == "DropWorld":
-        from embodied.worlds.drop import DropWorld
-
-        return DropWorld
+    if name == "WORLDS":
+        return {n: world_class(n) for n in _FAMILIES}
+    for module, cls in _FAMILIES.values():
+        if name == cls:
+            return getattr(importlib.import_module(module), cls)
     raise AttributeError(name)

@@ -52,6 +52,9 @@ SIZE_RANGE = (0.08, 0.11)  # characteristic radius, metres
 CONTROL_DT = 0.02  # one step() call
 REST_SPEED = 0.02  # m/s: below this, an object counts as at rest
 REST_WINDOW = 0.1  # s: speed must stay low this long (an apex is momentarily still)
+# Every episode is at rest by then (tests/test_worlds.py checks 20 seeds). Reported as
+# info["motion"] = [0, REST_BOUND]: an upper bound, not measured per episode (reset simulates nothing).
+REST_BOUND = 2.5
 FRICTION = (0.9, 0.02, 0.02)  # slide, torsion, roll: rolling friction stops rolling balls
 # Viscous damping on the rotational dofs only (N m s/rad): stops edge-rolling cylinders and long
 # spins; it can only remove energy, and leaves the vertical bounce (the calibration) untouched.
@@ -281,7 +284,7 @@ class DropWorld:
         self.data = self._initial_data()
         self._renderer.set_model(self.model)
         self._quiet_time = 0.0
-        return self._obs(), {"params": self.params}
+        return self._obs(), {"params": self.params, "motion": [0.0, REST_BOUND]}
 
     def _initial_data(self) -> mujoco.MjData:
         """Fresh MjData at the release state (t = 0) with the sampled velocities."""

@@ -1,0 +1,179 @@
+"""The numbers of an evaluation, from its prediction rows: accuracy with a 95% interval, chance,
+unparseable share, forced choice, pass@k and cons@k; overall, per family and per family x tier; and
+the same as a markdown table.
+
+A question may have several views (the `single-frame` baseline shows an even-length clip's two middle
+frames separately): every per-question figure is the mean over its views, so a question counts once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+
+TIER_ORDER = ("easy", "medium", "hard")
+NO_TIER = "unspecified"
+
+
+def wilson_interval(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval for a binomial proportion (good at small n and near 0 or 1).
+
+    `successes` may be fractional (questions scored as a mean over views); for scores in [0, 1] with
+    mean p the variance is at most p(1 - p), so the interval stays conservative."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(max(0.0, p * (1 - p)) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from `n` samples of which `c` are correct: 1 - C(n-c, k) / C(n, k)
+    (Chen et al. 2021, "Evaluating Large Language Models Trained on Code", eq. 1): the chance that
+    k of the n samples drawn without replacement hold at least one correct answer."""
+    if not 0 < k <= n or not 0 <= c <= n:
+        raise ValueError(f"pass@k needs 0 < k <= n and 0 <= c <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def majority_vote(letters: Sequence[str | None]) -> str | None:
+    """The most frequent parsed answer (unparseable samples, None, do not vote; None if none parsed).
+
+    Ties go to the tied answer sampled first. Samples are exchangeable, so this picks each tied answer
+    with equal probability; an alphabetical rule would favour `A` and bias cons@k on balanced sets."""
+    votes = [x for x in letters if x is not None]
+    if not votes:
+        return None
+    counts = Counter(votes)
+    top = max(counts.values())
+    return next(x for x in votes if counts[x] == top)
+
+
+def resolve_k(samples: int, k: Sequence[int]) -> list[int]:
+    """The k values reported for `samples` sampled answers per question: `k`, or [1, samples] if empty."""
+    if samples < 0:
+        raise ValueError(f"eval.samples must be >= 0, got {samples}")
+    if not samples:
+        return []
+    ks = sorted(set(k)) if k else sorted({1, samples})
+    bad = [x for x in ks if not 0 < x <= samples]
+    if bad:
+        raise ValueError(f"eval.k={list(k)} has values outside 1..eval.samples={samples}: {bad}")
+    return ks
+
+
+def _mean(xs) -> float:
+    xs = list(xs)
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def _question(views: list[dict], n_options: int, ks: Sequence[int]) -> dict:
+    """Per-question scores, each the mean over the question's views."""
+    first = views[0]
+    answer = first["answer"]
+    q = {
+        "task": first["task"],
+        "tier": first.get("difficulty") or NO_TIER,
+        "chance": 1 / n_options,
+        "correct": _mean(v["predicted"] == answer for v in views),
+        "unparseable": _mean(v["predicted"] is None for v in views),
+    }
+    if all(v.get("choice") is not None for v in views):
+        q["choice"] = _mean(v["choice"] == answer for v in views)
+    if ks and all("sampled" in v for v in views):
+        q["unparseable_samples"] = _mean(_mean(x is None for x in v["sampled"]) for v in views)
+        for k in ks:
+            q[f"pass@{k}"] = _mean(
+                pass_at_k(len(v["sampled"]), sum(x == answer for x in v["sampled"]), k) for v in views
+            )
+            q[f"cons@{k}"] = _mean(majority_vote(v["sampled"][:k]) == answer for v in views)
+            q[f"chance_pass@{k}"] = 1 - (1 - 1 / n_options) ** k
+    return q
+
+
+def _stats(qs: list[dict]) -> dict:
+    n = len(qs)
+    correct = sum(q["correct"] for q in qs)
+    out = {
+        "n": n,
+        "accuracy": correct / n if n else 0.0,
+        "ci95": list(wilson_interval(correct, n)),
+        "chance": _mean(q["chance"] for q in qs),
+        "unparseable": _mean(q["unparseable"] for q in qs),
+    }
+    if qs and all("choice" in q for q in qs):
+        out["choice_accuracy"] = _mean(q["choice"] for q in qs)
+    sampled = ("pass@", "cons@", "chance_pass@", "unparseable_samples")
+    for key in [key for key in qs[0] if key.startswith(sampled)] if qs else []:
+        out[key] = _mean(q[key] for q in qs)
+    return out
+
+
+def _tier_key(tier: str) -> tuple:
+    return (TIER_ORDER.index(tier) if tier in TIER_ORDER else len(TIER_ORDER), tier)
+
+
+def summarize(
+    predictions: Sequence[dict], n_options: dict[str, int] | None = None, k: Sequence[int] = ()
+) -> dict:
+    """Overall figures plus `per_task` (family) and `per_task_tier` (family -> tier) from prediction
+    rows. Rows of the same `id` are views of one question. The option count comes from each row's
+    `n_options`, else from `n_options[id]`."""
+    by_id: dict[str, list[dict]] = defaultdict(list)
+    for p in predictions:
+        by_id[p["id"]].append(p)
+    qs = [_question(views, views[0].get("n_options") or n_options[qid], k) for qid, views in by_id.items()]
+    result = _stats(qs)
+    tasks = sorted({q["task"] for q in qs})
+    result["per_task"] = {t: _stats([q for q in qs if q["task"] == t]) for t in tasks}
+    result["per_task_tier"] = {
+        t: {
+            tier: _stats([q for q in qs if q["task"] == t and q["tier"] == tier])
+            for tier in sorted({q["tier"] for q in qs if q["task"] == t}, key=_tier_key)
+        }
+        for t in tasks
+    }
+    return result
+
+
+def format_result(result: dict) -> str:
+    """One line for humans: accuracy [interval], chance, unparseable, forced choice, pass@k, cons@k."""
+    lo, hi = result["ci95"]
+    line = (
+        f"accuracy {result['accuracy']:.3f} [{lo:.3f}, {hi:.3f}] on n={result['n']} "
+        f"(chance {result['chance']:.2f}, unparseable {result['unparseable']:.1%}"
+    )
+    if "choice_accuracy" in result:
+        line += f", forced-choice {result['choice_accuracy']:.3f}"
+    for key in result:
+        if key.startswith(("pass@", "cons@")):
+            line += f", {key} {result[key]:.3f}"
+    return line + ")"
+
+
+def markdown_table(result: dict, title: str = "") -> str:
+    """A markdown table: one row overall, one per family, one per family x tier."""
+    sampled = [key for key in result if key.startswith(("pass@", "cons@"))]
+    choice = "choice_accuracy" in result
+    head = ["family", "tier", "n", "accuracy [95% CI]", "chance", "unparseable"]
+    head += ["forced choice"] * choice + sampled
+
+    def line(family: str, tier: str, s: dict) -> str:
+        lo, hi = s["ci95"]
+        cells = [family, tier, str(s["n"]), f"{s['accuracy']:.3f} [{lo:.3f}, {hi:.3f}]"]
+        cells += [f"{s['chance']:.3f}", f"{s['unparseable']:.1%}"]
+        cells += [f"{s.get('choice_accuracy', float('nan')):.3f}"] * choice
+        cells += [f"{s.get(key, float('nan')):.3f}" for key in sampled]
+        return "| " + " | ".join(cells) + " |"
+
+    rows = [line("**all**", "all", result)]
+    for task, s in result.get("per_task", {}).items():
+        rows.append(line(task, "all", s))
+        rows += [line(task, tier, st) for tier, st in result["per_task_tier"][task].items()]
+    table = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *rows]
+    return "\n".join(([f"### {title}", ""] if title else []) + table) + "\n"

@@ -1,0 +1,205 @@
+"""Questions from a folder of user videos: arrow of time, spatial and temporal puzzles from real footage.
+
+Each video is decoded once, sampled at `clip.fps`, centre-cropped to the dataset's aspect ratio and resized
+to `width x height`. It is cut into non-overlapping windows as long as the longest clip a family needs;
+windows whose mean frame-to-frame change is below `motion_threshold` are skipped (a still window has no
+arrow of time and no order). Every moving window gives one record per family, tiers taking turns.
+
+Unreadable or corrupt files are skipped, counted and listed in the manifest; a truncated file is used up
+to its last good frame and flagged (in the manifest and in each of its records' `meta.truncated`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from embodied.datasets import DataConfig
+from embodied.tasks import TIERS, Ambiguous, FamilySpec, family
+from embodied.video import VideoError
+
+VIDEO_EXTENSIONS = (".mp4", ".m4v", ".mov", ".avi", ".mkv", ".webm", ".mpg", ".mpeg", ".wmv", ".flv", ".gif")
+REAL_TASKS = ("arrow_of_time", "spatial_puzzle", "temporal_puzzle")
+
+
+def _resize(img: np.ndarray, width: int, height: int) -> np.ndarray:
+    """Centre crop to the aspect ratio `width:height`, then area-resize: no stretching."""
+    import cv2
+
+    h, w = img.shape[:2]
+    if w * height > h * width:  # too wide
+        cw = h * width // height
+        img = img[:, (w - cw) // 2 : (w - cw) // 2 + cw]
+    else:
+        ch = w * height // width
+        img = img[(h - ch) // 2 : (h - ch) // 2 + ch]
+    return cv2.resize(img, (width, height), interpolation=cv2.INTER_AREA)
+
+
+def decode(path: Path, fps: float, width: int, height: int) -> tuple[np.ndarray, bool]:
+    """Frames `(T, height, width, 3)` at `fps` (t = 0, 1/fps, ...) and whether the file is truncated.
+
+    Frames are picked by timestamp while decoding, so a long video never sits in memory whole. Truncated
+    means decoding failed after some frames, or fewer frames decoded than the container announces.
+    Raises `VideoError` naming the file when nothing can be decoded."""
+    import av
+
+    out: list[np.ndarray] = []
+    truncated = False
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                raise VideoError(f"{path}: has no video stream")
+            stream = container.streams.video[0]
+            announced, n = stream.frames or 0, 0
+            try:
+                for frame in container.decode(stream):
+                    n += 1
+                    t = frame.time if frame.time is not None else (n - 1) / float(stream.average_rate or 30)
+                    if t + 1e-6 >= len(out) / fps:
+                        out.append(_resize(frame.to_ndarray(format="rgb24"), width, height))
+            except av.error.FFmpegError:
+                if not out:
+                    raise
+                truncated = True
+            truncated = truncated or (announced > 0 and n < announced)
+    except VideoError:
+        raise
+    except (av.error.FFmpegError, OSError, ValueError) as e:
+        raise VideoError(f"{path}: cannot decode ({e})") from e
+    if not out:
+        raise VideoError(f"{path}: no decodable frames")
+    return np.stack(out), truncated
+
+
+def motion(frames: np.ndarray) -> float:
+    """Mean absolute change between consecutive frames (grey levels, 0-255)."""
+    if len(frames) < 2:
+        return 0.0
+    grey = frames.astype(np.float32).mean(axis=-1)
+    return float(np.abs(np.diff(grey, axis=0)).mean())
+
+
+def window_frames(fams: list[FamilySpec], cfg: DataConfig) -> int:
+    """Window length: the longest clip any requested family and tier needs."""
+    need = [1]
+    for f in fams:
+        if f.task == "arrow_of_time":
+            need.append(f.num_frames or cfg.clip.num_frames)
+        elif f.task == "temporal_puzzle":
+            need += [family(f.task).num_frames(t) for t in f.tiers]
+    return max(need)
+
+
+class _Answers:
+    """Balanced answer indices per (family, tier) that stay balanced for any prefix: blocks of k, each a
+    random permutation, consumed only by records that were made (an ambiguous window takes none)."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.queues: dict[tuple[int, str], list[int]] = {}
+        self.blocks: dict[tuple[int, str], int] = {}
+
+    def peek(self, fi: int, tier: str, k: int) -> int:
+        key = (fi, tier)
+        if not self.queues.get(key):
+            b = self.blocks.get(key, 0)
+            self.blocks[key] = b + 1
+            rng = np.random.default_rng([self.seed, fi + 1, TIERS.index(tier), b, 4242])
+            self.queues[key] = [int(x) for x in rng.permutation(k)]
+        return self.queues[key][0]
+
+    def take(self, fi: int, tier: str) -> None:
+        self.queues[(fi, tier)].pop(0)
+
+
+def _list_videos(folder: Path) -> tuple[list[Path], list[str]]:
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: no such folder of videos (data.from_videos / --from-videos)")
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
+    videos = [p for p in files if p.suffix.lower() in VIDEO_EXTENSIONS]
+    ignored = [
+        f"{p}: not a video file extension ({', '.join(VIDEO_EXTENSIONS)})" for p in files if p not in videos
+    ]
+    return videos, ignored
+
+
+def _questions(
+    clip: np.ndarray, key: list[int], fams: list[FamilySpec], fps: float, answers: _Answers, windows: dict
+) -> list[tuple[dict, np.ndarray]]:
+    """One record per family from a moving window (tiers take turns by window); ambiguous ones are counted."""
+    out = []
+    for fi, fam in enumerate(fams):
+        tier = fam.tiers[key[-1] % len(fam.tiers)]
+        module = family(fam.task)
+        rng = np.random.default_rng([*key, fi])
+        answer = answers.peek(fi, tier, module.num_options(tier, fam.variant))
+        try:
+            record, frames = module.from_frames(clip, fps, rng, answer, tier, fam)
+        except Ambiguous:
+            windows["ambiguous"] += 1
+            continue
+        answers.take(fi, tier)
+        record["meta"] = {"difficulty": tier, **record["meta"]}
+        out.append((record, frames))
+    return out
+
+
+def generate_from_videos(cfg: DataConfig, progress: bool = True) -> dict:
+    """Records from every moving window of every readable video in `cfg.from_videos`; returns the manifest."""
+    from embodied.generate import finish, store
+
+    fams = cfg.families or [FamilySpec(task=t, tiers=["easy", "hard"]) for t in REAL_TASKS]
+    bad = [f.task for f in fams if f.task not in REAL_TASKS]
+    if bad:
+        raise ValueError(f"--from-videos makes {list(REAL_TASKS)}; {bad} need a simulated scene")
+    folder, root = Path(cfg.from_videos), Path(cfg.root)
+    split = "test" if cfg.benchmark else cfg.from_videos_split  # a benchmark is a test split
+    videos, ignored = _list_videos(folder)
+    n_win, answers = window_frames(fams, cfg), _Answers(cfg.seed)
+    made: list[tuple[dict, str]] = []
+    unreadable, truncated, used = [], [], []
+    windows = {"total": 0, "still": 0, "ambiguous": 0}
+    t0 = time.perf_counter()
+    for path in tqdm(videos, desc="videos", unit="file", disable=not progress):
+        rel = str(path.relative_to(folder))
+        try:
+            frames, cut = decode(path, cfg.clip.fps, cfg.width, cfg.height)
+        except VideoError as e:
+            unreadable.append(str(e))
+            continue
+        used.append(rel)
+        if cut:
+            truncated.append(f"{path}: truncated; used up to its last good frame ({len(frames)} frames kept)")
+        key = int(hashlib.md5(rel.encode()).hexdigest()[:8], 16)  # shuffles depend on the file's name
+        for w, start in enumerate(range(0, len(frames) - n_win + 1, n_win)):
+            clip = frames[start : start + n_win]
+            windows["total"] += 1
+            score = motion(clip)
+            if score < cfg.motion_threshold:
+                windows["still"] += 1
+                continue
+            source = {"source": rel, "window_start_s": start / cfg.clip.fps, "motion": round(score, 3)}
+            for record, out in _questions(clip, [cfg.seed, key, w], fams, cfg.clip.fps, answers, windows):
+                record["meta"] = record["meta"] | source | {"truncated": cut}
+                made.append(store(root, f"{split}-{len(made):06d}", split, record, out, cfg.clip.fps))
+    extra = {
+        "families": [asdict(f) for f in fams],
+        "from_videos": {
+            "folder": str(folder),
+            "used": used,
+            "unreadable": {"count": len(unreadable), "items": unreadable},
+            "truncated": {"count": len(truncated), "items": truncated},
+            "ignored": ignored,
+            "windows": windows | {"frames": n_win, "motion_threshold": cfg.motion_threshold},
+        },
+        "skipped": {"count": len(unreadable), "items": unreadable},
+    }
+    wall = time.perf_counter() - t0
+    extra |= {"wall_s": round(wall, 2), "clips_per_s": round(len(made) / wall, 2) if wall > 0 else None}
+    return finish(cfg, [split], made, extra)

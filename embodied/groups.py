@@ -1,0 +1,98 @@
+"""GRPO groups: G completions of one prompt share that prompt's computation.
+
+A group's G sequences are identical up to the end of the prompt, so the vision tower and the language
+model's pass over the prompt only need to run once per prompt, not once per sample. `repeat_batch`
+(embodied/policy.py) returns a `GroupedBatch`: the repeated tensors that any code can use as a plain
+batch, plus the batch before repeating. The functions here use the latter:
+
+- `shared_visual_features`: vision features per prompt, repeated G times (`mm_encoder_outputs`);
+- `shared_prefix_logits`: one pass over the prompts that keeps their KV cache (with gradients), the cache
+  repeated G times, then one pass over the completions that attends to it. Gradients from the G
+  completions add up in the shared prompt activations, exactly as separate passes' would.
+"""
+
+from __future__ import annotations
+
+import torch
+
+PROMPT_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids")
+VISUAL_KEYS = (
+    "pixel_values_videos",
+    "video_grid_thw",
+    "second_per_grid_ts",
+    "pixel_values",
+    "image_grid_thw",
+)
+
+
+class GroupedBatch(dict):
+    """The tensors of a prompt batch whose prompts are each repeated `group` times in a row (what the
+    model sees), plus `unique`, the batch before repeating."""
+
+    def __init__(self, tensors: dict, unique, group: int):
+        super().__init__(tensors)
+        self.unique, self.group = unique, group
+
+
+def is_grouped(batch) -> bool:
+    """True for a `GroupedBatch` with more than one sample per prompt whose visual tokens can be located
+    (the processor's `mm_token_type_ids`)."""
+    return isinstance(batch, GroupedBatch) and batch.group > 1 and "mm_token_type_ids" in batch.unique
+
+
+def shared_visual_features(model, batch: GroupedBatch) -> dict:
+    """`mm_encoder_outputs` for the repeated batch, computed once per prompt on `batch.unique`.
+
+    Each prompt's visual tokens (in text order, as the processor laid them out) are repeated `group` times.
+    """
+    from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+    u, n, out = batch.unique, batch.group, {}
+    for modality, pix, grid, type_id in (
+        ("image", "pixel_values", "image_grid_thw", 1),
+        ("video", "pixel_values_videos", "video_grid_thw", 2),
+    ):
+        if pix not in u:
+            continue
+        encode = model.get_image_features if modality == "image" else model.get_video_features
+        feats = torch.cat(encode(u[pix], u[grid], return_dict=True).pooler_output)
+        rows = feats.split((u["mm_token_type_ids"] == type_id).sum(1).tolist())
+        repeated = torch.cat([r for r in rows for _ in range(n)])
+        out[modality] = BaseModelOutputWithPooling(pooler_output=(repeated,))
+    return out
+
+
+def shared_prefix_logits(model, batch: GroupedBatch, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Logits `(B*G, T, V)` predicting completion `ids (B*G, T)`, with each prompt run once.
+
+    Qwen2-VL's multimodal RoPE gives the prompt 3-D positions; text after it continues at
+    `L + t + rope_delta` on all three axes (L = the prompt's unpadded length), which is passed here.
+    """
+    u, n = batch.unique, batch.group
+    prompt = {k: v for k, v in u.items() if k in PROMPT_KEYS or k in VISUAL_KEYS}
+    positions, deltas = model.model.get_rope_index(
+        u["input_ids"],
+        image_grid_thw=u.get("image_grid_thw"),
+        video_grid_thw=u.get("video_grid_thw"),
+        attention_mask=u["attention_mask"],
+        second_per_grid_ts=u.get("second_per_grid_ts"),
+        mm_token_type_ids=u["mm_token_type_ids"],
+    )
+    first = model(**prompt, position_ids=positions, use_cache=True, logits_to_keep=1)
+    cache = first.past_key_values
+    cache.batch_repeat_interleave(n)
+    t = ids.shape[1]
+    start = (u["attention_mask"].sum(1, keepdim=True) + deltas).repeat_interleave(n, dim=0)  # (B*G, 1)
+    completion_pos = (start + torch.arange(t, device=ids.device)).unsqueeze(0).expand(3, -1, -1)
+    prompt_mask = u["attention_mask"].repeat_interleave(n, dim=0)
+    attention = torch.cat([prompt_mask, mask.to(prompt_mask.dtype)], dim=1)
+    rest = model(
+        input_ids=ids,
+        attention_mask=attention,
+        past_key_values=cache,
+        position_ids=completion_pos,
+        use_cache=True,
+        logits_to_keep=t,
+    )
+    head = first.logits[:, -1:].repeat_interleave(n, dim=0)  # predicts each completion's first token
+    return torch.cat([head, rest.logits[:, :-1]], dim=1)

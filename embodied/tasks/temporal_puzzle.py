@@ -1,0 +1,122 @@
+"""Temporal puzzle: a clip cut into equal segments, shuffled; which order of the segments is the real one?
+
+The segments are numbered 1..k in the order they are shown; the right option lists the shown segments in
+the order that plays the original clip (Video-R1's frame shuffling, as a question). Distractors are other
+orders, never "1, 2, 3" (nothing shuffled). Segments are `SEGMENT_FRAMES` frames long, so at 2 frames per
+temporal patch each of the vision tower's time steps sees exactly one segment.
+
+Easy tier: 3 segments. Hard tier: 4. Two segments that look alike (objects at rest) would make two orders
+equally right, so distractors must visibly differ from the truth; a clip that leaves too few of them is
+rejected (`Ambiguous`) and simulated scenes draw another scene.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from embodied.tasks import (
+    LETTERS,
+    Ambiguous,
+    order_options,
+    order_text,
+    piece_difference,
+    reset_world,
+    restoring_order,
+    scene_meta,
+    visible_shuffle,
+    window_start,
+)
+
+NAME = "temporal_puzzle"
+VERSION = 1
+SEGMENTS = {"easy": 3, "hard": 4}
+SEGMENT_FRAMES = 2
+NUM_OPTIONS = 4
+DISTINCT_TOL = 1.0
+"""An order counts as visibly different from the truth when the segment it changes most differs by more
+than this mean absolute difference (0-255): segments of objects at rest are interchangeable."""
+MAX_TRIES = 20
+QUESTION = (
+    "This video was cut into {k} segments of {m} frames each, and the segments were shuffled. Numbering the "
+    "segments 1 to {k} in the order they are shown, which sequence plays the original video?"
+)
+
+
+def num_options(tier: str, variant: str = "") -> int:
+    return NUM_OPTIONS
+
+
+def num_frames(tier: str) -> int:
+    return SEGMENTS[tier] * SEGMENT_FRAMES
+
+
+def shuffle_clip(
+    frames: np.ndarray, rng: np.random.Generator, answer: int, tier: str
+) -> tuple[dict, np.ndarray]:
+    """Question fields and the shuffled clip for `frames (k*m, H, W, 3)` in their original order."""
+    k, m = SEGMENTS[tier], SEGMENT_FRAMES
+    if len(frames) != k * m:
+        raise ValueError(f"{tier} temporal puzzle needs {k * m} frames, got {len(frames)}")
+    segments = frames.reshape(k, m, *frames.shape[1:])
+    shown = visible_shuffle(segments, rng, DISTINCT_TOL)
+
+    def looks_different(order: list[int]) -> bool:  # what this option would play vs the truth
+        return piece_difference(segments[shown][[x - 1 for x in order]], segments) > DISTINCT_TOL
+
+    options = order_options(restoring_order(shown), answer, NUM_OPTIONS, rng, accept=looks_different)
+    fields = {
+        "question": QUESTION.format(k=k, m=m),
+        "options": [order_text(o) for o in options],
+        "answer": LETTERS[answer],
+        "meta": {"segments": k, "segment_frames": m, "shown_order": shown},
+    }
+    return fields, np.ascontiguousarray(segments[shown].reshape(frames.shape))
+
+
+def make(world, rng: np.random.Generator, answer: int, tier: str, fam, clip) -> tuple[dict, np.ndarray]:
+    """A shuffled clip of a simulated scene's motion: `(record, frames (k*m, H, W, 3))`."""
+    n = num_frames(tier)
+    for attempt in range(MAX_TRIES):
+        info = reset_world(world, rng, tier)
+        start = window_start(info, (n - 1) / clip.fps, rng, clip.max_start)
+        frames = world.record(start + np.arange(n) / clip.fps)
+        try:
+            fields, shuffled = shuffle_clip(frames, rng, answer, tier)
+        except Ambiguous:
+            continue
+        meta = fields.pop("meta") | {
+            "clip_start_s": round(start, 4),
+            "fps": clip.fps,
+            "attempts": attempt + 1,
+        }
+        return {"task": NAME, **fields, "meta": meta | scene_meta(fam.scene, info)}, shuffled
+    raise Ambiguous(f"no clip of {fam.scene!r} with distinct segments in {MAX_TRIES} scenes")
+
+
+def from_frames(
+    frames: np.ndarray, fps: float, rng: np.random.Generator, answer: int, tier: str, fam
+) -> tuple[dict, np.ndarray]:
+    """A shuffled clip from the first k*m frames of a moving window of real footage; may raise `Ambiguous`."""
+    fields, shuffled = shuffle_clip(frames[: num_frames(tier)], rng, answer, tier)
+    meta = fields.pop("meta") | {"fps": fps}
+    return {"task": NAME, **fields, "meta": meta}, shuffled
+
+
+def verify(record: dict, shown: np.ndarray, original: np.ndarray) -> bool:
+    """The answer is the only option whose order turns the shown clip back into `original`."""
+    k, m = record["meta"]["segments"], record["meta"]["segment_frames"]
+    segs = shown.reshape(k, m, *shown.shape[1:])
+    right = LETTERS.index(record["answer"])
+
+    def plays_original(text: str) -> bool:
+        order = [int(x) - 1 for x in text.split(",")]
+        return np.array_equal(segs[order].reshape(original.shape), original)
+
+    return [plays_original(o) for o in record["options"]] == [
+        i == right for i in range(len(record["options"]))
+    ]
+
+
+def reasoning_for(record: dict) -> str:
+    text = record["options"][LETTERS.index(record["answer"])]
+    return f"Played as {text}, the motion is continuous and runs the way physics allows."

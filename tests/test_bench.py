@@ -1,0 +1,56 @@
+"""The benchmarks' measuring parts on real processes and files (the full runs are `-m slow`)."""
+
+import sys
+
+import numpy as np
+import pytest
+
+from embodied.bench.memory import measure
+from embodied.bench.video import bench_file
+from embodied.config import load_config
+from embodied.video import write_video
+
+
+def test_memory_measure_sees_the_child_peak(tmp_path):
+    # The child touches 300 MB, frees it, then idles: the peak must still show it.
+    code = "import numpy as np, time; a = np.ones(300 * 2**20 // 8); del a; time.sleep(0.3)"
+    r = measure([sys.executable, "-c", code], tmp_path / "log.txt")
+    assert r["returncode"] == 0
+    assert 300 <= r["main_process_peak_rss_mb"] < 1000
+    assert r["wall_s"] > 0.3
+
+
+def test_memory_measure_reports_a_failing_child(tmp_path):
+    r = measure([sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"], tmp_path / "log.txt")
+    assert r["returncode"] == 3
+    assert "boom" in (tmp_path / "log.txt").read_text()
+
+
+def test_video_bench_samples_the_same_frames_as_read_video(tmp_path):
+    rng = np.random.default_rng(0)
+    path = tmp_path / "v.mp4"
+    write_video(path, rng.integers(0, 256, (60, 64, 96, 3), dtype=np.uint8), 30.0)  # 2 s at 30 fps
+    r = bench_file(path, fps=2.0, max_frames=32, repeats=2)
+    assert r["size"] == "96x64" and r["src_frames"] == 60
+    ours = r["readers"]["embodied"]
+    assert ours["frames"] == 4 and ours["frames_per_s"] > 0
+    qwen = r["readers"]["qwen_reader"]
+    if "error" not in qwen:  # needs decord or torchcodec (extra `bench`)
+        assert qwen["frames"] == ours["frames"]
+        assert r["speedup"]["embodied_over_qwen_reader"] > 0
+
+
+@pytest.mark.slow
+def test_grpo_vs_trl_runs_both_and_reports_a_ratio(tmp_path):
+    pytest.importorskip("trl")
+    from embodied.bench.grpo_vs_trl import run
+
+    cfg = load_config(
+        None, ["bench.prompts=4", "bench.rounds=1", "bench.steps=1", "grpo.max_new_tokens=8", "threads=1"]
+    )
+    r = run(cfg, tmp_path, progress=False)
+    assert r["settings"]["prompt_tokens"]["trl_images"] == r["settings"]["prompt_tokens"]["ours_images"]
+    for c in ("trl_images", "ours_images", "ours_video"):
+        assert r["contenders"][c]["s_per_step"]["n"] == 1
+        assert 1 <= r["contenders"][c]["completion_len_mean"] <= 8
+    assert r["ratio"]["ours_images_over_trl_median"] > 0

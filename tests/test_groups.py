@@ -1,0 +1,110 @@
+"""GRPO groups share their prompt's work: same log-probs and gradients as separate sequences."""
+
+import numpy as np
+import pytest
+import torch
+
+from embodied.groups import GroupedBatch, is_grouped
+from embodied.policy import (
+    completion_logprobs,
+    encode_completions,
+    encode_prompts,
+    generate,
+    load_policy,
+    repeat_batch,
+)
+from embodied.tiny import TinySpec, build_tiny_policy
+from embodied.video import Clip, VideoConfig
+
+Q = {"question": "Is this video playing forward or reversed in time?", "options": ["forward", "reversed"]}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return load_policy(build_tiny_policy(tmp_path_factory.mktemp("tiny") / "model", TinySpec(seed=0)))
+
+
+def _grouped(processor, n=3):
+    """Mixed prompts (images, a video, a longer text) of different padded lengths, each repeated n times."""
+    rng = np.random.default_rng(0)
+    clips = [Clip(rng.integers(0, 256, (k, 112, 112, 3), dtype=np.uint8), 2.0) for k in (4, 2, 3)]
+    records = [
+        {**Q, "images": ["a0", "a1", "a2", "a3"]},
+        {**Q, "video": "b.mp4"},
+        {
+            "question": "Which way does the ball roll after it hits the wall?",
+            "options": ["up", "down", "left"],
+            "images": ["c0", "c1", "c2"],
+        },
+    ]
+    return repeat_batch(encode_prompts(processor, records, clips, VideoConfig()), n)
+
+
+def _completions(processor, rows):
+    # Different lengths: right padding with mask 0, as after an early end-of-turn.
+    texts = ["<think></think><answer>A</answer>", "<answer>B</answer>", "x", "<answer>C</answer> y z"]
+    return encode_completions(processor, [texts[i % len(texts)] for i in range(rows)])
+
+
+def _logp_and_grads(model, batch, ids, mask):
+    model.zero_grad(set_to_none=True)
+    logp = completion_logprobs(model, batch, ids, mask)
+    ((logp * mask).sum() / mask.sum()).backward()
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    return logp.detach() * mask, grads
+
+
+def test_shared_prompt_pass_matches_separate_sequences(tiny):
+    model, processor = tiny
+    grouped = _grouped(processor)
+    assert isinstance(grouped, GroupedBatch) and is_grouped(grouped)
+    plain = dict(grouped)  # same tensors, no group structure: every sequence runs on its own
+    assert not is_grouped(plain)
+    ids, mask = _completions(processor, grouped["input_ids"].shape[0])
+    model.train()
+    try:
+        lp_shared, g_shared = _logp_and_grads(model, grouped, ids, mask)
+        lp_plain, g_plain = _logp_and_grads(model, plain, ids, mask)
+    finally:
+        model.eval()
+    torch.testing.assert_close(lp_shared, lp_plain, atol=1e-5, rtol=0)
+    assert g_shared.keys() == g_plain.keys() and any("visual" in k for k in g_plain)
+    for k in g_plain:
+        torch.testing.assert_close(g_shared[k], g_plain[k], atol=1e-5, rtol=1e-4, msg=k)
+
+
+def test_grouped_generation_samples_each_prompt_group_times(tiny):
+    model, processor = tiny
+    grouped = _grouped(processor, n=4)
+    # top_k=1 sampling is greedy: one encoding per prompt expanded 4x must equal greedy on the repeats
+    torch.manual_seed(0)
+    ids, mask = generate(model, processor, grouped, 8)
+    assert ids.shape == (12, 8)
+    from embodied.policy import eos_token_ids, vision_token_ids
+
+    kw = dict(
+        max_new_tokens=8,
+        eos_token_id=eos_token_ids(model, processor),
+        pad_token_id=processor.tokenizer.pad_token_id,
+        suppress_tokens=vision_token_ids(processor),
+    )
+    once = model.generate(**grouped.unique, do_sample=True, top_k=1, num_return_sequences=4, **kw)
+    each = model.generate(**dict(grouped), do_sample=False, **kw)
+    assert torch.equal(once, each)
+
+
+def test_select_rows_keeps_whole_groups_grouped(tiny):
+    from embodied.policy import select_rows
+
+    model, processor = tiny
+    grouped = _grouped(processor, n=2)  # 3 prompts x 2
+    whole = select_rows(grouped, [2, 3, 4, 5])  # groups 1 and 2: the video prompt and the 3-image one
+    assert is_grouped(whole) and whole.unique["input_ids"].shape[0] == 2
+    assert whole["image_grid_thw"].shape[0] == 2 * 3 and whole["video_grid_thw"].shape[0] == 2
+    assert not is_grouped(select_rows(grouped, [1, 2]))  # splits groups: plain rows
+    ids, mask = _completions(processor, 4)
+    with torch.no_grad():
+        a = completion_logprobs(model, whole, ids, mask)
+        b = completion_logprobs(model, dict(whole), ids, mask)
+    torch.testing.assert_close(a * mask, b * mask, atol=1e-5, rtol=0)
