@@ -14,6 +14,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from embodied.bench import BenchConfig
 from embodied.datasets import DataConfig
+from embodied.envs.config import EnvConfig
 from embodied.experiments.recipes import RecipesConfig
 from embodied.policy import PolicyConfig
 from embodied.video import VideoConfig
@@ -174,6 +175,7 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     bench: BenchConfig = field(default_factory=BenchConfig)
     recipes: RecipesConfig = field(default_factory=RecipesConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
 
 
 class ConfigError(ValueError):

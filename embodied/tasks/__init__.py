@@ -65,9 +65,18 @@ def family(name: str) -> ModuleType:
     return importlib.import_module(f"embodied.tasks.{name}")
 
 
+ACTION_INSTRUCTION = (
+    "Reason inside <think></think>, then give only the numbers asked for inside <answer></answer>."
+)
+
+
 def format_question(question: str, options: Sequence[str]) -> str:
-    """The user turn's text: question, lettered options, answer-format instruction."""
-    lines = [question, *(f"({LETTERS[i]}) {opt}" for i, opt in enumerate(options)), INSTRUCTION]
+    """The user turn's text: question, lettered options, answer-format instruction.
+
+    A question without options (an interactive task asking for numbers) gets ACTION_INSTRUCTION instead.
+    """
+    instruction = INSTRUCTION if options else ACTION_INSTRUCTION
+    lines = [question, *(f"({LETTERS[i]}) {opt}" for i, opt in enumerate(options)), instruction]
     return "\n".join(lines)
 
 

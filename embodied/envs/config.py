@@ -1,0 +1,55 @@
+"""Config sections of the interactive tasks (`env:` in YAML) and of the env-feedback experiment.
+
+Kept free of heavy imports (no MuJoCo, no torch) because `embodied.config` imports it for every command.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class FeedbackConfig:
+    """`embodied experiment env-feedback`: MCQ vs simulator vs mixed rewards from one SFT start."""
+
+    arms: list[str] = field(default_factory=lambda: ["mcq", "sim", "mixed"])
+    """Which reward each arm trains on: mcq (rule-checked answers), sim (physics), mixed (both)."""
+    format_steps: int = 60
+    """SFT steps teaching the interactive answer format on random in-range actions (no physics in them),
+    after the MCQ SFT; part of the shared starting point."""
+    format_lr: float = 3e-4
+    eval_mcq: int = 200
+    """Held-out MCQ test questions each arm is evaluated on (0 = the whole test split)."""
+    videos_per_task: int = 1
+    """Rollout videos per task and arm (the policy's answer and the outcome drawn on them)."""
+    video_fps: float = 10.0
+
+
+@dataclass
+class EnvConfig:
+    """Interactive episodes: which tasks, how hard, how many, and which physics backend scores them."""
+
+    tasks: list[str] = field(default_factory=lambda: ["place", "carry", "push"])
+    backend: str = "cpu"
+    """cpu (MuJoCo, one episode after another) | warp (MuJoCo Warp, all episodes of a call batched; CUDA
+    when present, else Warp's CPU device)."""
+    difficulty: str = "easy"
+    """easy | hard (see each task's docstring)."""
+    root: str = "data/generated/env"
+    """Folder of the generated episodes (JSONL + mp4, the MCQ dataset format)."""
+    seed: int = 0
+    n_train: int = 200
+    """Training episodes per task."""
+    n_test: int = 50
+    """Held-out episodes per task."""
+    width: int = 112
+    height: int = 112
+    num_frames: int = 4
+    fps: float = 2.0
+    format_weight: float = 0.2
+    """Weight of reward/format in reward/total for interactive answers."""
+    workers: int = 0
+    """Processes generating episodes (0 = in this process)."""
+    bench_episodes: int = 64
+    """`embodied bench envs`: answers per task run on both backends (4 answers per episode)."""
+    feedback: FeedbackConfig = field(default_factory=FeedbackConfig)
