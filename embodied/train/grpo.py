@@ -74,6 +74,12 @@ def _generator(seed: int, step: int, salt: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_003 + step * 7919 + salt)
 
 
+def micro_batches(rows: int, size: int) -> list[list[int]]:
+    """Row indices of consecutive micro-batches of `size` (0 = one batch of all `rows`)."""
+    size = size or max(rows, 1)
+    return [list(range(start, min(start + size, rows))) for start in range(0, rows, size)]
+
+
 def update(
     model, ref, processor, ro: Rollout, advantages: torch.Tensor, old_logp, cfg, gen, procs=None
 ) -> dict:
@@ -88,11 +94,9 @@ def update(
     local_rows = mask.shape[0]
     rows = int(procs.sum(torch.tensor(local_rows)))
     tokens = int(procs.sum(mask.sum()))
-    size = cfg.micro_batch_size or local_rows
     need_entropy_grad = cfg.entropy_coef > 0 or (cfg.papo and cfg.papo_entropy_real > 0)
     totals: dict[str, float] = {}
-    for start in range(0, local_rows, size):
-        idx = list(range(start, min(start + size, local_rows)))
+    for idx in micro_batches(local_rows, cfg.micro_batch_size):
         sub, ids, m, temp = select_rows(ro.batch, idx), ro.ids[idx], mask[idx], ro.temperature[idx]
         logp, entropy = completion_logprobs(
             model, sub, ids, m, temp, with_entropy=True, entropy_grad=need_entropy_grad
@@ -153,11 +157,8 @@ def update(
 @torch.no_grad()
 def rollout_logprobs(model, ro: Rollout, micro_batch_size: int = 0) -> torch.Tensor:
     """`(P * G, T)` log-probs of the rollout's tokens under `model`, in micro-batches, without grad."""
-    rows = ro.ids.shape[0]
-    size = micro_batch_size or rows
     parts = []
-    for start in range(0, rows, size):
-        idx = list(range(start, min(start + size, rows)))
+    for idx in micro_batches(ro.ids.shape[0], micro_batch_size):
         sub = select_rows(ro.batch, idx)
         parts.append(completion_logprobs(model, sub, ro.ids[idx], ro.mask[idx], ro.temperature[idx]))
     return torch.cat(parts)
