@@ -9,18 +9,16 @@ from embodied.policy import (
     encode_prompts,
     generate,
     images_per_row,
-    load_policy,
     repeat_batch,
 )
-from embodied.tiny import TinySpec, build_tiny_policy
 from embodied.video import Clip, VideoConfig
 
 Q = {"question": "Is this video playing forward or reversed in time?", "options": ["forward", "reversed"]}
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return load_policy(build_tiny_policy(tmp_path_factory.mktemp("tiny") / "model", TinySpec(seed=0)))
+@pytest.fixture
+def tiny(tiny_policy):
+    return tiny_policy  # the session's tiny model (conftest.py): these tests leave it as they found it
 
 
 def _mixed():
