@@ -152,7 +152,7 @@ def _questions(
 
 def generate_from_videos(cfg: DataConfig, progress: bool = True) -> dict:
     """Records from every moving window of every readable video in `cfg.from_videos`; returns the manifest."""
-    from embodied.generate import finish, store
+    from embodied.generate import SplitWriter, finish, store
 
     fams = cfg.families or [FamilySpec(task=t, tiers=["easy", "hard"]) for t in REAL_TASKS]
     bad = [f.task for f in fams if f.task not in REAL_TASKS]
@@ -162,32 +162,36 @@ def generate_from_videos(cfg: DataConfig, progress: bool = True) -> dict:
     split = "test" if cfg.benchmark else cfg.from_videos_split  # a benchmark is a test split
     videos, ignored = _list_videos(folder)
     n_win, answers = window_frames(fams, cfg), _Answers(cfg.seed)
-    made: list[tuple[dict, str]] = []
+    root.mkdir(parents=True, exist_ok=True)
+    splits = SplitWriter(root, [split])
     unreadable, truncated, used = [], [], []
     windows = {"total": 0, "still": 0, "ambiguous": 0}
     t0 = time.perf_counter()
-    for path in tqdm(videos, desc="videos", unit="file", disable=not progress):
-        rel = str(path.relative_to(folder))
-        try:
-            frames, cut = decode(path, cfg.clip.fps, cfg.width, cfg.height)
-        except VideoError as e:
-            unreadable.append(str(e))
-            continue
-        used.append(rel)
-        if cut:
-            truncated.append(f"{path}: truncated; used up to its last good frame ({len(frames)} frames kept)")
-        key = int(hashlib.md5(rel.encode()).hexdigest()[:8], 16)  # shuffles depend on the file's name
-        for w, start in enumerate(range(0, len(frames) - n_win + 1, n_win)):
-            clip = frames[start : start + n_win]
-            windows["total"] += 1
-            score = motion(clip)
-            if score < cfg.motion_threshold:
-                windows["still"] += 1
+    with splits:
+        for path in tqdm(videos, desc="videos", unit="file", disable=not progress):
+            rel = str(path.relative_to(folder))
+            try:
+                frames, cut = decode(path, cfg.clip.fps, cfg.width, cfg.height)
+            except VideoError as e:
+                unreadable.append(str(e))
                 continue
-            source = {"source": rel, "window_start_s": start / cfg.clip.fps, "motion": round(score, 3)}
-            for record, out in _questions(clip, [cfg.seed, key, w], fams, cfg.clip.fps, answers, windows):
-                record["meta"] = record["meta"] | source | {"truncated": cut}
-                made.append(store(root, f"{split}-{len(made):06d}", split, record, out, cfg.clip.fps))
+            used.append(rel)
+            if cut:
+                kept = f"used up to its last good frame ({len(frames)} frames kept)"
+                truncated.append(f"{path}: truncated; {kept}")
+            key = int(hashlib.md5(rel.encode()).hexdigest()[:8], 16)  # shuffles depend on the file's name
+            for w, start in enumerate(range(0, len(frames) - n_win + 1, n_win)):
+                clip = frames[start : start + n_win]
+                windows["total"] += 1
+                score = motion(clip)
+                if score < cfg.motion_threshold:
+                    windows["still"] += 1
+                    continue
+                source = {"source": rel, "window_start_s": start / cfg.clip.fps, "motion": round(score, 3)}
+                for record, out in _questions(clip, [cfg.seed, key, w], fams, cfg.clip.fps, answers, windows):
+                    record["meta"] = record["meta"] | source | {"truncated": cut}
+                    rid = f"{split}-{splits.made:06d}"
+                    splits.add(*store(root, rid, split, record, out, cfg.clip.fps))
     extra = {
         "families": [asdict(f) for f in fams],
         "from_videos": {
@@ -201,5 +205,5 @@ def generate_from_videos(cfg: DataConfig, progress: bool = True) -> dict:
         "skipped": {"count": len(unreadable), "items": unreadable},
     }
     wall = time.perf_counter() - t0
-    extra |= {"wall_s": round(wall, 2), "clips_per_s": round(len(made) / wall, 2) if wall > 0 else None}
-    return finish(cfg, [split], made, extra)
+    extra |= {"wall_s": round(wall, 2), "clips_per_s": round(splits.made / wall, 2) if wall > 0 else None}
+    return finish(cfg, splits, extra)

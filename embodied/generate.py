@@ -15,13 +15,14 @@ import json
 import multiprocessing as mp
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from embodied.datasets import FORMAT_VERSION, SPLITS, DataConfig, _write_jsonl
+from embodied.datasets import FORMAT_VERSION, SPLITS, DataConfig
 from embodied.tasks import TIERS, Ambiguous, FamilySpec, balanced_answers, family
 from embodied.video import write_video
 
@@ -184,30 +185,29 @@ def light_spawn():
             setattr(main, k, v)
 
 
-def run_jobs(cfg: DataConfig, jobs: list[Job], progress: bool) -> list[tuple[dict | None, str]]:
-    """Results of `jobs` in order; `cfg.workers` spawned processes (0 = this process)."""
+def run_jobs(cfg: DataConfig, jobs: list[Job], progress: bool) -> Iterator[tuple[dict | None, str]]:
+    """Results of `jobs`, in order, as they are made; `cfg.workers` spawned processes (0 = this one)."""
     bar = tqdm(total=len(jobs), desc="generate", unit="clip", disable=not progress)
-    out = []
     if cfg.workers > 0:
         ctx = mp.get_context("spawn")  # fresh processes: GL contexts do not survive fork
         with light_spawn():
             pool = ctx.Pool(cfg.workers, initializer=_init_worker, initargs=(cfg,))
         with pool:
             for res in pool.imap(_make, jobs, chunksize=8):
-                out.append(res)
                 bar.update()
+                yield res
     else:
         _init_worker(cfg)
         try:
             for job in jobs:
-                out.append(_make(job))
+                res = _make(job)
                 bar.update()
+                yield res
         finally:
             for world in _STATE["worlds"].values():
                 world.close()
             _STATE.clear()
     bar.close()
-    return out
 
 
 # --- the dataset ------------------------------------------------------------------------------------------
@@ -223,10 +223,15 @@ def generate(cfg: DataConfig, progress: bool = True) -> dict:
     root.mkdir(parents=True, exist_ok=True)
     jobs = plan(cfg)
     t0 = time.perf_counter()
-    results = run_jobs(cfg, jobs, progress)
+    splits = SplitWriter(root, list(split_sizes(cfg)))
+    skipped = []
+    with splits:  # records go to disk as they are made: memory stays flat however many clips
+        for record, digest in run_jobs(cfg, jobs, progress):
+            if record is None:
+                skipped.append(digest)  # for a skipped job, the reason
+            else:
+                splits.add(record, digest)
     wall = time.perf_counter() - t0
-    made = [(r, d) for r, d in results if r is not None]
-    skipped = [d for r, d in results if r is None]
     fams = cfg.families or [FamilySpec()]
     seed_streams = {
         split: [cfg.seed, stream_code(BENCHMARK_STREAM if cfg.benchmark else split)]
@@ -239,24 +244,63 @@ def generate(cfg: DataConfig, progress: bool = True) -> dict:
         "wall_s": round(wall, 2),
         "clips_per_s": round(len(jobs) / wall, 2) if wall > 0 else None,
     }
-    return finish(cfg, list(split_sizes(cfg)), made, extra)
+    return finish(cfg, splits, extra)
 
 
-def finish(cfg: DataConfig, splits: list[str], made: list[tuple[dict, str]], extra: dict) -> dict:
-    """Write the split files, the manifest (counts, answers, versions, content hash) and contact sheets."""
+class SplitWriter:
+    """Streams records into `<root>/<split>.jsonl` (via `.tmp` files, renamed when all went well) and keeps
+    only what the manifest needs: per split a running hash of the record digests and the tallies.
+
+    A record belongs to the split its id starts with (`train-000012`).
+    """
+
+    def __init__(self, root: Path, splits: list[str]):
+        self.root, self.splits = Path(root), splits
+        self.hash = {s: hashlib.sha256() for s in splits}
+        self.counts: dict = {s: {} for s in splits}
+        self.answers: dict = {s: {} for s in splits}
+        self.tasks: set[str] = set()
+        self.made = 0
+        self.files: dict = {}
+
+    def __enter__(self) -> SplitWriter:
+        self.files = {s: (self.root / f"{s}.jsonl.tmp").open("w") for s in self.splits}
+        return self
+
+    def add(self, record: dict, digest: str) -> None:
+        split = next((s for s in self.splits if record["id"].startswith(f"{s}-")), None)
+        if split is None:
+            raise ValueError(f"record id {record['id']!r} names none of the splits {self.splits}")
+        self.files[split].write(json.dumps(record) + "\n")
+        self.hash[split].update(digest.encode())
+        count(record, self.counts[split], self.answers[split])
+        self.tasks.add(record["task"])
+        self.made += 1
+
+    def __exit__(self, exc_type, *exc) -> None:
+        for f in self.files.values():
+            f.close()
+        for s in self.splits:
+            tmp = self.root / f"{s}.jsonl.tmp"
+            if exc_type is None:
+                tmp.replace(self.root / f"{s}.jsonl")
+            else:  # a failed run leaves the previous split files as they were
+                tmp.unlink(missing_ok=True)
+
+
+def finish(cfg: DataConfig, splits: SplitWriter, extra: dict) -> dict:
+    """Write the manifest (counts, answers, versions, content hash), the dataset card and contact sheets
+    for the split files `splits` wrote."""
     root = Path(cfg.root)
     content = hashlib.sha256()
     counts: dict = {}
     answers: dict = {}
     hashes: dict = {}
-    for split in splits:
-        rows = [(r, d) for r, d in made if r["id"].startswith(f"{split}-")]
-        _write_jsonl(root / f"{split}.jsonl", [r for r, _ in rows])
-        h = hashlib.sha256("".join(d for _, d in rows).encode()).hexdigest()
-        hashes[split] = h
-        content.update(h.encode())
-        counts[split], answers[split] = tally(r for r, _ in rows)
-    tasks = sorted({r["task"] for r, _ in made})
+    for split in splits.splits:
+        hashes[split] = splits.hash[split].hexdigest()
+        content.update(hashes[split].encode())
+        counts[split], answers[split] = sort_tally(splits.counts[split], splits.answers[split])
+    tasks = sorted(splits.tasks)
     manifest = {
         "generator": GENERATOR,
         "generator_version": {"embodied": _package_version(), **{t: family(t).VERSION for t in tasks}},
@@ -271,11 +315,11 @@ def finish(cfg: DataConfig, splits: list[str], made: list[tuple[dict, str]], ext
         "config": asdict(cfg),
     }
     (root / "manifest.json").write_text(json.dumps(manifest, indent=2))
-    write_card(root, [s for s in splits if sum(sum(t.values()) for t in counts[s].values())])
-    if cfg.sheets and made:
+    write_card(root, [s for s in splits.splits if sum(sum(t.values()) for t in counts[s].values())])
+    if cfg.sheets and splits.made:
         from embodied.contact_sheet import write_sheets
 
-        manifest["sheets"] = [str(p) for p in write_sheets(root, splits)]
+        manifest["sheets"] = [str(p) for p in write_sheets(root, splits.splits)]
     return manifest
 
 
@@ -285,16 +329,19 @@ def family_label(record: dict) -> str:
     return f"{record['task']}/{variant}" if variant else record["task"]
 
 
-def tally(records) -> tuple[dict, dict]:
-    """Counts per family (`task` or `task/variant`) and tier, and answer-letter counts per family and tier."""
-    counts: dict = {}
-    answers: dict = {}
-    for r in records:
-        name, tier = family_label(r), r["meta"].get("difficulty", "easy")
-        counts.setdefault(name, {}).setdefault(tier, 0)
-        counts[name][tier] += 1
-        letters = answers.setdefault(name, {}).setdefault(tier, {})
-        letters[r["answer"]] = letters.get(r["answer"], 0) + 1
+def count(r: dict, counts: dict, answers: dict) -> None:
+    """Add record `r` to the counts per family (`task` or `task/variant`) and tier, and to the answer-letter
+    counts per family and tier."""
+    name, tier = family_label(r), r["meta"].get("difficulty", "easy")
+    counts.setdefault(name, {}).setdefault(tier, 0)
+    counts[name][tier] += 1
+    letters = answers.setdefault(name, {}).setdefault(tier, {})
+    letters[r["answer"]] = letters.get(r["answer"], 0) + 1
+
+
+def sort_tally(counts: dict, answers: dict) -> tuple[dict, dict]:
+    """The tallies with families, tiers and letters in sorted order (stable manifests)."""
+    answers = {name: dict(per_tier) for name, per_tier in answers.items()}
     for per_tier in answers.values():
         for tier, letters in per_tier.items():
             per_tier[tier] = dict(sorted(letters.items()))

@@ -305,6 +305,25 @@ class _RowTemperature(LogitsProcessor):
         return scores / self.t.to(scores).unsqueeze(1)
 
 
+class _RowSeededSampler(LogitsProcessor):
+    """Draws row r's next token from softmax(scores[r]) with its own generator, seeded `seeds[r]`, and
+    leaves only that token possible, so the sampler that follows picks it.
+
+    A row's tokens then depend on its seed and its own logits only, not on which other rows share the
+    batch: the same prompt gets the same answers in one process or split across several, and in any
+    micro-batch.
+    """
+
+    def __init__(self, seeds: Sequence[int], device: torch.device):
+        self.gens = [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        probs = torch.softmax(scores.float(), dim=-1)
+        picks = torch.cat([torch.multinomial(p, 1, generator=g) for p, g in zip(probs, self.gens)])
+        out = torch.full_like(scores, -float("inf"))
+        return out.scatter(1, picks.unsqueeze(1), 0.0)
+
+
 @torch.no_grad()
 def generate(
     model,
@@ -313,18 +332,28 @@ def generate(
     max_new_tokens: int,
     temperature: float | torch.Tensor = 1.0,
     do_sample: bool = True,
+    seeds: Sequence[int] | None = None,
 ):
     """Sample completions for a prompt batch: `(ids (B, T), mask (B, T))`, padding after the first eos.
 
-    `temperature` is one number, or a `(B,)` tensor giving each row its own.
+    `temperature` is one number, or a `(B,)` tensor giving each row its own. `seeds` (one int per row)
+    makes each row's sample a function of its seed and prompt alone, whatever else is in the batch.
     """
     eos = eos_token_ids(model, processor)
     per_row = isinstance(temperature, torch.Tensor)
     kwargs = {"do_sample": False}
     if do_sample:
         kwargs = {"do_sample": True, "temperature": 1.0 if per_row else temperature, "top_p": 1.0, "top_k": 0}
-        if per_row:  # rows of the expanded batch, in the same order as the repeated one
-            kwargs["logits_processor"] = LogitsProcessorList([_RowTemperature(temperature)])
+        procs = [_RowTemperature(temperature)] if per_row else []
+        if seeds is not None:
+            if len(seeds) != batch["input_ids"].shape[0]:
+                raise ValueError(f"{len(seeds)} seeds for a batch of {batch['input_ids'].shape[0]} rows")
+            if not per_row:  # the temperature must act before the seeded draw, so it goes in the list too
+                procs = [_RowTemperature(torch.full((len(seeds),), float(temperature)))]
+                kwargs["temperature"] = 1.0
+            procs.append(_RowSeededSampler(seeds, batch["input_ids"].device))
+        if procs:  # rows of the expanded batch, in the same order as the repeated one
+            kwargs["logits_processor"] = LogitsProcessorList(procs)
     # A group of samples of one prompt: generate encodes the prompt's pixels once and expands them.
     grouped = is_grouped(batch) and do_sample
     inputs = batch.unique if grouped else batch

@@ -138,6 +138,9 @@ def write_video(path: str | Path, frames: np.ndarray, fps: float) -> None:
         stream = container.add_stream("libx264", rate=Fraction(fps).limit_denominator(1000))
         stream.width, stream.height, stream.pix_fmt = w, h, "yuv444p"
         stream.codec_context.gop_size = 1
+        # One encoder thread: these clips are small (threads cost more than they save, measured 6.4 vs
+        # 5.2 ms for 8 frames at 128x128) and the data engine already runs one worker per core.
+        stream.codec_context.thread_count = 1
         stream.options = {"crf": "10", "preset": "veryfast", "tune": "stillimage"}
         for img in frames:
             container.mux(

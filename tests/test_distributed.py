@@ -58,17 +58,29 @@ def test_two_processes_equal_one_process_sft(setup):
     )
 
 
-def test_two_processes_run_grpo(setup):
+def test_two_processes_equal_one_process_grpo(setup):
+    """Each process samples its half of the prompts (seeded per prompt) and the update is all-reduced: the
+    logged metrics and the weights equal one process's on the same global batch."""
     root, common = setup
     extra = [
         "grpo.steps=2",
-        "grpo.prompts_per_step=2",
+        "grpo.prompts_per_step=4",
         "grpo.group_size=2",
+        "grpo.temperatures=[0.8,1.2]",
         "grpo.max_new_tokens=8",
+        "grpo.entropy_coef=0.01",
+        "grpo.overlong=soft",
+        "grpo.overlong_buffer=6",
         "grpo.log_every=1",
         "grpo.checkpoint_every=0",
-        "grpo.advantage=reinforce_pp",
     ]
+    one = _run(root, common, "grpo1", 1, "grpo", extra)
     two = _run(root, common, "grpo2", 2, "grpo", extra)
-    assert [r["step"] for r in two] == [1, 2]
-    assert all(torch.isfinite(torch.tensor(r["loss/policy"])) for r in two)
+    assert [r["step"] for r in two] == [r["step"] for r in one] == [1, 2]
+    for a, b in zip(one, two, strict=True):
+        keys = {k for k in a if not k.startswith("time/")}
+        assert keys == {k for k in b if not k.startswith("time/")}
+        assert {k: b[k] for k in keys} == pytest.approx({k: a[k] for k in keys}, abs=1e-5)
+    assert one[1]["loss/kl"] > 0  # the second step's policy has moved away from the reference
+    w1, w2 = _weights(root / "grpo1"), _weights(root / "grpo2")
+    assert all(torch.allclose(w1[k], w2[k], atol=1e-5) for k in w1)

@@ -159,6 +159,29 @@ def test_per_member_temperatures_score_each_sample_at_its_own(tiny_policy, examp
     assert not torch.allclose(lp_rows[0], completion_logprobs(model, batch, ids, mask, 2.0)[0], atol=1e-3)
 
 
+def test_seeded_samples_do_not_depend_on_the_rest_of_the_batch(tiny_policy, examples):
+    """What makes GRPO over several processes equal one process: a prompt's answers depend on its seed."""
+    from embodied.rl.rollout import sample_groups
+
+    model, processor = tiny_policy
+    cfg = _grpo(temperatures=[0.7, 1.3])
+    seeds = [11, 22, 33]
+    together = sample_groups(model, processor, examples[:3], cfg, VideoConfig(), varied_reward, seeds)
+    G = cfg.group_size
+    for i in range(3):
+        torch.manual_seed(100 + i)  # the global RNG plays no part
+        alone = sample_groups(
+            model, processor, [examples[i]], cfg, VideoConfig(), varied_reward, seeds[i : i + 1]
+        )
+        rows = together.mask[i * G : (i + 1) * G]
+        T = min(alone.ids.shape[1], together.ids.shape[1])  # the batch pads to its longest answer
+        assert rows[:, T:].sum() == alone.mask[:, T:].sum() == 0
+        assert torch.equal(alone.mask[:, :T], rows[:, :T])
+        assert torch.equal((alone.ids * alone.mask)[:, :T], (together.ids[i * G : (i + 1) * G] * rows)[:, :T])
+    other = sample_groups(model, processor, examples[:1], cfg, VideoConfig(), varied_reward, [12])
+    assert not torch.equal(other.ids, together.ids[:G])  # another seed, other answers
+
+
 def test_micro_batches_give_the_same_loss_and_gradient(examples, tiny_policy):
     from embodied.rl.advantages import compute_advantages
     from embodied.rl.rollout import sample_groups

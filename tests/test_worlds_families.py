@@ -245,3 +245,31 @@ def test_bench_worlds_measures_an_episode() -> None:
     row = measure(["pendulum"], n=1)["pendulum"]
     assert row["cpu_ms_per_episode"] > 0 and row["episodes_per_cpu_s"] > 0
     assert row["cpu_ms_reset"] + row["cpu_ms_record"] == pytest.approx(row["cpu_ms_per_episode"], abs=0.2)
+
+
+@pytest.mark.parametrize("name", ["drop", *FAMILIES])
+def test_shared_render_context_gives_the_pixels_of_a_fresh_one(name: str) -> None:
+    """Episodes of one family keep one MjrContext (the data engine's reset cost); every frame must equal
+    the frame rendered through a context made for that episode's own model."""
+    from embodied.worlds import FrameRenderer
+
+    world = make_world(name, width=SIZE, height=SIZE)
+    fresh = FrameRenderer(SIZE, SIZE)
+    shared = world._renderer
+    try:
+        for seed in range(4):
+            world.reset(seed)
+            frames = world.record(CLIP[:3])
+            fresh.close()  # forget the last model: set_model must make a new context
+            world._renderer = fresh
+            try:
+                fresh.set_model(world.model)
+                again = world.record(CLIP[:3])
+            finally:
+                world._renderer = shared
+            assert np.array_equal(frames, again), f"{name} seed {seed}"
+        assert shared.contexts_made == 1  # the scene's textures and planes are the same every episode
+        assert fresh.contexts_made == 4
+    finally:
+        fresh.close()
+        world.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from embodied.datasets import Example
@@ -54,6 +55,11 @@ def member_temperatures(
     return torch.tensor(per_member * n_prompts)
 
 
+def sampling_seed(*keys: int) -> int:
+    """A 63-bit seed derived from integer keys (e.g. run seed, draw, prompt index, group member)."""
+    return int(np.random.SeedSequence([int(k) for k in keys]).generate_state(2, np.uint64)[0] >> np.uint64(1))
+
+
 @torch.no_grad()
 def sample_groups(
     model,
@@ -62,8 +68,12 @@ def sample_groups(
     cfg,
     video: VideoConfig,
     reward_fn: RewardFn,
+    seeds: Sequence[int] | None = None,
 ) -> Rollout:
     """Sample `cfg.group_size` answers per example and score them (`cfg` is a `GRPOConfig`).
+
+    With `seeds` (one per example), answer g to example i is drawn with `sampling_seed(seeds[i], g)`: a
+    function of that seed and the prompt alone, so splitting prompts across processes changes nothing.
 
     With `cfg.overlong` "hard" or "soft", DAPO's overlong penalty (`reward/overlong`, weighted by
     `cfg.overlong_weight`) joins the reward: hard gives truncated answers -1; soft also ramps down over the
@@ -76,7 +86,8 @@ def sample_groups(
     batch = repeat_batch(prompts, G)
     temps = member_temperatures(cfg.temperature, cfg.temperatures, len(examples), G).to(device)
     model.eval()
-    ids, mask = generate(model, processor, batch, cfg.max_new_tokens, temps)
+    rows = None if seeds is None else [sampling_seed(s, g) for s in seeds for g in range(G)]
+    ids, mask = generate(model, processor, batch, cfg.max_new_tokens, temps, seeds=rows)
     texts = decode(processor, ids, mask)
     ended = torch.isin(ids, torch.tensor(eos_token_ids(model, processor), device=ids.device)).any(1)
     truncated = ~ended

@@ -32,7 +32,7 @@ from embodied.rl.losses import (
 )
 from embodied.rl.papo import masked_batch
 from embodied.rl.rewards import RewardFn, mcq_rewards, mean_terms, score
-from embodied.rl.rollout import Rollout, dynamic_sample, sample_groups
+from embodied.rl.rollout import Rollout, dynamic_sample, sample_groups, sampling_seed
 from embodied.train.common import (
     NonFiniteGuard,
     Processes,
@@ -233,8 +233,10 @@ def train_grpo(
     def draw() -> Rollout:
         nonlocal drawn
         drawn += 1
-        prompts = [train[i] for i in procs.shard(next(order))]
-        return sample_groups(model, processor, prompts, cfg, video, reward_fn)
+        idx = procs.shard(next(order))
+        # each prompt's answers are seeded by (run seed, draw, prompt): the same whatever the process count
+        seeds = [sampling_seed(seed, drawn, i) for i in idx]
+        return sample_groups(model, processor, [train[i] for i in idx], cfg, video, reward_fn, seeds)
 
     bar = tqdm(range(start, cfg.steps + 1), desc="grpo", unit="step", disable=not progress)
     t_start = time.perf_counter()

@@ -4,7 +4,8 @@ Why this module exists: creating a GL context costs ~1 s the first time in a pro
 ``mujoco.Renderer`` per clip costs ~150 ms, while a dataset generator renders thousands of short
 clips whose MuJoCo model changes every episode. So the process opens ONE offscreen GL context
 (:func:`gl_context`) and a :class:`FrameRenderer` rebinds only the model-dependent objects
-(``MjrContext`` ~4 ms, ``MjvScene`` <1 ms) when the model changes.
+(``MjvScene`` <1 ms, and ``MjrContext`` ~3-4 ms only when what it uploads changed) when the model
+changes.
 
 Backend choice: ``MUJOCO_GL`` defaults to ``egl`` (set before mujoco's GL is first touched). If the
 user did not choose a backend and EGL cannot create a context, we fall back to ``osmesa``. If
@@ -14,6 +15,7 @@ neither works the error names the Debian packages to install.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
 import os
 import sys
@@ -136,11 +138,59 @@ def gl_context(width: int = 640, height: int = 480) -> tuple[Any, str]:
     )
 
 
+def context_key(model: mujoco.MjModel) -> bytes | None:
+    """Digest of everything ``mjr_makeContext`` uploads from ``model``, or None if it is not covered.
+
+    Two models with the same key can share one ``MjrContext``: the same textures, materials' texture
+    bindings, plane grids, built-in shape resolution, offscreen and shadow buffer sizes. A world that
+    adds primitive objects to a fixed scene per episode (every clip of the data engine) therefore keeps
+    its context. The only inputs left out are the scalars scaled by ``stat.extent`` (shadow clip, fog
+    range), which :meth:`FrameRenderer.set_model` rewrites; fog itself is off in our scenes. Models with
+    meshes, height fields, skins or flexes always get a fresh context (None).
+    """
+    if model.nmesh or model.nhfield or model.nskin or model.nflex:
+        return None
+    planes = model.geom_type == mujoco.mjtGeom.mjGEOM_PLANE
+    vis = model.vis
+    scalars = [
+        vis.global_.offwidth,
+        vis.global_.offheight,
+        vis.global_.linewidth,
+        vis.quality.shadowsize,
+        vis.quality.offsamples,
+        vis.quality.numslices,
+        vis.quality.numstacks,
+        vis.quality.numquads,
+        vis.map.shadowscale,
+        *vis.rgba.fog,
+    ]
+    if np.any(model.geom_size[planes, :2] <= 0):  # an infinite plane's grid spans zfar * extent
+        scalars.append(vis.map.zfar * model.stat.extent)
+    digest = hashlib.blake2b(np.asarray(scalars, dtype=np.float64).tobytes(), digest_size=16)
+    for arr in (
+        model.geom_size[planes],
+        model.geom_matid[planes],
+        model.mat_texid,
+        model.mat_texrepeat,
+        model.mat_texuniform,
+        model.tex_type,
+        model.tex_colorspace,
+        model.tex_width,
+        model.tex_height,
+        model.tex_nchannel,
+        model.tex_adr,
+        model.tex_data,
+    ):
+        digest.update(np.ascontiguousarray(arr).tobytes())
+    return digest.digest()
+
+
 class FrameRenderer:
     """Renders RGB frames of any model from a named camera, sharing one GL context.
 
-    ``set_model`` is cheap enough to call every episode; it reallocates only what depends on the
-    model (textures/offscreen buffers in ``MjrContext``, the geom buffer in ``MjvScene``).
+    ``set_model`` is cheap enough to call every episode: it remakes the geom buffer (``MjvScene``), and
+    the ``MjrContext`` (textures, buffers) only when :func:`context_key` says the upload differs.
+    ``contexts_made`` counts the contexts made, for tests and benchmarks.
     """
 
     def __init__(self, width: int, height: int, max_geom: int = 200) -> None:
@@ -149,6 +199,8 @@ class FrameRenderer:
         self._model: mujoco.MjModel | None = None
         self._con: mujoco.MjrContext | None = None
         self._scene: mujoco.MjvScene | None = None
+        self._key: bytes | None = None
+        self.contexts_made = 0
         self._option = mujoco.MjvOption()
         self._pert = mujoco.MjvPerturb()
         self._camera = mujoco.MjvCamera()
@@ -163,10 +215,18 @@ class FrameRenderer:
             model.vis.global_.offwidth = max(self.width, model.vis.global_.offwidth)
             model.vis.global_.offheight = max(self.height, model.vis.global_.offheight)
         self._ctx.make_current()
-        if self._con is not None:
-            self._con.free()
-        self._con = mujoco.MjrContext(model, mujoco.mjtFontScale.mjFONTSCALE_100)
-        mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN, self._con)
+        key = context_key(model)
+        if self._con is not None and key is not None and key == self._key:
+            extent = model.stat.extent  # the context's model-scaled scalars, as mjr_makeContext sets them
+            self._con.shadowClip = extent * model.vis.map.shadowclip
+            self._con.fogStart = extent * model.vis.map.fogstart
+            self._con.fogEnd = extent * model.vis.map.fogend
+        else:
+            if self._con is not None:
+                self._con.free()
+            self._con = mujoco.MjrContext(model, mujoco.mjtFontScale.mjFONTSCALE_100)
+            self.contexts_made += 1
+        self._key = key
         self._scene = mujoco.MjvScene(model, maxgeom=self.max_geom)
         self._model = model
 
@@ -187,6 +247,8 @@ class FrameRenderer:
             mujoco.mjtCatBit.mjCAT_ALL,
             self._scene,
         )
+        # Several renderers share the GL context: bind this one's offscreen buffer before drawing into it.
+        mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN, self._con)
         mujoco.mjr_render(self._rect, self._scene, self._con)
         mujoco.mjr_readPixels(self._rgb, None, self._rect, self._con)
         return np.flipud(self._rgb).copy()  # OpenGL's origin is bottom-left
@@ -196,4 +258,4 @@ class FrameRenderer:
         if self._con is not None:
             self._ctx.make_current()
             self._con.free()
-        self._con = self._scene = self._model = None
+        self._con = self._scene = self._model = self._key = None
