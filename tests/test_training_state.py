@@ -159,6 +159,23 @@ def test_per_member_temperatures_score_each_sample_at_its_own(tiny_policy, examp
     assert not torch.allclose(lp_rows[0], completion_logprobs(model, batch, ids, mask, 2.0)[0], atol=1e-3)
 
 
+def test_seeded_sampler_draws_from_the_softmax_and_never_a_masked_token():
+    from embodied.policy import _RowSeededSampler
+
+    p = torch.tensor([0.1, 0.2, 0.3, 0.4, 0.0])
+    logits = torch.log(p).expand(2, -1).clone()  # two rows, the last token impossible (-inf)
+    draws = torch.stack([_RowSeededSampler([7, 8], torch.device("cpu"))(None, logits).argmax(-1)])
+    counts = torch.zeros(2, 5)
+    sampler = _RowSeededSampler([7, 8], torch.device("cpu"))
+    for _ in range(4000):
+        picks = sampler(None, logits)
+        assert torch.isfinite(picks).sum() == 2  # one possible token per row
+        counts[torch.arange(2), picks.argmax(-1)] += 1
+    assert counts[:, 4].sum() == 0
+    assert torch.allclose(counts / 4000, p.expand(2, -1), atol=0.03)  # 4.5 standard errors at most
+    assert torch.equal(draws[0], _RowSeededSampler([7, 8], torch.device("cpu"))(None, logits).argmax(-1))
+
+
 def test_seeded_samples_do_not_depend_on_the_rest_of_the_batch(tiny_policy, examples):
     """What makes GRPO over several processes equal one process: a prompt's answers depend on its seed."""
     from embodied.rl.rollout import sample_groups

@@ -4,8 +4,9 @@ Measured side by side in one run (these machines are shared and noisy): the rend
 second on the drop scene (one process, `render()` alone, no physics, no encoding), then the whole pipeline
 (`generate` with `data.workers` processes: physics, rendering of the sampled frames only, H.264 encoding,
 JSONL), arrow-of-time clips of 8 frames at 2 fps, 128x128, then the raw renderer again. Clips per second,
-pipeline frames per second per worker over raw frames per second, and the resident memory of the main
-process plus its workers sampled every 0.5 s (flat = no growth from the first tenth of the run to the end).
+the pipeline's frames per second over the raw renderer's (`pipeline_vs_raw`, all workers together; also
+per worker), and the resident memory of the main process plus its workers sampled every 0.5 s (flat = no
+growth from the first tenth of the run to the end).
 
 Size: `data.n_train` clips (default 3000; `data.n_train=10000` for the memory check). Written to a
 temporary folder under `run_dir`, deleted afterwards.
@@ -26,6 +27,9 @@ import numpy as np
 from embodied.tasks import FamilySpec
 
 FRAMES, FPS, SIZE = 8, 2.0, 128
+TARGETS = {"clips_per_s": 20, "pipeline_vs_raw": 0.5}
+"""Issue targets on 2 cores: clips per second, and the whole pipeline's frames per second (all workers)
+over the raw renderer's (one process)."""
 RAW_SECONDS = 3.0
 """Seconds spent timing the raw renderer, before and after the pipeline."""
 
@@ -170,11 +174,13 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
         "pipeline_frames_per_s": round(clips_s * FRAMES, 1),
         "raw_render_fps": round(raw, 1),
         "raw_render_fps_before_after": [round(raw_before, 1), round(raw_after, 1)],
+        "pipeline_vs_raw": round(clips_s * FRAMES / raw, 3),
         "pipeline_vs_raw_per_worker": round(clips_s * FRAMES / workers / raw, 3),
-        "pipeline_vs_raw_one_process": round(clips_s * FRAMES / raw, 3),
         "wall_s": round(wall, 2),
         "per_clip_ms_one_process": breakdown,
         "skipped": manifest["skipped"]["count"],
         "memory": mem.summary(),
-        "targets": {"clips_per_s": 20, "pipeline_vs_raw": 0.5},
+        "targets": TARGETS,
+        "meets_targets": clips_s >= TARGETS["clips_per_s"]
+        and clips_s * FRAMES / raw >= TARGETS["pipeline_vs_raw"],
     }
