@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_file, load_model, save_file, save_model
 
 FILES = ("model.safetensors", "optimizer.pt", "rng.pt", "state.json")
 PREFIX = "step-"
@@ -65,10 +65,13 @@ def save_checkpoint(
     state: dict | None = None,
     config_yaml: str = "",
     keep: int = 2,
+    weights: dict | None = None,
+    optim_state: dict | None = None,
 ) -> Path:
     """Write the checkpoint of `step` atomically under `root`, then keep only the newest `keep` (>= 1).
 
-    `state` is the loop's JSON-serialisable bookkeeping (data position, running sums, ...).
+    `state` is the loop's JSON-serialisable bookkeeping (data position, running sums, ...). `weights` and
+    `optim_state` replace the model's and optimizer's own state dicts (FSDP passes the gathered ones).
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -76,8 +79,14 @@ def save_checkpoint(
     tmp = root / f".tmp-{PREFIX}{step:08d}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    save_model(model, str(tmp / "model.safetensors"))
-    optim = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict() if scheduler else None}
+    if weights is None:
+        save_model(model, str(tmp / "model.safetensors"))
+    else:
+        save_file(_unshared(weights), str(tmp / "model.safetensors"))
+    optim = {
+        "optimizer": optimizer.state_dict() if optim_state is None else optim_state,
+        "scheduler": scheduler.state_dict() if scheduler else None,
+    }
     torch.save(optim, tmp / "optimizer.pt")
     torch.save(rng_state(), tmp / "rng.pt")
     (tmp / "config.yaml").write_text(config_yaml)
@@ -120,14 +129,34 @@ def resolve_resume(resume: str, root: str | Path) -> Path | None:
     return path
 
 
-def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer=None, scheduler=None) -> dict:
-    """Restore weights, optimizer, scheduler and RNG states from `path`; returns its `state.json`."""
+def load_checkpoint(
+    path: str | Path, model: torch.nn.Module | None, optimizer=None, scheduler=None, raw: bool = False
+):
+    """Restore weights, optimizer, scheduler and RNG states from `path`; returns its `state.json`.
+
+    With `raw`, the weights and optimizer state are returned instead of loaded:
+    `(weights, optimizer.pt's dict, state)` (the scheduler and RNG states are still restored).
+    """
     path = Path(path)
-    load_model(model, str(path / "model.safetensors"), device=str(next(model.parameters()).device))
     optim = torch.load(path / "optimizer.pt", weights_only=True)
-    if optimizer is not None:
-        optimizer.load_state_dict(optim["optimizer"])
+    weights = load_file(str(path / "model.safetensors")) if raw else None
+    if not raw:
+        load_model(model, str(path / "model.safetensors"), device=str(next(model.parameters()).device))
+        if optimizer is not None:
+            optimizer.load_state_dict(optim["optimizer"])
     if scheduler is not None and optim["scheduler"] is not None:
         scheduler.load_state_dict(optim["scheduler"])
     set_rng_state(torch.load(path / "rng.pt", weights_only=True))
-    return json.loads((path / "state.json").read_text())
+    state = json.loads((path / "state.json").read_text())
+    return (weights, optim, state) if raw else state
+
+
+def _unshared(tensors: dict) -> dict:
+    """Contiguous tensors none of which shares memory with another (safetensors' rule; tied weights)."""
+    seen, out = set(), {}
+    for k, v in tensors.items():
+        v = v.contiguous()
+        ptr = (v.untyped_storage().data_ptr(), v.storage_offset())
+        out[k] = v.clone() if ptr in seen else v
+        seen.add(ptr)
+    return out

@@ -164,6 +164,10 @@ class Config:
     """torch CPU threads (0 = torch's default)."""
     mixed_precision: str = "no"
     """sft/grpo: "bf16" trains under autocast with fp32 master weights (GPU); "no" is full precision."""
+    distributed: str = "ddp"
+    """sft/grpo under several processes (`accelerate launch`, `torchrun`): "ddp" replicates the model in each;
+    "fsdp" shards parameters, gradients and optimizer state across them (FSDP2), for models too big for one
+    device. A checkpoint resumes under the setting that wrote it."""
     resume: str = ""
     """sft/grpo: "" starts fresh; "auto" continues from the newest complete checkpoint in run_dir (fresh
     if none); a path continues from that checkpoint folder."""

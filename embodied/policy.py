@@ -103,16 +103,17 @@ def load_policy(path: str | Path, dtype: str = "float32", device: str = "cpu"):
     return model, processor
 
 
-def save_policy(model, processor, out: str | Path) -> None:
+def save_policy(model, processor, out: str | Path, state: dict | None = None) -> None:
     """Save as a Hugging Face folder, atomically: a temporary folder renamed over the target.
 
     A LoRA policy is saved with its adapters merged into the base weights: the folder loads like any
-    checkpoint (no peft needed) and the live model keeps training with its adapters unmerged.
+    checkpoint (no peft needed) and the live model keeps training with its adapters unmerged. `state`
+    replaces the model's own state dict (FSDP passes the gathered one).
     """
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
-    state = merged_state_dict(model) if has_lora(model) else None
+    state = merged_state_dict(model) if has_lora(model) else state
     model.save_pretrained(tmp, safe_serialization=True, state_dict=state)
     processor.save_pretrained(tmp)
     old = out.with_name(f".{out.name}.old")
@@ -295,6 +296,12 @@ def vision_token_ids(processor) -> list[int]:
     return [i for i in ids if i is not None and i != tok.unk_token_id]
 
 
+def _sharded(model) -> bool:
+    from embodied.train.common import is_sharded
+
+    return is_sharded(model)
+
+
 class _RowTemperature(LogitsProcessor):
     """Divides each row's logits by its own temperature `(B,)`: one group can mix temperatures."""
 
@@ -368,6 +375,7 @@ def generate(
         pad_token_id=processor.tokenizer.pad_token_id,
         suppress_tokens=vision_token_ids(processor),
         num_return_sequences=batch.group if grouped else 1,
+        synced_gpus=_sharded(model),  # FSDP: every process runs as many forward passes as the longest
         **kwargs,
     )
     ids = out[:, inputs["input_ids"].shape[1] :]
@@ -392,7 +400,7 @@ def completion_logprobs(
     """
     checkpointing = model.training and getattr(model, "is_activation_checkpointing", False)
     # checkpointed layers drop the KV cache the shared prefix needs; DDP must see the whole forward
-    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel) or _sharded(model):
         batch = dict(batch)  # a plain batch: every row runs its own full forward
     if is_grouped(batch) and not checkpointing:
         logits = shared_prefix_logits(model, batch, ids, mask).float()

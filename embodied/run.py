@@ -110,7 +110,7 @@ def _train(cfg: Config, stage: str, progress: bool) -> dict:
     from embodied.train.sft import train_sft
 
     loop, stage_cfg = {"sft": (train_sft, cfg.sft), "grpo": (train_grpo, cfg.grpo)}[stage]
-    procs = Processes(cfg.mixed_precision, cpu=cfg.policy.device == "cpu")
+    procs = Processes(cfg.mixed_precision, cpu=cfg.policy.device == "cpu", strategy=cfg.distributed)
     out = _setup(cfg, stage)
     model, processor = load(cfg.policy)
     train, _ = _examples(cfg, "train", progress)
@@ -129,8 +129,9 @@ def _train(cfg: Config, stage: str, progress: bool) -> dict:
         config_yaml=to_yaml(cfg),
         procs=procs,
     )
+    weights = procs.full_state(model)[0] if procs.fsdp else None  # FSDP: gathered by every process
     if procs.main:  # the other processes hold the same weights
-        save_policy(model, processor, out / "model")
+        save_policy(model, processor, out / "model", weights)
         plot_curves(read_metrics(out / "metrics.jsonl"), out / "curves.png")
     procs.barrier()
     return info | {"model": str(out / "model")}

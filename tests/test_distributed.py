@@ -32,33 +32,59 @@ def _run(root, common, name: str, nproc: int, command: str, extra: list[str]) ->
     return [json.loads(line) for line in (root / name / "metrics.jsonl").read_text().splitlines()]
 
 
+def _metrics(path) -> list[dict]:
+    return [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+
+
 def _weights(path):
     return load_file(str(path / "model" / "model.safetensors"))
 
 
-def test_two_processes_equal_one_process_sft(setup):
+SFT = ["sft.steps=3", "sft.batch_size=4", "sft.log_every=1", "sft.eval_every=0", "sft.checkpoint_every=2"]
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_two_processes_equal_one_process_sft(setup, strategy):
     root, common = setup
-    extra = [
-        "sft.steps=3",
-        "sft.batch_size=4",
-        "sft.log_every=1",
-        "sft.eval_every=0",
-        "sft.checkpoint_every=0",
-    ]
-    one = _run(root, common, "sft1", 1, "sft", extra)
-    two = _run(root, common, "sft2", 2, "sft", extra)
+    if not (root / "sft1").exists():
+        _run(root, common, "sft1", 1, "sft", SFT)
+    one = _metrics(root / "sft1")
+    two = _run(root, common, f"sft2-{strategy}", 2, "sft", [*SFT, f"distributed={strategy}"])
     assert [r["step"] for r in two] == [1, 2, 3]  # only the first process logs
     assert [r["loss/sft"] for r in two] == pytest.approx([r["loss/sft"] for r in one], abs=1e-5)
     assert [r["train/tokens"] for r in two] == [r["train/tokens"] for r in one]
-    w1, w2 = _weights(root / "sft1"), _weights(root / "sft2")
+    w1, w2 = _weights(root / "sft1"), _weights(root / f"sft2-{strategy}")
     assert w1.keys() == w2.keys()
     assert all(torch.allclose(w1[k], w2[k], atol=1e-5) for k in w1)
     assert any(
         not torch.equal(w1[k], load_file(str(next(root.glob("tiny/model.safetensors"))))[k]) for k in w1
     )
+    # the step-2 checkpoint holds the whole model and optimizer, however the processes held them
+    c1 = root / "sft1" / "checkpoints" / "sft" / "step-00000002"
+    c2 = root / f"sft2-{strategy}" / "checkpoints" / "sft" / "step-00000002"
+    m1, m2 = load_file(str(c1 / "model.safetensors")), load_file(str(c2 / "model.safetensors"))
+    tied = {k for k in m1.keys() ^ m2.keys()}  # a tied weight is stored once, under either of its names
+    assert all(k.endswith(("lm_head.weight", "embed_tokens.weight")) for k in tied) and len(tied) <= 2
+    assert all(torch.allclose(m1[k], m2[k], atol=1e-5) for k in m1.keys() & m2.keys())
 
 
-def test_two_processes_equal_one_process_grpo(setup):
+def test_fsdp_resume_continues_the_run(setup):
+    """Two FSDP processes resume from the step-2 checkpoint of a 3-step run and end where it ended."""
+    root, common = setup
+    name = "sft2-fsdp-resumed"
+    done = root / "sft2-fsdp"
+    if not done.exists():
+        _run(root, common, "sft2-fsdp", 2, "sft", [*SFT, "distributed=fsdp"])
+    ckpt = done / "checkpoints" / "sft" / "step-00000002"
+    resumed = _run(root, common, name, 2, "sft", [*SFT, "distributed=fsdp", f"resume={ckpt}"])
+    assert [r["step"] for r in resumed] == [3]
+    assert resumed[0]["loss/sft"] == pytest.approx(_metrics(done)[2]["loss/sft"], abs=1e-6)
+    w, w_done = _weights(root / name), _weights(done)
+    assert all(torch.allclose(w[k], w_done[k], atol=1e-6) for k in w)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_two_processes_equal_one_process_grpo(setup, strategy):
     """Each process samples its half of the prompts (seeded per prompt) and the update is all-reduced: the
     logged metrics and the weights equal one process's on the same global batch."""
     root, common = setup
@@ -74,13 +100,15 @@ def test_two_processes_equal_one_process_grpo(setup):
         "grpo.log_every=1",
         "grpo.checkpoint_every=0",
     ]
-    one = _run(root, common, "grpo1", 1, "grpo", extra)
-    two = _run(root, common, "grpo2", 2, "grpo", extra)
+    if not (root / "grpo1").exists():
+        _run(root, common, "grpo1", 1, "grpo", extra)
+    one = _metrics(root / "grpo1")
+    two = _run(root, common, f"grpo2-{strategy}", 2, "grpo", [*extra, f"distributed={strategy}"])
     assert [r["step"] for r in two] == [r["step"] for r in one] == [1, 2]
     for a, b in zip(one, two, strict=True):
         keys = {k for k in a if not k.startswith("time/")}
         assert keys == {k for k in b if not k.startswith("time/")}
         assert {k: b[k] for k in keys} == pytest.approx({k: a[k] for k in keys}, abs=1e-5)
     assert one[1]["loss/kl"] > 0  # the second step's policy has moved away from the reference
-    w1, w2 = _weights(root / "grpo1"), _weights(root / "grpo2")
+    w1, w2 = _weights(root / "grpo1"), _weights(root / f"grpo2-{strategy}")
     assert all(torch.allclose(w1[k], w2[k], atol=1e-5) for k in w1)

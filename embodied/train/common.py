@@ -74,10 +74,55 @@ def apply_gradients(model, optimizer, loss, grad_clip: float, guard: NonFiniteGu
     """Clip accumulated gradients; step unless `loss` or the gradient is non-finite; then clear them."""
     params = [p for p in model.parameters() if p.grad is not None]
     grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else float("inf"))
+    if hasattr(grad_norm, "full_tensor"):  # FSDP: a DTensor holding the norm over all shards
+        grad_norm = grad_norm.full_tensor()
     if guard.ok(torch.as_tensor(loss), grad_norm, step):
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return float(grad_norm)
+
+
+def shard(model: torch.nn.Module, mixed_precision: str = "no") -> torch.nn.Module:
+    """FSDP2: shard every block named in the model's `_no_split_modules` (Qwen2.5-VL: decoder layers and
+    vision blocks), the vision tower, then the rest; bf16 computes in bfloat16 and reduces gradients in
+    float32."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    from embodied.lora import has_lora
+
+    if has_lora(model):
+        raise ValueError("LoRA under FSDP is not supported yet: use distributed=ddp with policy.lora_rank")
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    if not names:
+        raise ValueError(f"{type(model).__name__} names no _no_split_modules: FSDP cannot pick its blocks")
+    half = mixed_precision == "bf16"
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if half else None
+    kwargs = {"mp_policy": policy} if policy else {}
+    blocks = [m for m in model.modules() if type(m).__name__ in names]
+    if not blocks:
+        raise ValueError(f"none of {sorted(names)} found in {type(model).__name__}")
+    for block in blocks:
+        fully_shard(block, **kwargs)
+    # generate() runs the vision tower by itself (visual features before the first forward), so a tower
+    # (the module holding a list of blocks) gathers its own remaining weights (patch embedding, merger)
+    # rather than rely on the root's. Not the language model's: its embedding is tied to the root's head.
+    parent = {id(c): m for m in model.modules() for c in m.children()}
+    embed = model.get_input_embeddings()
+    for tower in {id(t): t for b in blocks if (t := parent.get(id(parent.get(id(b))))) is not None}.values():
+        if tower is not model and not any(m is embed for m in tower.modules()):
+            fully_shard(tower, **kwargs)
+    fully_shard(model, **kwargs)
+    # FSDP2 picks its root lazily, at the first forward; generate() calls the tower first, which would make
+    # the tower a root. Initialise from the real root now (torch has no public call for this yet).
+    model._get_fsdp_state()._lazy_init()
+    return model
+
+
+def is_sharded(model: torch.nn.Module) -> bool:
+    """True for a model sharded by FSDP2 (its parameters are DTensors)."""
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for p in model.parameters())
 
 
 def skip_batches(order: Iterator[list[int]], n: int) -> Iterator[list[int]]:
@@ -95,23 +140,92 @@ class Processes:
     processes) and multiplied by N, because DDP averages gradients: the summed gradient is then exactly
     the single-process one on the same global batch. In a plain run N = 1 and everything is the identity.
     `mixed_precision="bf16"` (GPU) wraps the forward pass in autocast with fp32 master weights.
+
+    `strategy="fsdp"` shards parameters, gradients and optimizer state over the processes instead of
+    replicating them (PyTorch's FSDP2 `fully_shard` on every block the model lists in `_no_split_modules`,
+    then on the whole model). The module stays the same object, so generation and scoring call it as
+    usual, but every process must then run every forward pass: evaluation and checkpoints run on all of
+    them (only the first writes), and generation keeps the processes in step (`synced_gpus`).
     """
 
-    def __init__(self, mixed_precision: str = "no", cpu: bool = True):
+    def __init__(self, mixed_precision: str = "no", cpu: bool = True, strategy: str = "ddp"):
         from accelerate import Accelerator
 
+        if strategy not in ("ddp", "fsdp"):
+            raise ValueError(f"distributed={strategy!r}: choose ddp or fsdp")
         # cpu=True: processes launched by torchrun on CPU join a gloo group (accelerate's MULTI_CPU)
         self.accelerator = Accelerator(mixed_precision=mixed_precision, cpu=cpu)
         self.rank = self.accelerator.process_index
         self.world = self.accelerator.num_processes
         self.main = self.accelerator.is_main_process
         self.mixed_precision = mixed_precision
+        self.fsdp = strategy == "fsdp" and self.world > 1
+
+    @property
+    def all_forward(self) -> bool:
+        """Whether this process runs the forward passes only the first process needs (evaluation, PAPO's
+        probe): under FSDP every process must take part in each."""
+        return self.main or self.fsdp
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
-        """The module to run training forward passes through (DDP / autocast wrapper when needed)."""
+        """The module to run training forward passes through (DDP / autocast wrapper when needed; under
+        FSDP the model itself, sharded in place: build the optimizer after this)."""
+        if self.fsdp:
+            return shard(model, self.mixed_precision)
         if self.world == 1 and self.mixed_precision == "no":
             return model
         return self.accelerator.prepare(model)
+
+    def wrap_frozen(self, model: torch.nn.Module) -> torch.nn.Module:
+        """A frozen model used alongside the policy (the KL reference): sharded too under FSDP."""
+        return shard(model, self.mixed_precision) if self.fsdp else model
+
+    def full_state(self, model: torch.nn.Module, optimizer=None) -> tuple[dict, dict | None]:
+        """Whole (unsharded) state dicts of the model and optimizer, on the CPU. Under FSDP every process
+        must call this (it gathers)."""
+        if not self.fsdp:
+            return model.state_dict(), optimizer.state_dict() if optimizer is not None else None
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
+
+        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        optim = get_optimizer_state_dict(model, optimizer, options=opts) if optimizer is not None else None
+        weights = get_model_state_dict(model, options=opts)
+        first: dict = {}  # tied parameters (lm_head = embed_tokens) are kept once, under their first name
+        for name, p in model.named_parameters(remove_duplicate=False):
+            if first.setdefault(id(p), name) != name:
+                weights.pop(name, None)
+        return weights, optim
+
+    def save_checkpoint(self, root, step, model, optimizer, scheduler, state, config_yaml, keep) -> None:
+        """Every process calls this; the first writes (`embodied.checkpoint.save_checkpoint`)."""
+        from embodied.checkpoint import save_checkpoint
+
+        weights, optim = self.full_state(model, optimizer) if self.fsdp else (None, None)
+        if self.main:
+            save_checkpoint(root, step, model, optimizer, scheduler, state, config_yaml, keep, weights, optim)
+        self.barrier()
+
+    def load_checkpoint(self, path, model, optimizer, scheduler=None) -> dict:
+        """Restore a checkpoint into this process's (possibly sharded) model and optimizer."""
+        from embodied.checkpoint import load_checkpoint
+
+        if not self.fsdp:
+            return load_checkpoint(path, model, optimizer, scheduler)
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        weights, optim, state = load_checkpoint(path, None, None, scheduler, raw=True)
+        opts = StateDictOptions(full_state_dict=True, strict=False)  # tied weights are stored once
+        set_model_state_dict(model, weights, options=opts)
+        set_optimizer_state_dict(model, optimizer, optim["optimizer"], options=opts)
+        return state
 
     def shard(self, items: list) -> list:
         if len(items) % self.world:

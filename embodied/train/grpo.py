@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from embodied.checkpoint import load_checkpoint, resolve_resume, save_checkpoint
+from embodied.checkpoint import resolve_resume
 from embodied.datasets import Example
 from embodied.evaluate import evaluate
 from embodied.metrics import MetricsLog
@@ -211,9 +211,10 @@ def train_grpo(
     procs = procs or Processes()
     if procs.world > 1 and cfg.dynamic_sampling:
         raise ValueError("grpo.dynamic_sampling with several processes is not supported yet: run it in one")
+    ref = copy.deepcopy(model).eval().requires_grad_(False) if cfg.kl_coef > 0 else None
+    ref = procs.wrap_frozen(ref) if ref is not None else None
     net = procs.wrap(model)
     out_dir = Path(out_dir)
-    ref = copy.deepcopy(model).eval().requires_grad_(False) if cfg.kl_coef > 0 else None
     optimizer = torch.optim.AdamW(
         param_groups(model, cfg.lr, cfg.vision_lr_scale), lr=cfg.lr, weight_decay=0.0
     )
@@ -223,7 +224,7 @@ def train_grpo(
     guard = NonFiniteGuard()
     order, drawn, start, empty_steps = index_batches(len(train), cfg.prompts_per_step, seed), 0, 1, 0
     if path := resolve_resume(resume, ckpt_dir):
-        state = load_checkpoint(path, model, optimizer)
+        state = procs.load_checkpoint(path, model, optimizer)
         start, drawn, empty_steps = state["step"] + 1, state["drawn"], state["empty_steps"]
         guard.total, guard.in_row = state["skipped"], state["in_row"]
         order = skip_batches(order, drawn)
@@ -280,7 +281,7 @@ def train_grpo(
                     "rollout/truncated": ro.truncated.float().mean(),
                 }
                 metrics = procs.reduce_metrics(metrics, summed=UPDATE_SUMS)
-            if procs.main and ro is not None and cfg.papo:
+            if procs.all_forward and ro is not None and cfg.papo:
                 metrics |= masked_input_accuracy(
                     model, processor, ro, cfg, reward_fn, _generator(seed, step, 2)
                 )
@@ -289,17 +290,20 @@ def train_grpo(
             metrics |= {"time/step": time.perf_counter() - t0, "time/rollout": t_rollout}
             if procs.main:
                 log.log(step, metrics)
-        if procs.main and cfg.eval_every and val and step % cfg.eval_every == 0:
+        if procs.all_forward and cfg.eval_every and val and step % cfg.eval_every == 0:
             res = evaluate(model, processor, val[: cfg.eval_examples], video, choice=False, progress=False)
-            log.log(step, {"eval/accuracy": res["accuracy"], "eval/unparseable": res["unparseable"]})
-        if procs.main and cfg.checkpoint_every and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
+            if procs.main:
+                log.log(step, {"eval/accuracy": res["accuracy"], "eval/unparseable": res["unparseable"]})
+        if cfg.checkpoint_every and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
             state = {
                 "drawn": drawn,
                 "empty_steps": empty_steps,
                 "skipped": guard.total,
                 "in_row": guard.in_row,
             }
-            save_checkpoint(ckpt_dir, step, model, optimizer, None, state, config_yaml, cfg.keep_checkpoints)
+            procs.save_checkpoint(
+                ckpt_dir, step, model, optimizer, None, state, config_yaml, cfg.keep_checkpoints
+            )
     procs.barrier()
     model.eval()
     return {"steps": cfg.steps, "wall_s": time.perf_counter() - t_start, "skipped_steps": guard.total}

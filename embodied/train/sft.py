@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from embodied.checkpoint import load_checkpoint, resolve_resume, save_checkpoint
+from embodied.checkpoint import resolve_resume
 from embodied.datasets import Example
 from embodied.evaluate import evaluate
 from embodied.metrics import MetricsLog
@@ -81,7 +81,7 @@ def train_sft(
     loss_sum, tok_sum, start = 0.0, 0, 1
     if path := resolve_resume(resume, ckpt_dir):
         optimizer, schedule = fresh_optimizer()
-        state = load_checkpoint(path, model, optimizer, schedule)
+        state = procs.load_checkpoint(path, model, optimizer, schedule)
         start, loss_sum, tok_sum = state["step"] + 1, state["loss_sum"], state["tokens"]
         guard.total, guard.in_row = state["skipped"], state["in_row"]
         order = skip_batches(order, state["step"])
@@ -119,13 +119,14 @@ def train_sft(
             bar.set_postfix(loss=f"{metrics['loss/sft']:.3f}")
         if step % cfg.log_every == 0 or step == cfg.steps:
             loss_sum = 0.0
-        if procs.main and cfg.eval_every and val and step % cfg.eval_every == 0:
+        if procs.all_forward and cfg.eval_every and val and step % cfg.eval_every == 0:
             res = evaluate(model, processor, val[: cfg.eval_examples], video, choice=False, progress=False)
-            log.log(step, {"eval/accuracy": res["accuracy"], "eval/unparseable": res["unparseable"]})
-            bar.write(f"sft step {step}: val accuracy {res['accuracy']:.3f}")
-        if procs.main and cfg.checkpoint_every and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
+            if procs.main:
+                log.log(step, {"eval/accuracy": res["accuracy"], "eval/unparseable": res["unparseable"]})
+                bar.write(f"sft step {step}: val accuracy {res['accuracy']:.3f}")
+        if cfg.checkpoint_every and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
             state = {"loss_sum": loss_sum, "tokens": tok_sum, "skipped": guard.total, "in_row": guard.in_row}
-            save_checkpoint(
+            procs.save_checkpoint(
                 ckpt_dir, step, model, optimizer, schedule, state, config_yaml, cfg.keep_checkpoints
             )
     procs.barrier()
