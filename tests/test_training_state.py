@@ -250,7 +250,7 @@ class Crash(Exception):
 
 
 def test_grpo_resume_equals_uninterrupted_run(examples, tiny_path, tmp_path, monkeypatch):
-    import embodied.train.grpo as grpo_mod
+    import embodied.checkpoint as ckpt_mod
 
     cfg = _grpo(steps=4, checkpoint_every=2, dynamic_sampling=True, max_sampling_rounds=2, kl_coef=0.04)
     torch.manual_seed(0)
@@ -259,7 +259,7 @@ def test_grpo_resume_equals_uninterrupted_run(examples, tiny_path, tmp_path, mon
     train_grpo(model, processor, examples, cfg, VideoConfig(), tmp_path / "full", **kw)
     full = [p.detach().clone() for p in model.parameters()]
 
-    real_save = grpo_mod.save_checkpoint
+    real_save = ckpt_mod.save_checkpoint
 
     def save_then_crash(root, step, *a, **k):
         real_save(root, step, *a, **k)
@@ -268,10 +268,10 @@ def test_grpo_resume_equals_uninterrupted_run(examples, tiny_path, tmp_path, mon
 
     torch.manual_seed(0)
     model, processor = load_policy(tiny_path)
-    monkeypatch.setattr(grpo_mod, "save_checkpoint", save_then_crash)
+    monkeypatch.setattr(ckpt_mod, "save_checkpoint", save_then_crash)
     with pytest.raises(Crash):
         train_grpo(model, processor, examples, cfg, VideoConfig(), tmp_path / "cut", **kw)
-    monkeypatch.setattr(grpo_mod, "save_checkpoint", real_save)
+    monkeypatch.setattr(ckpt_mod, "save_checkpoint", real_save)
     torch.manual_seed(123)  # whatever the new process's RNG: the checkpoint restores it
     model, processor = load_policy(tiny_path)
     train_grpo(model, processor, examples, cfg, VideoConfig(), tmp_path / "cut", resume="auto", **kw)
