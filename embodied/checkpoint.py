@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, load_model, save_file, save_model
+from safetensors.torch import load_model, save_file, save_model
 
 FILES = ("model.safetensors", "optimizer.pt", "rng.pt", "state.json")
 PREFIX = "step-"
@@ -129,26 +129,25 @@ def resolve_resume(resume: str, root: str | Path) -> Path | None:
     return path
 
 
-def load_checkpoint(
-    path: str | Path, model: torch.nn.Module | None, optimizer=None, scheduler=None, raw: bool = False
-):
-    """Restore weights, optimizer, scheduler and RNG states from `path`; returns its `state.json`.
+def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer=None, scheduler=None) -> dict:
+    """Restore weights, optimizer, scheduler and RNG states from `path`; returns its `state.json`."""
+    path = Path(path)
+    load_model(model, str(path / "model.safetensors"), device=str(next(model.parameters()).device))
+    optim, state = restore_state(path, scheduler)
+    if optimizer is not None:
+        optimizer.load_state_dict(optim["optimizer"])
+    return state
 
-    With `raw`, the weights and optimizer state are returned instead of loaded:
-    `(weights, optimizer.pt's dict, state)` (the scheduler and RNG states are still restored).
-    """
+
+def restore_state(path: str | Path, scheduler=None) -> tuple[dict, dict]:
+    """Restore the scheduler and RNG states from checkpoint `path`; returns `(optimizer.pt's dict, state)`,
+    leaving the weights and the optimizer to the caller (FSDP loads them into shards)."""
     path = Path(path)
     optim = torch.load(path / "optimizer.pt", weights_only=True)
-    weights = load_file(str(path / "model.safetensors")) if raw else None
-    if not raw:
-        load_model(model, str(path / "model.safetensors"), device=str(next(model.parameters()).device))
-        if optimizer is not None:
-            optimizer.load_state_dict(optim["optimizer"])
     if scheduler is not None and optim["scheduler"] is not None:
         scheduler.load_state_dict(optim["scheduler"])
     set_rng_state(torch.load(path / "rng.pt", weights_only=True))
-    state = json.loads((path / "state.json").read_text())
-    return (weights, optim, state) if raw else state
+    return optim, json.loads((path / "state.json").read_text())
 
 
 def _unshared(tensors: dict) -> dict:

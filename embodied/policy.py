@@ -297,9 +297,10 @@ def vision_token_ids(processor) -> list[int]:
 
 
 def _sharded(model) -> bool:
-    from embodied.train.common import is_sharded
+    """True for a model sharded by FSDP2 (`fully_shard` makes the root an `FSDPModule`)."""
+    from torch.distributed.fsdp import FSDPModule
 
-    return is_sharded(model)
+    return isinstance(model, FSDPModule)
 
 
 class _RowTemperature(LogitsProcessor):
@@ -351,17 +352,17 @@ def generate(
     makes each row's sample a function of its seed and prompt alone, whatever else is in the batch.
     """
     eos = eos_token_ids(model, processor)
+    if seeds is not None and len(seeds) != batch["input_ids"].shape[0]:
+        raise ValueError(f"{len(seeds)} seeds for a batch of {batch['input_ids'].shape[0]} rows")
+    if seeds is not None and not isinstance(temperature, torch.Tensor):
+        # the temperature must act before the seeded draw, so it goes in the processor list too
+        temperature = torch.full((len(seeds),), float(temperature))
     per_row = isinstance(temperature, torch.Tensor)
     kwargs = {"do_sample": False}
     if do_sample:
         kwargs = {"do_sample": True, "temperature": 1.0 if per_row else temperature, "top_p": 1.0, "top_k": 0}
         procs = [_RowTemperature(temperature)] if per_row else []
         if seeds is not None:
-            if len(seeds) != batch["input_ids"].shape[0]:
-                raise ValueError(f"{len(seeds)} seeds for a batch of {batch['input_ids'].shape[0]} rows")
-            if not per_row:  # the temperature must act before the seeded draw, so it goes in the list too
-                procs = [_RowTemperature(torch.full((len(seeds),), float(temperature)))]
-                kwargs["temperature"] = 1.0
             procs.append(_RowSeededSampler(seeds, batch["input_ids"].device))
         if procs:  # rows of the expanded batch, in the same order as the repeated one
             kwargs["logits_processor"] = LogitsProcessorList(procs)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -118,13 +119,6 @@ def shard(model: torch.nn.Module, mixed_precision: str = "no") -> torch.nn.Modul
     return model
 
 
-def is_sharded(model: torch.nn.Module) -> bool:
-    """True for a model sharded by FSDP2 (its parameters are DTensors)."""
-    from torch.distributed.tensor import DTensor
-
-    return any(isinstance(p, DTensor) for p in model.parameters())
-
-
 def skip_batches(order: Iterator[list[int]], n: int) -> Iterator[list[int]]:
     """Advance a batch stream by `n` batches (resuming at a saved data position)."""
     for _ in range(n):
@@ -181,10 +175,8 @@ class Processes:
         return shard(model, self.mixed_precision) if self.fsdp else model
 
     def full_state(self, model: torch.nn.Module, optimizer=None) -> tuple[dict, dict | None]:
-        """Whole (unsharded) state dicts of the model and optimizer, on the CPU. Under FSDP every process
-        must call this (it gathers)."""
-        if not self.fsdp:
-            return model.state_dict(), optimizer.state_dict() if optimizer is not None else None
+        """Whole (unsharded) state dicts of the model and optimizer, on the CPU, the optimizer's keyed by
+        parameter name. Under FSDP every process must call this (it gathers)."""
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,
             get_model_state_dict,
@@ -211,17 +203,19 @@ class Processes:
 
     def load_checkpoint(self, path, model, optimizer, scheduler=None) -> dict:
         """Restore a checkpoint into this process's (possibly sharded) model and optimizer."""
-        from embodied.checkpoint import load_checkpoint
+        from embodied.checkpoint import load_checkpoint, restore_state
 
         if not self.fsdp:
             return load_checkpoint(path, model, optimizer, scheduler)
+        from safetensors.torch import load_file
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,
             set_model_state_dict,
             set_optimizer_state_dict,
         )
 
-        weights, optim, state = load_checkpoint(path, None, None, scheduler, raw=True)
+        weights = load_file(str(Path(path) / "model.safetensors"))
+        optim, state = restore_state(path, scheduler)
         opts = StateDictOptions(full_state_dict=True, strict=False)  # tied weights are stored once
         set_model_state_dict(model, weights, options=opts)
         set_optimizer_state_dict(model, optimizer, optim["optimizer"], options=opts)
