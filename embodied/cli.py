@@ -16,6 +16,7 @@ from embodied.config import ConfigError, load_config, to_yaml
 
 COMMANDS = {
     "generate": "write a dataset or benchmark of video questions (JSONL + mp4) under data.root",
+    "pretrain": "caption-pretrain the tiny model on simulator ground truth (the base that `tiny-base` ships)",
     "sft": "supervised fine-tuning of policy.path on data.root's train split; saves run_dir/sft/model",
     "grpo": "GRPO from policy.path on data.root's train split; saves run_dir/grpo/model",
     "eval": "evaluate policy.path on data.root's eval.split: accuracy, 95% interval, chance, unparseable",

@@ -16,7 +16,9 @@ from embodied.bench import BenchConfig
 from embodied.datasets import DataConfig
 from embodied.envs.config import EnvConfig
 from embodied.experiments.recipes import RecipesConfig
+from embodied.experiments.zero_label import ZeroLabelConfig
 from embodied.policy import PolicyConfig
+from embodied.pretrain import PretrainConfig
 from embodied.video import VideoConfig
 
 
@@ -24,19 +26,23 @@ from embodied.video import VideoConfig
 class SFTConfig:
     """Supervised fine-tuning on the generated questions (targets: `tasks.sft_target`)."""
 
-    steps: int = 1200
+    steps: int = 200
     """Optimizer steps."""
     batch_size: int = 32
-    lr: float = 3e-4
+    lr: float = 1e-3
     """Peak learning rate (AdamW) of the language model, reached after `warmup_steps`, then cosine to 10%."""
     warmup_steps: int = 10
-    vision_lr_scale: float = 10.0
-    """Learning rate of the vision tower relative to `lr`. On the tiny model a uniform rate lets the language
-    model fit the answer format and tune out the clip before the vision tower finds the cue."""
-    restart_every: int = 100
+    vision_lr_scale: float = 1.0
+    """Learning rate of the vision tower relative to `lr`. The randomly initialised tiny model (`tiny`) needed
+    10 here (and warm restarts) to find the clip at all; the perception-pretrained base does not
+    (docs/perception.md)."""
+    restart_every: int = 0
     """Warm restarts (SGDR): every this many steps a fresh AdamW and a new warmup + cosine (0 = off)."""
     rationale: bool = False
     """Train on each family's templated rationale inside `<think>` (default: an empty `<think>`)."""
+    targets: str = "answer"
+    """answer: the correct letter | format: a uniformly random option letter, drawn anew at every step, so
+    SFT teaches the answer format and never the answer (the zero-label start for GRPO)."""
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     log_every: int = 10
@@ -52,17 +58,19 @@ class SFTConfig:
 class GRPOConfig:
     """Group Relative Policy Optimization (DeepSeekMath) with rule-based MCQ rewards."""
 
-    steps: int = 40
-    prompts_per_step: int = 4
-    group_size: int = 8
-    """Responses sampled per prompt (G); advantages are normalised within each group."""
-    max_new_tokens: int = 32
+    steps: int = 100
+    prompts_per_step: int = 32
+    group_size: int = 4
+    """Responses sampled per prompt (G); advantages are normalised within each group. For a two-option
+    question 32 x 4 learns faster than 8 x 8 at the same cost: each prompt's group tells which letter is
+    right, so the prompts per step are the labels per step (docs/perception.md)."""
+    max_new_tokens: int = 16
     temperature: float = 1.0
     temperatures: list[float] = field(default_factory=list)
     """Per group member: member g samples at `temperatures[g % len]` (empty: all at `temperature`).
     Log-probs are always computed at each sample's own temperature."""
-    lr: float = 5e-5
-    """Constant AdamW learning rate. Above ~1e-4 the tiny model's accuracy degrades."""
+    lr: float = 5e-4
+    """Constant AdamW learning rate (5e-4 for the tiny base; a 3B checkpoint wants ~1e-6)."""
     vision_lr_scale: float = 1.0
     """Learning rate of the vision tower relative to `lr` (as in SFT)."""
     clip_eps: float = 0.2
@@ -77,8 +85,10 @@ class GRPOConfig:
     """seq-mean-token-mean (GRPO) | token-mean (DAPO) | seq-sum-norm (Dr. GRPO, divided by max_new_tokens)."""
     kl_estimator: str = "k3"
     """k1 | k2 | k3 estimator of the KL to the reference."""
-    kl_coef: float = 0.04
-    """Weight of the KL to the frozen initial policy; 0 drops the reference model entirely."""
+    kl_coef: float = 0.1
+    """Weight of the KL to the frozen initial policy; 0 drops the reference model entirely. From a start that
+    answers each letter half the time, the KL holds the letters apart until the clip decides them: without it
+    the tiny policy collapsed to one letter within 50 steps (docs/perception.md)."""
     ratio_level: str = "token"
     """token (PPO/GRPO importance ratio per token) | sequence (GSPO's length-normalised sequence ratio)."""
     entropy_coef: float = 0.0
@@ -153,6 +163,15 @@ class EvalConfig:
 
 
 @dataclass
+class QuickstartConfig:
+    """What `embodied quickstart` does beyond the sections it shares with the other commands."""
+
+    sft_targets: str = "format"
+    """Targets of its SFT stage (`sft.targets` of that stage): format (random letters: SFT teaches the answer
+    format and reinforcement learning alone finds which letter the clip calls for) | answer (labels)."""
+
+
+@dataclass
 class Config:
     """A whole run. Each command reads the sections it needs."""
 
@@ -177,8 +196,11 @@ class Config:
     sft: SFTConfig = field(default_factory=SFTConfig)
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    quickstart: QuickstartConfig = field(default_factory=QuickstartConfig)
     bench: BenchConfig = field(default_factory=BenchConfig)
     recipes: RecipesConfig = field(default_factory=RecipesConfig)
+    zero_label: ZeroLabelConfig = field(default_factory=ZeroLabelConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
 
 

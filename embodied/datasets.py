@@ -236,3 +236,31 @@ def load_examples(
             stacklevel=2,
         )
     return examples, skipped
+
+
+def load_split(
+    root: str | Path, split: str, video, progress: bool = False, limit: int | None = None
+) -> list[Example]:
+    """`load_examples` at `video`'s (a `VideoConfig`) fps and frame cap; an error if no clip is readable."""
+    examples, skipped = load_examples(root, split, video.fps, video.max_frames, limit, progress)
+    if not examples:
+        raise ValueError(f"{root}/{split}.jsonl has no readable examples ({len(skipped)} skipped)")
+    return examples
+
+
+def dataset_matches(cfg: DataConfig) -> bool:
+    """True if `cfg.root` holds a dataset generated with the same settings (worker count aside)."""
+    path = Path(cfg.root) / "manifest.json"
+    if not path.is_file():
+        return False
+    old = json.loads(path.read_text()).get("config", {})
+    same = {k: v for k, v in asdict(cfg).items() if k != "workers"}
+    return {k: v for k, v in old.items() if k != "workers"} == same
+
+
+def ensure_dataset(cfg: DataConfig, progress: bool = True) -> None:
+    """Generate `cfg`'s dataset unless `cfg.root` already holds it."""
+    if dataset_matches(cfg):
+        print(f"reusing the dataset in {cfg.root} (same config)")
+    else:
+        generate_dataset(cfg, progress=progress)

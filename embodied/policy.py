@@ -42,8 +42,9 @@ from embodied.video import Clip, VideoConfig, frame_pixel_cap, processor_video_k
 class PolicyConfig:
     """Which model, in what precision, where."""
 
-    path: str = "tiny"
-    """A local Hugging Face folder (Qwen2-VL / Qwen2.5-VL), or `tiny` for the built-in 1.6 M model."""
+    path: str = "tiny-base"
+    """A local Hugging Face folder (Qwen2-VL / Qwen2.5-VL); `tiny-base`: the built-in tiny model after
+    perception pretraining (embodied/pretrain.py); `tiny`: the same model randomly initialised."""
     dtype: str = "float32"
     """float32 | bfloat16 | float16."""
     device: str = "cpu"
@@ -65,7 +66,17 @@ class PolicyConfig:
 
 
 def resolve_policy_path(path: str | None, seed: int = 0) -> Path:
-    """`path` if given (must be a local folder), else the cached tiny model for `seed`."""
+    """`path` if given (must be a local folder); `tiny-base`: the perception-pretrained tiny base shipped
+    in the package; `tiny`: the randomly initialised tiny model for `seed` (built and cached)."""
+    if path == "tiny-base":
+        from embodied.pretrain import SHIPPED
+
+        if not (SHIPPED / "config.json").is_file():
+            raise FileNotFoundError(
+                f"the tiny base is missing from {SHIPPED}; rebuild it with `embodied pretrain "
+                f"pretrain.out={SHIPPED}` (about 10 minutes on 2 CPU cores)"
+            )
+        return SHIPPED
     if not path or path == "tiny":
         return build_tiny_policy(spec=TinySpec(seed=seed))
     p = Path(path).expanduser()
@@ -146,7 +157,8 @@ def prompt_text(processor, record: dict) -> str:
     media = (
         [{"type": "video"}] if "video" in record else [{"type": "image"} for _ in record.get("images", [])]
     )
-    content = [*media, {"type": "text", "text": format_question(record["question"], record["options"])}]
+    text = format_question(record["question"], record["options"], record.get("instruction"))
+    content = [*media, {"type": "text", "text": text}]
     messages = [{"role": "user", "content": content}]
     return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import torch
 
-TINY_VERSION = 1
+TINY_VERSION = 2
+"""2: the tokenizer corpus holds the perception captions' words (embodied.pretrain)."""
 
 # Qwen2.5-VL's special tokens, in Qwen's order, so ids line up with the real vocabulary's tail layout.
 QWEN_SPECIAL_TOKENS = [
@@ -82,6 +83,7 @@ def _tokenizer_corpus() -> list[str]:
 
     The question families contribute their own phrasing, so prompts tokenize into few tokens.
     """
+    from embodied.pretrain import caption_words
     from embodied.tasks import tokenizer_corpus
 
     words = [
@@ -183,7 +185,7 @@ def _tokenizer_corpus() -> list[str]:
         "option",
         "options",
     ]
-    corpus = list(tokenizer_corpus())
+    corpus = list(tokenizer_corpus()) + caption_words() * 4
     corpus += ["system\nYou are a helpful assistant.", "user\n", "assistant\n"] * 4
     corpus += [" ".join(words[i : i + 12]) for i in range(0, len(words), 12)]
     corpus += [f"({chr(65 + i)}) {w}" for i, w in enumerate(words[:26])]

@@ -81,9 +81,9 @@ def routed_reward(cfg):
 
 def _load_data(cfg, progress: bool) -> dict[str, list]:
     """MCQ train/test and interactive train/test examples, generating what is missing or stale."""
-    from embodied.run import _dataset_matches
+    from embodied.datasets import dataset_matches
 
-    if not _dataset_matches(cfg):
+    if not dataset_matches(cfg.data):
         generate_dataset(cfg.data, progress=progress)
     if not matches(cfg.env):
         generate_episodes(cfg.env, progress=progress)

@@ -73,16 +73,16 @@ def _start_policy(cfg, out: Path, train, val, progress: bool) -> Path:
 
 def run(cfg, out: Path, progress: bool = True) -> dict:
     from embodied.config import load_config
-    from embodied.datasets import generate_dataset
+    from embodied.datasets import dataset_matches, generate_dataset
     from embodied.evaluate import evaluate
     from embodied.metrics import read_metrics
     from embodied.policy import load_policy
-    from embodied.run import _dataset_matches, _examples
+    from embodied.run import _examples
     from embodied.train.common import seed_everything
     from embodied.train.grpo import train_grpo
 
     rc = cfg.recipes
-    if not _dataset_matches(cfg):
+    if not dataset_matches(cfg.data):
         generate_dataset(cfg.data, progress=progress)
     train, _ = _examples(cfg, "train", progress)
     val, _ = _examples(cfg, "val", progress)

@@ -70,14 +70,16 @@ ACTION_INSTRUCTION = (
 )
 
 
-def format_question(question: str, options: Sequence[str]) -> str:
+def format_question(question: str, options: Sequence[str], instruction: str | None = None) -> str:
     """The user turn's text: question, lettered options, answer-format instruction.
 
-    A question without options (an interactive task asking for numbers) gets ACTION_INSTRUCTION instead.
+    A question without options (an interactive task asking for numbers) gets ACTION_INSTRUCTION instead;
+    `instruction` replaces the default one ("" for none, e.g. the free-text captions of `embodied pretrain`).
     """
-    instruction = INSTRUCTION if options else ACTION_INSTRUCTION
-    lines = [question, *(f"({LETTERS[i]}) {opt}" for i, opt in enumerate(options)), instruction]
-    return "\n".join(lines)
+    if instruction is None:
+        instruction = INSTRUCTION if options else ACTION_INSTRUCTION
+    lines = [question, *(f"({LETTERS[i]}) {opt}" for i, opt in enumerate(options))]
+    return "\n".join([*lines, instruction] if instruction else lines)
 
 
 def format_response(reasoning: str, letter: str) -> str:

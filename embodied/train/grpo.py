@@ -293,7 +293,14 @@ def train_grpo(
         if procs.all_forward and cfg.eval_every and val and step % cfg.eval_every == 0:
             res = evaluate(model, processor, val[: cfg.eval_examples], video, choice=False, progress=False)
             if procs.main:
-                log.log(step, {"eval/accuracy": res["accuracy"], "eval/unparseable": res["unparseable"]})
+                log.log(
+                    step,
+                    {
+                        "eval/accuracy": res["accuracy"],
+                        "eval/unparseable": res["unparseable"],
+                        "time/elapsed": time.perf_counter() - t_start,
+                    },
+                )
         if cfg.checkpoint_every and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
             state = {
                 "drawn": drawn,

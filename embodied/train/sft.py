@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 
@@ -19,7 +20,7 @@ from embodied.datasets import Example
 from embodied.evaluate import evaluate
 from embodied.metrics import MetricsLog
 from embodied.policy import completion_logprobs, encode_completions, encode_prompts
-from embodied.tasks import sft_target
+from embodied.tasks import LETTERS, sft_target
 from embodied.train.common import (
     NonFiniteGuard,
     Processes,
@@ -43,6 +44,16 @@ def warmup_cosine(warmup: int, total: int, floor: float = 0.1):
     return f
 
 
+def sft_targets(records: Sequence[dict], cfg, seed: int, step: int) -> list[str]:
+    """Targets of one step: the family's answer format with the right letter, or (`cfg.targets` format) with
+    a letter drawn uniformly from the options by `(seed, step)`, so a resumed run draws the same ones."""
+    if cfg.targets == "answer":
+        return [sft_target(r, cfg.rationale) for r in records]
+    rng = np.random.default_rng([seed, step, 71])
+    picked = [r | {"answer": LETTERS[int(rng.integers(len(r["options"])))]} for r in records]
+    return [sft_target(r, cfg.rationale) for r in picked]
+
+
 def train_sft(
     model,
     processor,
@@ -56,14 +67,18 @@ def train_sft(
     resume: str = "",
     config_yaml: str = "",
     procs: Processes | None = None,
+    target_fn: Callable[[dict], str] | None = None,
 ) -> dict:
     """Run `cfg.steps` SFT steps (`cfg` is an `SFTConfig`); metrics go to `out_dir/metrics.jsonl`.
 
     Checkpoints go to `out_dir/checkpoints/sft`; `resume` is "", "auto" or a checkpoint folder. Under
     several processes (`procs`), each trains on its slice of every global batch; only the first logs,
-    evaluates and writes checkpoints.
+    evaluates and writes checkpoints. `target_fn(record)` gives each record's target text (default: the
+    family's answer format, `tasks.sft_target`).
     """
     procs = procs or Processes()
+    if cfg.targets not in ("answer", "format"):
+        raise ValueError(f"sft.targets={cfg.targets!r}; choose answer or format")
     net = procs.wrap(model)
     device = next(model.parameters()).device
     model.train()
@@ -96,7 +111,8 @@ def train_sft(
         chunk = [train[i] for i in procs.shard(next(order))]
         records = [e.record for e in chunk]
         batch = encode_prompts(processor, records, [e.clip for e in chunk], video, device)
-        ids, mask = encode_completions(processor, [sft_target(r, cfg.rationale) for r in records], device)
+        targets = [target_fn(r) for r in records] if target_fn else sft_targets(records, cfg, seed, step)
+        ids, mask = encode_completions(processor, targets, device)
         logp = completion_logprobs(net, batch, ids, mask)
         tokens = procs.sum(mask.sum())  # the mean is over the whole global batch's target tokens
         loss = -(logp * mask).sum() / tokens
@@ -122,7 +138,14 @@ def train_sft(
         if procs.all_forward and cfg.eval_every and val and step % cfg.eval_every == 0:
             res = evaluate(model, processor, val[: cfg.eval_examples], video, choice=False, progress=False)
             if procs.main:
-                log.log(step, {"eval/accuracy": res["accuracy"], "eval/unparseable": res["unparseable"]})
+                log.log(
+                    step,
+                    {
+                        "eval/accuracy": res["accuracy"],
+                        "eval/unparseable": res["unparseable"],
+                        "time/elapsed": time.perf_counter() - t_start,
+                    },
+                )
                 bar.write(f"sft step {step}: val accuracy {res['accuracy']:.3f}")
         if cfg.checkpoint_every and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
             state = {"loss_sum": loss_sum, "tokens": tok_sum, "skipped": guard.total, "in_row": guard.in_row}

@@ -33,7 +33,7 @@ We therefore fix ``timeconst = 0.02`` and draw ``dampratio`` from :data:`DAMPRAT
 from __future__ import annotations
 
 import colorsys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import mujoco
@@ -209,6 +209,39 @@ def total_energy(model: mujoco.MjModel, data: mujoco.MjData) -> float:
     return float(data.energy[0] + data.energy[1])
 
 
+def lowest_points(model: mujoco.MjModel, data: mujoco.MjData) -> np.ndarray:
+    """Height (m) of each dropped object's lowest point above the floor, from its pose and shape."""
+    out = []
+    for i in range(model.ngeom):
+        if not model.geom(i).name.startswith("obj"):
+            continue
+        size, up = model.geom_size[i], data.geom_xmat[i].reshape(3, 3)[2]  # row 2: local axes' z parts
+        kind, z = model.geom_type[i], data.geom_xpos[i][2]
+        if kind == mujoco.mjtGeom.mjGEOM_SPHERE:
+            reach = size[0]
+        elif kind == mujoco.mjtGeom.mjGEOM_BOX:
+            reach = float(np.abs(up) @ size)
+        elif kind == mujoco.mjtGeom.mjGEOM_CAPSULE:
+            reach = size[0] + size[1] * abs(up[2])
+        else:  # cylinder: rim radius projected on z, plus the half height along the axis
+            reach = size[0] * np.sqrt(max(0.0, 1.0 - up[2] ** 2)) + size[1] * abs(up[2])
+        out.append(z - reach)
+    return np.asarray(out)
+
+
+def image_x(model: mujoco.MjModel, data: mujoco.MjData, camera: str = "cam") -> np.ndarray:
+    """Horizontal image position of each dropped object's centre, -1 (left edge) .. 1 (right edge)."""
+    cam = model.camera(camera)
+    pos, rot = data.cam_xpos[cam.id], data.cam_xmat[cam.id].reshape(3, 3)
+    fovy = np.deg2rad(model.cam_fovy[cam.id])
+    xs = []
+    for i in range(model.ngeom):
+        if model.geom(i).name.startswith("obj"):
+            local = rot.T @ (data.geom_xpos[i] - pos)  # camera looks along its -z
+            xs.append(local[0] / max(-local[2], 1e-6) / np.tan(fovy / 2))
+    return np.asarray(xs)
+
+
 def single_drop_params(
     shape: str = "sphere",
     size: Sequence[float] = (0.06, 0.0, 0.0),
@@ -330,6 +363,13 @@ class DropWorld:
         Only the requested frames are rendered; physics alone runs in between. The episode's
         own state (``step``) is not disturbed.
         """
+        return self.record_observed(times)[0]
+
+    def record_observed(
+        self, times: Sequence[float], observe: Callable[[mujoco.MjModel, mujoco.MjData], Any] | None = None
+    ) -> tuple[np.ndarray, list]:
+        """`record`, plus `observe(model, data)` taken at each frame's state (the simulator's ground truth
+        for what the frame shows, e.g. `object_states`); the list is empty without `observe`."""
         if self.model is None:
             raise RuntimeError("call reset() before record()")
         t = np.asarray(times, dtype=float)
@@ -337,6 +377,7 @@ class DropWorld:
             raise ValueError("times must be a 1-D ascending sequence of non-negative seconds")
         data = self._initial_data()
         frames = np.empty((t.size, self.height, self.width, 3), dtype=np.uint8)
+        seen: list = []
         done = 0
         for k, tk in enumerate(t):
             target = round(tk / self.model.opt.timestep)
@@ -344,7 +385,9 @@ class DropWorld:
                 mujoco.mj_step(self.model, data, nstep=target - done)
                 done = target
             frames[k] = self._renderer.render(data, "cam")
-        return frames
+            if observe is not None:
+                seen.append(observe(self.model, data))
+        return frames, seen
 
     def close(self) -> None:
         """Release model-bound GL resources (the process-wide GL context is kept for reuse)."""

@@ -1,0 +1,221 @@
+"""Zero-label RL: GRPO alone teaches arrow of time to a policy that has never seen a correct answer.
+
+`embodied experiment zero-label -c configs/experiment_zero_label.yaml` runs, for every seed in
+`zero_label.seeds` (the seed of data order, sampling and the SFT draws):
+
+1. the quickstart dataset (generated unless `data.root` already holds it);
+2. two starts from `policy.path` (the perception-pretrained tiny base by default):
+   - **format**: `zero_label.format_steps` of SFT whose targets carry a uniformly random letter
+     (`sft.targets=format`): the policy learns to answer `<think></think><answer>X</answer>` and nothing
+     about which X is right;
+   - **half**: the format start plus `zero_label.half_steps` of ordinary SFT, stopped while the policy
+     half-solves the task;
+3. `grpo.steps` of GRPO from each start, with validation accuracy every `zero_label.eval_every` steps;
+4. held-out test accuracy (with its 95% interval) of each start and of each final policy.
+
+It writes `zero_label.md` / `zero_label.json` (the table, mean and spread over seeds) and
+`zero_label.png` (validation accuracy against steps and against seconds, reward, group spread, entropy).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass
+class ZeroLabelConfig:
+    """`embodied experiment zero-label`."""
+
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    starts: list[str] = field(default_factory=lambda: ["format", "half"])
+    """format (never saw a right answer) | half (format + `half_steps` of labelled SFT)."""
+    format_steps: int = 20
+    """SFT steps with random-letter targets: the answer format only."""
+    half_steps: int = 10
+    """Labelled SFT steps on top of the format start, for the half-solving start."""
+    eval_every: int = 25
+    eval_examples: int = 200
+    target: float = 0.9
+    """Report the first step and second at which validation accuracy reaches this."""
+
+
+def _start(cfg, train, val, start: str, seed: int, out: Path, progress: bool):
+    """The starting policy of one run: `(model, processor)` after the start's SFT stages."""
+    from embodied.policy import load
+    from embodied.train.common import seed_everything
+    from embodied.train.sft import train_sft
+
+    zc = cfg.zero_label
+    seed_everything(seed)
+    model, processor = load(cfg.policy)
+    stages = [("format", zc.format_steps)] + ([("answer", zc.half_steps)] if start == "half" else [])
+    for targets, steps in stages:
+        if steps <= 0:
+            continue
+        sft = dataclasses.replace(
+            cfg.sft, steps=steps, targets=targets, eval_every=0, checkpoint_every=0, restart_every=0
+        )
+        train_sft(model, processor, train, sft, cfg.video, out / f"sft_{targets}", val, seed, progress)
+    return model, processor
+
+
+def _curves(metrics: list[dict], start_val: float) -> dict:
+    evals = [r for r in metrics if "eval/accuracy" in r]
+    logged = [r for r in metrics if "reward/total" in r]
+    return {
+        "val": [(0, 0.0, start_val)] + [(r["step"], r["time/elapsed"], r["eval/accuracy"]) for r in evals],
+        "reward": [(r["step"], r.get("reward/accuracy", r["reward/total"])) for r in logged],
+        "group_spread": [(r["step"], r["reward/group_spread"]) for r in logged],
+        "entropy": [(r["step"], r["entropy/mean"]) for r in logged if "entropy/mean" in r],
+    }
+
+
+def first_reaching(val: list, target: float) -> tuple[int | None, float | None]:
+    """(step, seconds) of the first validation point at or above `target`."""
+    return next(((s, round(t, 1)) for s, t, acc in val if acc >= target), (None, None))
+
+
+def one_run(cfg, data: dict, start: str, seed: int, out: Path, progress: bool) -> dict:
+    """One start and seed: SFT stages, evaluation, GRPO with validation curve, final evaluation."""
+    from embodied.evaluate import evaluate
+    from embodied.metrics import read_metrics
+    from embodied.train.grpo import train_grpo
+
+    zc, run_out = cfg.zero_label, out / f"{start}_seed{seed}"
+    (run_out / "metrics.jsonl").unlink(missing_ok=True)
+    model, processor = _start(cfg, data["train"], data["val"], start, seed, run_out, progress)
+    val = data["val"][: zc.eval_examples]
+    before_val = evaluate(model, processor, val, cfg.video, choice=False, progress=False)["accuracy"]
+    before = evaluate(model, processor, data["test"], cfg.video, choice=False, progress=False)
+    grpo = dataclasses.replace(cfg.grpo, eval_every=zc.eval_every, eval_examples=len(val), checkpoint_every=0)
+    t0 = time.perf_counter()
+    train_grpo(model, processor, data["train"], grpo, cfg.video, run_out, val, seed, progress)
+    wall = time.perf_counter() - t0
+    after = evaluate(model, processor, data["test"], cfg.video, choice=False, progress=False)
+    curves = _curves(read_metrics(run_out / "metrics.jsonl"), before_val)
+    step, seconds = first_reaching(curves["val"], zc.target)
+    row = {
+        "start": start,
+        "seed": seed,
+        "start_test": round(before["accuracy"], 4),
+        "start_ci95": [round(x, 4) for x in before["ci95"]],
+        "grpo_test": round(after["accuracy"], 4),
+        "grpo_ci95": [round(x, 4) for x in after["ci95"]],
+        "unparseable": round(after["unparseable"], 4),
+        "steps_to_target": step,
+        "seconds_to_target": seconds,
+        "grpo_wall_s": round(wall, 1),
+        "curves": curves,
+    }
+    print(
+        f"[{start} seed {seed}] test {row['start_test']:.3f} -> {row['grpo_test']:.3f} "
+        f"{row['grpo_ci95']} in {wall:.0f} s; {zc.target} at step {step}"
+    )
+    return row
+
+
+def run(cfg, out: Path, progress: bool = True) -> dict:
+    from embodied.datasets import ensure_dataset, load_split
+
+    zc = cfg.zero_label
+    t0 = time.perf_counter()
+    ensure_dataset(cfg.data, progress)
+    data = {s: load_split(cfg.data.root, s, cfg.video, progress) for s in ("train", "val", "test")}
+    rows = [one_run(cfg, data, start, seed, out, progress) for start in zc.starts for seed in zc.seeds]
+    result = {
+        "grpo_steps": cfg.grpo.steps,
+        "target": zc.target,
+        "n_val": min(zc.eval_examples, len(data["val"])),
+        "n_test": len(data["test"]),
+        "policy": cfg.policy.path,
+        "summary": summarise(rows, zc.starts),
+        "runs": rows,
+        "wall_s": round(time.perf_counter() - t0, 1),
+    }
+    (out / "zero_label.json").write_text(json.dumps(result, indent=2))
+    (out / "zero_label.md").write_text(markdown_table(result))
+    plot(rows, out / "zero_label.png", zc.target)
+    print(markdown_table(result))
+    return {k: v for k, v in result.items() if k != "runs"}
+
+
+def summarise(rows: list[dict], starts: list[str]) -> dict:
+    """Per start: mean and min/max over seeds of the start's and the final test accuracy."""
+    out = {}
+    for start in starts:
+        mine = [r for r in rows if r["start"] == start]
+        if not mine:
+            continue
+        before = np.array([r["start_test"] for r in mine])
+        after = np.array([r["grpo_test"] for r in mine])
+        out[start] = {
+            "start_mean": round(float(before.mean()), 4),
+            "grpo_mean": round(float(after.mean()), 4),
+            "grpo_min": round(float(after.min()), 4),
+            "grpo_max": round(float(after.max()), 4),
+            "gain_mean": round(float((after - before).mean()), 4),
+            "intervals_disjoint": all(r["grpo_ci95"][0] > r["start_ci95"][1] for r in mine),
+        }
+    return out
+
+
+def markdown_table(result: dict) -> str:
+    t = result["target"]
+    lines = [
+        f"{result['grpo_steps']} GRPO steps from `{result['policy']}`; n_val = {result['n_val']}, "
+        f"n_test = {result['n_test']}; wall {result['wall_s']} s in all.",
+        "",
+        f"| start | seed | test before [95% CI] | test after GRPO [95% CI] | steps to {t} | s to {t} "
+        "| GRPO s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in result["runs"]:
+        b, a = r["start_ci95"], r["grpo_ci95"]
+        lines.append(
+            f"| {r['start']} | {r['seed']} | {r['start_test']:.3f} [{b[0]:.3f}, {b[1]:.3f}] | "
+            f"{r['grpo_test']:.3f} [{a[0]:.3f}, {a[1]:.3f}] | {r['steps_to_target'] or 'not reached'} | "
+            f"{r['seconds_to_target'] or '-'} | {r['grpo_wall_s']} |"
+        )
+    lines += ["", "| start | before (mean) | after GRPO: mean [min, max] over seeds | intervals disjoint |"]
+    lines.append("|---|---|---|---|")
+    for start, s in result["summary"].items():
+        lines.append(
+            f"| {start} | {s['start_mean']:.3f} | {s['grpo_mean']:.3f} [{s['grpo_min']:.3f}, "
+            f"{s['grpo_max']:.3f}] | {'yes' if s['intervals_disjoint'] else 'no'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict], path: Path, target: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 5, figsize=(20, 3.4))
+    colours = {"format": "tab:blue", "half": "tab:orange"}
+    for r in rows:
+        c, label = colours.get(r["start"]), f"{r['start']} s{r['seed']}"
+        steps, secs, acc = zip(*r["curves"]["val"])
+        axes[0].plot(steps, acc, color=c, alpha=0.8, label=label)
+        axes[1].plot(secs, acc, color=c, alpha=0.8)
+        for ax, key in zip(axes[2:], ("reward", "group_spread", "entropy")):
+            if r["curves"][key]:
+                ax.plot(*zip(*r["curves"][key]), color=c, alpha=0.6)
+    for ax in axes[:2]:
+        ax.axhline(target, color="grey", ls="--", lw=0.8)
+        ax.set_ylim(0, 1.02)
+    titles = ("val accuracy", "val accuracy", "reward/accuracy", "groups with spread", "entropy (nats)")
+    for ax, title, xl in zip(axes, titles, ("GRPO step", "GRPO seconds", "step", "step", "step")):
+        ax.set(title=title, xlabel=xl)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

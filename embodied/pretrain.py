@@ -1,0 +1,340 @@
+"""Perception pretraining: a tiny base policy that sees before any question is asked.
+
+A real run starts from Qwen2.5-VL, which already perceives objects, colours and where things are; a
+randomly initialised tiny model does not, and question-answer training alone teaches it the answer format
+long before it finds the visual cue (docs/perception.md measures this). The simulator knows everything
+about its scenes, so it supervises perception for free: `embodied pretrain` renders drop clips and trains
+the whole tiny Qwen2.5-VL (vision tower and language model) to caption them from the ground truth::
+
+    3 objects: red box, blue sphere, green capsule.
+    frame 1: red high, blue high, green low. frame 2: red floor, blue low, green floor. ...
+
+Objects are listed left to right in the first frame shown; heights are binned from each object's lowest
+point (`high` >= 0.3 m, `low`, `floor` < 0.03 m). Clips are shown forward, reversed or with shuffled
+frames (one third each) and start anywhere in the first second, so the frame index tells nothing about the
+height and the model must look. The captions never say which way time runs: the base has never been told
+an arrow-of-time answer, so reinforcement learning on top of it starts from zero labels.
+
+The result is an ordinary Hugging Face folder. `policy.path=tiny-base` (the default) loads the copy shipped
+in `embodied/assets/tiny_base`, which this module rebuilds bit for bit on a 2-core CPU
+(`embodied pretrain`; tests/test_pretrain.py).
+"""
+
+from __future__ import annotations
+
+import colorsys
+import dataclasses
+import json
+import multiprocessing as mp
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from embodied.video import Clip
+
+SHIPPED = Path(__file__).parent / "assets" / "tiny_base"
+"""The pretrained tiny base shipped with the package (`policy.path=tiny-base`)."""
+QUESTION = "Describe the video: the objects, then how high each one is in every frame."
+HEIGHTS = ((0.03, "floor"), (0.3, "low"), (float("inf"), "high"))
+"""Upper bounds (m, lowest point above the floor) of the height words."""
+COLOURS = (
+    (0.04, "red"),
+    (0.11, "orange"),
+    (0.19, "yellow"),
+    (0.45, "green"),
+    (0.54, "cyan"),
+    (0.72, "blue"),
+    (0.85, "purple"),
+    (0.93, "pink"),
+    (1.01, "red"),
+)
+"""Upper bounds of hue (0-1) of the colour words."""
+ORDERS = ("forward", "reversed", "shuffled")
+
+
+@dataclass
+class PretrainConfig:
+    """`embodied pretrain`: perception captions from the drop world, then SFT of the whole tiny model."""
+
+    out: str = ""
+    """Folder of the pretrained policy (empty: `run_dir/model`)."""
+    n_clips: int = 2000
+    """Training clips (rendered in memory, never written to disk)."""
+    n_val: int = 100
+    """Held-out clips for the caption accuracy reported at the end."""
+    seed: int = 0
+    """Seed of the clips (disjoint from every dataset's seeds) and of training."""
+    max_start: float = 1.0
+    """Clip windows start anywhere in the first `max_start` s after release (later: everything rests)."""
+    vision_steps: int = 300
+    """Stage 1: steps of the vision tower alone on object occupancy (`pretrain_vision`)."""
+    vision_lr: float = 1e-3
+    steps: int = 250
+    """Stage 2: caption SFT steps of the whole model."""
+    batch_size: int = 32
+    lr: float = 1e-3
+    vision_lr_scale: float = 1.0
+    warmup_steps: int = 50
+    workers: int = 2
+    """Processes that simulate and render the clips (0 = this one)."""
+
+
+def colour_name(rgba) -> str:
+    hue = colorsys.rgb_to_hsv(*rgba[:3])[0]
+    return next(name for bound, name in COLOURS if hue < bound)
+
+
+def height_word(z: float) -> str:
+    return next(name for bound, name in HEIGHTS if z < bound)
+
+
+def caption(shapes: list[str], colours: list[str], heights: np.ndarray, xs: np.ndarray) -> str:
+    """The target text: objects left to right (by `xs`), then each shown frame's heights `(T, N)`."""
+    order = np.argsort(xs, kind="stable")
+    n = len(order)
+    head = f"{n} object{'s' if n > 1 else ''}: " + ", ".join(f"{colours[i]} {shapes[i]}" for i in order)
+    frames = [
+        f"frame {t + 1}: " + ", ".join(f"{colours[i]} {height_word(row[i])}" for i in order)
+        for t, row in enumerate(heights)
+    ]
+    return ". ".join([head, *frames]) + "."
+
+
+def caption_words() -> list[str]:
+    """Every word a caption can use, for the tiny tokenizer's corpus."""
+    from embodied.worlds.drop import SHAPES
+
+    colours = sorted({c for _, c in COLOURS})
+    return [QUESTION, *colours, *SHAPES, *(h for _, h in HEIGHTS), "objects", "object", "frame"]
+
+
+# --- clips --------------------------------------------------------------------------------------------
+
+_WORLD = None
+
+
+def _init_worker(width: int, height: int) -> None:
+    global _WORLD
+    from embodied.worlds import DropWorld
+
+    _WORLD = DropWorld(width=width, height=height)
+
+
+def _observe(model, data):
+    from embodied.worlds.drop import image_x, lowest_points
+
+    return lowest_points(model, data), image_x(model, data)
+
+
+def make_clip(world, seed: int, max_start: float, num_frames: int = 4, fps: float = 2.0):
+    """One captioned clip: `(frames (T, H, W, 3), caption, meta)`, shown in a random order."""
+    rng = np.random.default_rng(seed)
+    _, info = world.reset(rng)
+    start = float(rng.uniform(0.0, max_start))
+    frames, seen = world.record_observed(start + np.arange(num_frames) / fps, _observe)
+    order_kind = ORDERS[int(rng.integers(len(ORDERS)))]
+    shown = {
+        "forward": np.arange(num_frames),
+        "reversed": np.arange(num_frames)[::-1],
+        "shuffled": rng.permutation(num_frames),
+    }[order_kind]
+    objects = info["params"]["objects"]
+    heights = np.stack([seen[k][0] for k in shown])
+    text = caption(
+        [o["shape"] for o in objects], [colour_name(o["rgba"]) for o in objects], heights, seen[shown[0]][1]
+    )
+    meta = {"seed": int(seed), "order": order_kind, "start_s": round(start, 4)}
+    return np.ascontiguousarray(frames[shown]), text, meta
+
+
+def _make(job: tuple) -> tuple:
+    seed, max_start = job
+    return make_clip(_WORLD, seed, max_start)
+
+
+def make_examples(n: int, seed: int, stream: int, cfg: PretrainConfig, progress: bool = True) -> list:
+    """`n` captioned clips as `Example`s (record with `target`, clip in memory), from seed stream `stream`."""
+    from embodied.datasets import Example
+    from embodied.generate import light_spawn
+
+    # 9_000 + stream: away from the dataset splits' streams (0-2, 100+ hashed names)
+    seeds = np.random.SeedSequence([seed, 9_000 + stream]).generate_state(n, dtype=np.uint64) % (2**63)
+    jobs = [(int(s), cfg.max_start) for s in seeds]
+    bar = tqdm(total=n, desc="pretrain clips", unit="clip", disable=not progress)
+    results = []
+    if cfg.workers > 0:
+        ctx = mp.get_context("spawn")  # GL contexts do not survive fork
+        with light_spawn():
+            pool = ctx.Pool(cfg.workers, initializer=_init_worker, initargs=(112, 112))
+        with pool:
+            for r in pool.imap(_make, jobs, chunksize=16):
+                results.append(r)
+                bar.update()
+    else:
+        _init_worker(112, 112)
+        for job in jobs:
+            results.append(_make(job))
+            bar.update()
+    bar.close()
+    return [
+        Example(
+            {
+                "id": f"pretrain-{stream}-{i}",
+                "task": "caption",
+                "video": "",
+                "question": QUESTION,
+                "options": [],
+                "instruction": "",
+                "target": text,
+                "meta": meta,
+            },
+            Clip(frames, 2.0),
+        )
+        for i, (frames, text, meta) in enumerate(results)
+    ]
+
+
+# --- stage 1: the vision tower alone, on where the objects are -----------------------------------------
+
+
+def occupancy(frames: np.ndarray, cell: int = 28, min_share: float = 0.02) -> np.ndarray:
+    """`(T // 2 * H/cell * W/cell, 2)` targets, one row per merged visual token in Qwen's raster order
+    (temporal patch, row, column): is an object in the token's `cell` x `cell` square in each of the
+    temporal patch's two frames. Objects are the saturated pixels (floor, sky and shadows are grey)."""
+    rgb = frames.astype(np.float32)
+    hi, lo = rgb.max(-1), rgb.min(-1)
+    objects = (hi - lo > 0.4 * hi) & (hi > 60)
+    t, h, w = objects.shape
+    share = objects.reshape(t, h // cell, cell, w // cell, cell).mean((2, 4)) > min_share
+    pairs = share.reshape(t // 2, 2, h // cell, w // cell).transpose(0, 2, 3, 1)
+    return pairs.reshape(-1, 2).astype(np.float32)
+
+
+def pretrain_vision(model, processor, examples, pc: PretrainConfig, video, progress: bool = True) -> dict:
+    """Train the vision tower (and merger) with a linear head on `occupancy`: a dense loss one layer away
+    from the pixels, so the tower learns to see before the language model learns to read it. The head is
+    discarded; returns the held-out accuracy of the occupancy bits."""
+    import torch
+
+    from embodied.policy import encode_prompts
+    from embodied.train.common import index_batches
+
+    vis = model.model.visual
+    head = torch.nn.Linear(model.config.vision_config.out_hidden_size, 2)
+    params = [*vis.parameters(), *head.parameters()]
+    opt = torch.optim.AdamW(params, lr=pc.vision_lr, weight_decay=0.0)
+    n_val = min(256, len(examples) // 8)
+    train, val = examples[n_val:], examples[:n_val]
+    order = index_batches(len(train), pc.batch_size, pc.seed)
+
+    def loss_and_acc(chunk):
+        batch = encode_prompts(processor, [e.record for e in chunk], [e.clip for e in chunk], video)
+        tokens = vis(batch["pixel_values_videos"], grid_thw=batch["video_grid_thw"]).pooler_output
+        target = torch.from_numpy(np.concatenate([occupancy(e.clip.frames) for e in chunk]))
+        logits = head(tokens)
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, target)
+        return loss, ((logits > 0).float() == target).float().mean().item(), target.mean().item()
+
+    model.train()
+    for _ in tqdm(range(pc.vision_steps), desc="pretrain vision", unit="step", disable=not progress):
+        loss, _, _ = loss_and_acc([train[i] for i in next(order)])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    model.eval()
+    with torch.no_grad():
+        _, acc, base = loss_and_acc(val)
+    return {"occupancy_accuracy": round(acc, 4), "occupancy_base_rate": round(base, 4), "n": len(val)}
+
+
+# --- evaluation ----------------------------------------------------------------------------------------
+
+
+def caption_accuracy(model, processor, examples, video, batch_size: int = 64) -> dict:
+    """Greedy captions of `examples` against the truth: object count, colour/shape list, height words."""
+    import torch
+
+    from embodied.policy import decode, encode_prompts, generate
+
+    counts = {"count": 0, "objects": 0, "heights": 0, "heights_total": 0, "exact": 0}
+    for i in range(0, len(examples), batch_size):
+        chunk = examples[i : i + batch_size]
+        batch = encode_prompts(processor, [e.record for e in chunk], [e.clip for e in chunk], video)
+        with torch.no_grad():
+            ids, mask = generate(model, processor, batch, 160, do_sample=False)
+        for e, text in zip(chunk, decode(processor, ids, mask)):
+            truth = e.record["target"]
+            head_t, *frames_t = truth.rstrip(".").split(". ")
+            head_p, *frames_p = text.rstrip(".").split(". ")
+            counts["count"] += head_p.split(" ")[0] == head_t.split(" ")[0]
+            counts["objects"] += head_p == head_t
+            counts["exact"] += text.strip() == truth
+            for ft, fp in zip(frames_t, frames_p + [""] * len(frames_t)):
+                wt, wp = ft.split(), fp.split()
+                for j in range(3, len(wt), 2):  # "frame k: colour height, colour height"
+                    counts["heights"] += j < len(wp) and wp[j].rstrip(",") == wt[j].rstrip(",")
+                    counts["heights_total"] += 1
+    n = len(examples)
+    return {
+        "count_accuracy": counts["count"] / n,
+        "objects_accuracy": counts["objects"] / n,
+        "height_accuracy": counts["heights"] / max(1, counts["heights_total"]),
+        "exact_match": counts["exact"] / n,
+        "n": n,
+    }
+
+
+# --- the command ---------------------------------------------------------------------------------------
+
+
+def pretrain_policy(
+    pc: PretrainConfig, sft, video, tiny_seed: int, out_dir: Path, progress: bool = True
+) -> dict:
+    """Build the tiny model (`tiny_seed`), caption-pretrain it with the SFT loop (`sft`, an `SFTConfig`),
+    save it to `pc.out` (or `out_dir/model`) and return a summary with the held-out caption accuracy."""
+    import torch
+
+    from embodied.policy import save_policy
+    from embodied.tiny import TinySpec, build_tiny_policy
+    from embodied.train.common import seed_everything
+    from embodied.train.sft import train_sft
+
+    out = Path(pc.out) if pc.out else Path(out_dir) / "model"
+    t0 = time.perf_counter()
+    train = make_examples(pc.n_clips, pc.seed, 0, pc, progress)
+    val = make_examples(pc.n_val, pc.seed, 1, pc, progress)
+    t_data = time.perf_counter() - t0
+    seed_everything(pc.seed)
+    from embodied.policy import load_policy
+
+    model, processor = load_policy(build_tiny_policy(spec=TinySpec(seed=tiny_seed)))
+    t1 = time.perf_counter()
+    vision = pretrain_vision(model, processor, train, pc, video, progress) if pc.vision_steps else {}
+    t_vision = time.perf_counter() - t1
+    info = train_sft(
+        model, processor, train, sft, video, out_dir, seed=pc.seed, progress=progress, target_fn=_target
+    )
+    with torch.no_grad():
+        acc = caption_accuracy(model, processor, val, video)
+    save_policy(model, processor, out)
+    summary = {
+        "pretrain": dataclasses.asdict(pc),
+        "tiny_seed": tiny_seed,
+        "vision_val": vision,
+        "caption_val": acc,
+        "time_s": {
+            "clips": round(t_data, 1),
+            "vision": round(t_vision, 1),
+            "train": round(info["wall_s"], 1),
+        },
+        "threads": torch.get_num_threads(),
+    }
+    (out / "embodied_pretrain.json").write_text(json.dumps(summary, indent=2))
+    return summary | {"model": str(out)}
+
+
+def _target(record: dict) -> str:
+    return record["target"]
