@@ -17,6 +17,7 @@ from embodied.datasets import DataConfig
 from embodied.envs.config import EnvConfig
 from embodied.experiments.recipes import RecipesConfig
 from embodied.policy import PolicyConfig
+from embodied.tracking import LogConfig
 from embodied.video import VideoConfig
 
 
@@ -180,6 +181,7 @@ class Config:
     bench: BenchConfig = field(default_factory=BenchConfig)
     recipes: RecipesConfig = field(default_factory=RecipesConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
+    log: LogConfig = field(default_factory=LogConfig)
 
 
 class ConfigError(ValueError):

@@ -14,6 +14,7 @@ from embodied.datasets import generate_dataset, load_examples
 from embodied.evaluate import evaluate, format_result, markdown_table
 from embodied.metrics import plot_curves, read_metrics
 from embodied.policy import count_parameters, load, save_policy
+from embodied.tracking import configure as configure_tracking
 from embodied.train.common import seed_everything
 
 
@@ -28,7 +29,9 @@ def _setup(cfg: Config, command: str) -> Path:
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)
-    return _run_dir(cfg, command)
+    out = _run_dir(cfg, command)
+    configure_tracking(cfg.log, out, cfg)  # log.backends: TensorBoard, W&B
+    return out
 
 
 def _examples(cfg: Config, split: str, progress: bool, limit: int | None = None):
