@@ -24,6 +24,7 @@ COMMANDS = {
     "bench": "run a benchmark (`embodied bench --list` names them); prints and writes JSON",
     "experiment": "run a named experiment (`embodied experiment --list`), e.g. env-feedback",
     "show-config": "print the merged config (defaults <- --config file <- overrides) as YAML",
+    "report": "rebuild RUN_DIR/report.html (summary, evaluations, curves, examples) from a run folder",
 }
 
 
@@ -78,10 +79,27 @@ def _parser() -> argparse.ArgumentParser:
             )
         s.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
         what = f"NAME of the {name} to run, then " if name in NAMED else ""
-        s.add_argument(
-            "overrides", nargs="*", metavar="key=value", help=f"{what}dotted overrides, e.g. sft.lr=1e-3"
-        )
+        help_ = f"{what}dotted overrides, e.g. sft.lr=1e-3"
+        if name == "report":
+            help_ = "RUN_DIR: the run or experiment folder (as the run's run_dir)"
+        s.add_argument("overrides", nargs="*", metavar="key=value", help=help_)
     return p
+
+
+def _report(arguments: list[str]) -> int:
+    """`embodied report RUN_DIR` (or `run_dir=RUN_DIR`): write RUN_DIR/report.html, print its path."""
+    from embodied.report import write_report
+
+    dirs = [a for a in arguments if "=" not in a] + [a[8:] for a in arguments if a.startswith("run_dir=")]
+    if len(dirs) != 1:
+        print("embodied report: give one run folder: embodied report RUN_DIR", file=sys.stderr)
+        return 2
+    try:
+        print(write_report(dirs[0]))
+    except FileNotFoundError as e:
+        print(f"embodied report: error: {e}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
+    if args.command == "report":
+        return _report(args.overrides)
     if getattr(args, "baseline", None):
         args.overrides.append(f"eval.baseline={args.baseline}")
     if getattr(args, "from_videos", None):

@@ -19,6 +19,7 @@ from embodied.experiments.recipes import RecipesConfig
 from embodied.experiments.zero_label import ZeroLabelConfig
 from embodied.policy import PolicyConfig
 from embodied.pretrain import PretrainConfig
+from embodied.tracking import LogConfig
 from embodied.video import VideoConfig
 
 
@@ -202,6 +203,7 @@ class Config:
     recipes: RecipesConfig = field(default_factory=RecipesConfig)
     zero_label: ZeroLabelConfig = field(default_factory=ZeroLabelConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
+    log: LogConfig = field(default_factory=LogConfig)
 
 
 class ConfigError(ValueError):

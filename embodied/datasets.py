@@ -57,9 +57,12 @@ class DataConfig:
     simulating (`embodied generate --from-videos DIR`)."""
     from_videos_split: str = "train"
     """Split that the records made from videos go to (`test` when `benchmark` is set)."""
-    motion_threshold: float = 2.0
-    """Video windows whose mean absolute frame-to-frame change (0-255 scale) is below this are skipped:
-    a still window has no arrow of time and no order."""
+    min_moving_area: float = 0.25
+    """Arrow of time and temporal puzzles refuse video windows where less than this share of the picture
+    changes visibly between consecutive frames (`embodied.tasks.changed_area`, at `clip.fps`): a still scene
+    or a person standing still has no arrow of time and no order. Chosen at 2 fps on the shared clips
+    (docs/data.md); lower it for a small object moving in a static shot, or at higher fps (frames closer in
+    time change less)."""
     sheets: bool = True
     """Write a contact sheet PNG and an animated GIF per family under `<root>/sheets/`."""
 

@@ -2,8 +2,11 @@
 
 Each video is decoded once, sampled at `clip.fps`, centre-cropped to the dataset's aspect ratio and resized
 to `width x height`. It is cut into non-overlapping windows as long as the longest clip a family needs;
-windows whose mean frame-to-frame change is below `motion_threshold` are skipped (a still window has no
-arrow of time and no order). Every moving window gives one record per family, tiers taking turns.
+every window gives one record per family, tiers taking turns. A family refuses a window it cannot make a
+question with exactly one right answer from, and the manifest counts refusals per family and reason:
+arrow of time and temporal puzzles refuse still windows, where less than `min_moving_area` of the picture
+changes visibly from frame to frame (a still scene, a person standing still: no arrow of time, no order);
+temporal puzzles refuse look-alike segments and spatial puzzles near-uniform patches (see the families).
 
 Unreadable or corrupt files are skipped, counted and listed in the manifest; a truncated file is used up
 to its last good frame and flagged (in the manifest and in each of its records' `meta.truncated`).
@@ -20,11 +23,13 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from embodied.datasets import DataConfig
-from embodied.tasks import TIERS, Ambiguous, FamilySpec, family
+from embodied.tasks import TIERS, Ambiguous, FamilySpec, changed_area, family
 from embodied.video import VideoError
 
 VIDEO_EXTENSIONS = (".mp4", ".m4v", ".mov", ".avi", ".mkv", ".webm", ".mpg", ".mpeg", ".wmv", ".flv", ".gif")
 REAL_TASKS = ("arrow_of_time", "spatial_puzzle", "temporal_puzzle")
+NEEDS_MOTION = ("arrow_of_time", "temporal_puzzle")
+"""Families that refuse a still window (a spatial puzzle is one frame: it needs none)."""
 
 
 def _resize(img: np.ndarray, width: int, height: int) -> np.ndarray:
@@ -78,11 +83,11 @@ def decode(path: Path, fps: float, width: int, height: int) -> tuple[np.ndarray,
 
 
 def motion(frames: np.ndarray) -> float:
-    """Mean absolute change between consecutive frames (grey levels, 0-255)."""
+    """Moving area: the share of the picture that changes visibly between consecutive frames
+    (`embodied.tasks.changed_area`), averaged over the window (0-1)."""
     if len(frames) < 2:
         return 0.0
-    grey = frames.astype(np.float32).mean(axis=-1)
-    return float(np.abs(np.diff(grey, axis=0)).mean())
+    return float(np.mean([changed_area(a, b) for a, b in zip(frames[:-1], frames[1:])]))
 
 
 def window_frames(fams: list[FamilySpec], cfg: DataConfig) -> int:
@@ -130,9 +135,16 @@ def _list_videos(folder: Path) -> tuple[list[Path], list[str]]:
 
 
 def _questions(
-    clip: np.ndarray, key: list[int], fams: list[FamilySpec], fps: float, answers: _Answers, windows: dict
+    clip: np.ndarray,
+    key: list[int],
+    fams: list[FamilySpec],
+    fps: float,
+    answers: _Answers,
+    still: bool,
+    refused: dict,
 ) -> list[tuple[dict, np.ndarray]]:
-    """One record per family from a moving window (tiers take turns by window); ambiguous ones are counted."""
+    """One record per family from a window (tiers take turns by window); refusals are counted in `refused`
+    as `<task>/<reason>` (`still` for the families that need motion when the window is `still`)."""
     out = []
     for fi, fam in enumerate(fams):
         tier = fam.tiers[key[-1] % len(fam.tiers)]
@@ -140,9 +152,11 @@ def _questions(
         rng = np.random.default_rng([*key, fi])
         answer = answers.peek(fi, tier, module.num_options(tier, fam.variant))
         try:
+            if still and fam.task in NEEDS_MOTION:
+                raise Ambiguous("the window is still", "still")
             record, frames = module.from_frames(clip, fps, rng, answer, tier, fam)
-        except Ambiguous:
-            windows["ambiguous"] += 1
+        except Ambiguous as e:
+            refused[f"{fam.task}/{e.reason}"] = refused.get(f"{fam.task}/{e.reason}", 0) + 1
             continue
         answers.take(fi, tier)
         record["meta"] = {"difficulty": tier, **record["meta"]}
@@ -151,7 +165,8 @@ def _questions(
 
 
 def generate_from_videos(cfg: DataConfig, progress: bool = True) -> dict:
-    """Records from every moving window of every readable video in `cfg.from_videos`; returns the manifest."""
+    """Records from every window of every readable video in `cfg.from_videos`; returns the manifest (with
+    `from_videos.refused`: refusals per `<family>/<reason>`)."""
     from embodied.generate import SplitWriter, finish, store
 
     fams = cfg.families or [FamilySpec(task=t, tiers=["easy", "hard"]) for t in REAL_TASKS]
@@ -165,7 +180,7 @@ def generate_from_videos(cfg: DataConfig, progress: bool = True) -> dict:
     root.mkdir(parents=True, exist_ok=True)
     splits = SplitWriter(root, [split])
     unreadable, truncated, used = [], [], []
-    windows = {"total": 0, "still": 0, "ambiguous": 0}
+    windows, refused = {"total": 0, "still": 0}, {}
     t0 = time.perf_counter()
     with splits:
         for path in tqdm(videos, desc="videos", unit="file", disable=not progress):
@@ -182,13 +197,12 @@ def generate_from_videos(cfg: DataConfig, progress: bool = True) -> dict:
             key = int(hashlib.md5(rel.encode()).hexdigest()[:8], 16)  # shuffles depend on the file's name
             for w, start in enumerate(range(0, len(frames) - n_win + 1, n_win)):
                 clip = frames[start : start + n_win]
-                windows["total"] += 1
                 score = motion(clip)
-                if score < cfg.motion_threshold:
-                    windows["still"] += 1
-                    continue
+                still = score < cfg.min_moving_area
+                windows = {"total": windows["total"] + 1, "still": windows["still"] + still}
                 source = {"source": rel, "window_start_s": start / cfg.clip.fps, "motion": round(score, 3)}
-                for record, out in _questions(clip, [cfg.seed, key, w], fams, cfg.clip.fps, answers, windows):
+                made = _questions(clip, [cfg.seed, key, w], fams, cfg.clip.fps, answers, still, refused)
+                for record, out in made:
                     record["meta"] = record["meta"] | source | {"truncated": cut}
                     rid = f"{split}-{splits.made:06d}"
                     splits.add(*store(root, rid, split, record, out, cfg.clip.fps))
@@ -200,7 +214,8 @@ def generate_from_videos(cfg: DataConfig, progress: bool = True) -> dict:
             "unreadable": {"count": len(unreadable), "items": unreadable},
             "truncated": {"count": len(truncated), "items": truncated},
             "ignored": ignored,
-            "windows": windows | {"frames": n_win, "motion_threshold": cfg.motion_threshold},
+            "windows": windows | {"frames": n_win, "min_moving_area": cfg.min_moving_area},
+            "refused": refused,
         },
         "skipped": {"count": len(unreadable), "items": unreadable},
     }

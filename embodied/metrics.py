@@ -1,7 +1,8 @@
 """Metrics: one JSON line per logged step, and a PNG of the curves.
 
 Names are namespaced (`loss/policy`, `reward/accuracy`, `time/step`, ...) so that runs of different
-commands plot side by side.
+commands plot side by side. The same rows also go to TensorBoard and W&B when `log.backends` asks for them
+(`embodied.tracking`).
 """
 
 from __future__ import annotations
@@ -12,32 +13,74 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
+from embodied import tracking as _tracking
+
 
 class MetricsLog:
-    """Appends `{"stage": ..., "step": ..., name: value, ...}` lines to a JSONL file."""
+    """Appends `{"stage": ..., "step": ..., name: value, ...}` lines to a JSONL file, and the same values to
+    the tracking backends (TensorBoard, W&B) in force when it was made (`tracking.configure`, or the
+    `tracking` argument), with files next to the JSONL file. The backends open on the first row."""
 
-    def __init__(self, path: str | Path, stage: str):
+    def __init__(self, path: str | Path, stage: str, tracking: _tracking.Tracking | None = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.stage = stage
+        self.tracking = tracking or _tracking.current()
+        self._tracker: _tracking.Tracker | None = None
+        self._purge_step: int | None = None
+
+    @property
+    def tracker(self) -> _tracking.Tracker | None:
+        """The TensorBoard/W&B side of this log, opened on first use (None when only jsonl is on)."""
+        if self._tracker is None and self.tracking.extra:
+            self._tracker = _tracking.Tracker(self.path.parent, self.stage, self.tracking, self._purge_step)
+        return self._tracker
 
     def truncate(self, after_step: int) -> None:
-        """Drop this stage's rows past `after_step`: a resumed run rewrites them, and must not log twice."""
-        if not self.path.exists():
-            return
-        keep = [
-            line
-            for line in self.path.read_text().splitlines()
-            if line.strip()
-            and not ((row := json.loads(line))["stage"] == self.stage and row["step"] > after_step)
-        ]
-        self.path.write_text("".join(line + "\n" for line in keep))
+        """Drop this stage's rows past `after_step` (metrics and samples; TensorBoard drops its events from
+        the next step on): a resumed run rewrites them, and must not log twice."""
+        self._purge_step = after_step + 1
+        for path in (self.path, self.path.parent / "samples.jsonl"):
+            if path.exists():
+                keep = [
+                    line
+                    for line in path.read_text().splitlines()
+                    if line.strip()
+                    and not ((row := json.loads(line))["stage"] == self.stage and row["step"] > after_step)
+                ]
+                path.write_text("".join(line + "\n" for line in keep))
 
     def log(self, step: int, metrics: dict) -> None:
+        """One row at `step`: to the JSONL file, and every number to the tracking backends."""
         row = {"stage": self.stage, "step": step}
         row.update({k: _plain(v) for k, v in metrics.items()})
         with self.path.open("a") as f:
             f.write(json.dumps(row) + "\n")
+        if self.tracker is not None:
+            self.tracker.scalars(step, metrics)
+
+    def log_samples(self, step: int, samples: Sequence[dict]) -> None:
+        """Rollout samples at `step`, each `{id, question, truth, frames (T, H, W, 3) uint8, answers: [text],
+        rewards: [{term: value}]}`: text and rewards to `samples.jsonl` next to the metrics, the frame strip
+        and the text to TensorBoard (images and text) and W&B (a table)."""
+        with (self.path.parent / "samples.jsonl").open("a") as f:
+            for s in samples:
+                row = {"stage": self.stage, "step": step} | {k: v for k, v in s.items() if k != "frames"}
+                f.write(json.dumps(row) + "\n")
+        if self.tracker is not None:
+            self.tracker.samples(step, samples)
+
+    def log_rollout(self, step: int, rollout) -> None:
+        """Every `log.samples_every` steps, the samples of a GRPO `Rollout`'s first `log.samples` prompts."""
+        every = self.tracking.cfg.samples_every
+        if rollout is not None and every > 0 and step % every == 0:
+            self.log_samples(step, _tracking.rollout_samples(rollout, self.tracking.cfg.samples))
+
+    def close(self) -> None:
+        """Flush the tracking backends and finish the W&B run (also done at exit)."""
+        if self._tracker is not None:
+            self._tracker.close()
+            self._tracker = None
 
 
 def _plain(v):

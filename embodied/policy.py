@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
+from embodied.checkpoint import require_safetensors
 from embodied.groups import (
     PROMPT_KEYS,
     VISUAL_KEYS,
@@ -86,6 +87,7 @@ def resolve_policy_path(path: str | None, seed: int = 0) -> Path:
             "Download the checkpoint to a folder first (this framework never fetches from a hub), "
             "or use policy.path=tiny for the built-in tiny model."
         )
+    require_safetensors(p)
     return p
 
 

@@ -14,6 +14,8 @@ from embodied.datasets import ensure_dataset, generate_dataset, load_examples
 from embodied.evaluate import evaluate, format_result, markdown_table
 from embodied.metrics import plot_curves, read_metrics
 from embodied.policy import count_parameters, load, save_policy
+from embodied.report import write_report
+from embodied.tracking import configure as configure_tracking
 from embodied.train.common import seed_everything
 
 
@@ -28,7 +30,9 @@ def _setup(cfg: Config, command: str) -> Path:
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)
-    return _run_dir(cfg, command)
+    out = _run_dir(cfg, command)
+    configure_tracking(cfg.log, out, cfg)  # log.backends: TensorBoard, W&B
+    return out
 
 
 def _examples(cfg: Config, split: str, progress: bool, limit: int | None = None):
@@ -122,6 +126,7 @@ def _train(cfg: Config, stage: str, progress: bool) -> dict:
     if procs.main:  # the other processes hold the same weights
         save_policy(model, processor, out / "model", weights)
         plot_curves(read_metrics(out / "metrics.jsonl"), out / "curves.png")
+        write_report(out)
     procs.barrier()
     return info | {"model": str(out / "model")}
 
@@ -238,6 +243,7 @@ def quickstart(cfg: Config, progress: bool = True) -> dict:
         "threads": torch.get_num_threads(),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_report(out)
     print(f"summary: {out / 'summary.json'}; curves: {out / 'curves.png'}; examples: {out / 'examples'}")
     return summary
 

@@ -16,6 +16,18 @@ if ! ldconfig -p 2>/dev/null | grep -q "libEGL_mesa.so.0"; then
   fi
 fi
 
+# The dev extra's report test opens report.html in headless Chromium (Debian's chromium, driven through
+# chromium-driver); without them that test skips.
+if [[ ",$extras," == *",dev,"* ]] && ! command -v chromedriver >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "setup: installing chromium and chromium-driver for the report's browser test"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; } ||
+      echo "setup: warning: could not install chromium; the browser test of report.html will skip" >&2
+  else
+    echo "setup: note: no chromedriver; the browser test of report.html will skip (apt-get install chromium chromium-driver)" >&2
+  fi
+fi
+
 python_bin="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$python_bin" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip

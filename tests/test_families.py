@@ -79,13 +79,13 @@ def test_spatial_puzzle_refuses_a_blank_frame():
 
 def test_spatial_puzzle_patch_distractors_differ_from_outlined_patch():
     # Left half plain grey, right half noise: a grey patch may not have another grey place as distractor.
+    # (Footage refuses such a frame outright, see below; simulated scenes go through `puzzle` like this.)
     image = _noise((128, 128, 3))
     image[:, :64] = 90
-    fam = FamilySpec(task="spatial_puzzle", variant="patch")
     made = 0
     for seed in range(20):
         try:
-            rec, _ = sp.from_frames(image[None], 2.0, np.random.default_rng(seed), seed % 4, "hard", fam)
+            rec, _ = sp.puzzle(image, np.random.default_rng(seed), seed % 4, "hard", "patch")
         except Ambiguous:
             continue
         made += 1
@@ -121,10 +121,11 @@ def test_temporal_puzzle_refuses_a_still_clip():
 
 def test_temporal_puzzle_never_offers_an_order_that_only_swaps_still_segments():
     # Segment 1 moves; segments 2 and 3 are the same still picture: swapping them changes nothing visible.
+    # (Footage refuses such a clip outright, see below; simulated scenes go through `shuffle_clip`.)
     frames = _noise((6, 32, 32, 3))
     frames[2:] = frames[2]
     for seed in range(10):
-        rec, shown = tp.from_frames(frames, 2.0, np.random.default_rng(seed), seed % 4, "easy", FamilySpec())
+        rec, shown = tp.shuffle_clip(frames, np.random.default_rng(seed), seed % 4, "easy")
         segs = shown.reshape(3, 2, 32, 32, 3)
         orig = frames.reshape(3, 2, 32, 32, 3)
         for i, opt in enumerate(rec["options"]):

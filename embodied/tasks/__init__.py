@@ -55,7 +55,14 @@ class FamilySpec:
 
 
 class Ambiguous(ValueError):
-    """The material cannot make a question with exactly one right answer (e.g. identical puzzle pieces)."""
+    """The material cannot make a question with exactly one right answer (e.g. identical puzzle pieces).
+
+    `reason` names the kind of refusal (`look_alike_pieces`, `look_alike_segments`, `uniform_patches`, ...);
+    generation from footage counts refusals per reason in the manifest."""
+
+    def __init__(self, message: str, reason: str = "ambiguous"):
+        super().__init__(message)
+        self.reason = reason
 
 
 def family(name: str) -> ModuleType:
@@ -155,7 +162,10 @@ def order_options(
                     break
         pool = [list(p) for p in found]
     if len(pool) < k - 1:
-        raise Ambiguous(f"only {len(pool)} distractor orders of {n} pieces look different from the truth")
+        raise Ambiguous(
+            f"only {len(pool)} distractor orders of {n} pieces look different from the truth",
+            "few_distractors",
+        )
     picks = rng.choice(len(pool), size=k - 1, replace=False)
     options = [pool[i] for i in picks]
     options.insert(answer, list(correct))
@@ -173,7 +183,7 @@ def visible_shuffle(pieces: np.ndarray, rng: np.random.Generator, tol: float, tr
         shown = shuffled_order(len(pieces), rng)
         if piece_difference(pieces[shown], pieces) > tol:
             return shown
-    raise Ambiguous("no shuffle visibly changes the pieces: they look alike")
+    raise Ambiguous("no shuffle visibly changes the pieces: they look alike", "look_alike_pieces")
 
 
 def piece_difference(a: np.ndarray, b: np.ndarray) -> float:
@@ -181,6 +191,26 @@ def piece_difference(a: np.ndarray, b: np.ndarray) -> float:
     how visible the most changed piece is (a whole-image mean would dilute one swapped patch of nine)."""
     diff = np.abs(a.astype(np.int16) - b.astype(np.int16))
     return float(diff.reshape(len(a), -1).mean(axis=1).max())
+
+
+CHANGE_LEVEL = 20.0
+"""A block of the picture has visibly changed when its mean grey level moved by more than this (0-255): far
+above camera and compression noise (2-5 grey levels), well below the edge of a moving object."""
+CHANGE_BLOCKS = 14
+"""Blocks across the shorter side of a frame for `changed_area` (8-pixel blocks at 112 pixels)."""
+
+
+def changed_area(a: np.ndarray, b: np.ndarray) -> float:
+    """Share (0-1) of the picture that visibly differs between two frames `(H, W, 3)`: the fraction of blocks
+    whose mean absolute grey difference exceeds `CHANGE_LEVEL`.
+
+    Unlike a mean over all pixels, a person who stands still (a few blocks around the mouth change) scores
+    low even when a bright window behind them flickers, and a moving body or camera scores high."""
+    d = np.abs(a.astype(np.float32).mean(axis=-1) - b.astype(np.float32).mean(axis=-1))
+    s = max(1, min(d.shape) // CHANGE_BLOCKS)
+    h, w = d.shape[0] // s * s, d.shape[1] // s * s
+    blocks = d[:h, :w].reshape(h // s, s, w // s, s).mean(axis=(1, 3))
+    return float((blocks > CHANGE_LEVEL).mean())
 
 
 # --- simulated scenes -----------------------------------------------------------------------------------

@@ -10,7 +10,9 @@ tower, as the processor does with images) and also stored as PNG for image-only 
 
 Easy tier: a 2x2 grid. Hard tier: 3x3. A frame whose patches are too alike to be told apart (bare floor,
 sky) could make two options equally right, so distractors must visibly differ from the truth; a frame
-that leaves too few of them is rejected (`Ambiguous`) and simulated scenes draw another moment.
+that leaves too few of them is rejected (`Ambiguous`) and simulated scenes draw another moment. Footage
+must do more: a near-uniform patch of real wall or floor carries nothing to place it by, so a frame with
+any patch flatter than `FOOTAGE_MIN_PATCH_STD` is not used (the window's other frames are tried first).
 """
 
 from __future__ import annotations
@@ -30,13 +32,18 @@ from embodied.tasks import (
 )
 
 NAME = "spatial_puzzle"
-VERSION = 1
+VERSION = 2
+"""2: footage frames with a near-uniform patch are not used (`FOOTAGE_MIN_PATCH_STD`)."""
 VARIANTS = ("arrangement", "patch")
 GRID = {"easy": 2, "hard": 3}
 NUM_OPTIONS = 4
 DISTINCT_TOL = 4.0
 """An option counts as visibly different from the truth when the patch it changes most differs by more than
 this mean absolute difference (0-255): two patches of plain sky or floor are interchangeable."""
+FOOTAGE_MIN_PATCH_STD = 14.0
+"""Footage: every patch's grey levels must have at least this standard deviation (0-255). Measured on the
+shared real clips at 112 px (docs/data.md): plain wall and seat patches 8.8-12.7, patches with a person,
+an edge or an object 13.2 and up."""
 MAX_TRIES = 20
 MAX_TIME = 1.5
 """Latest moment (s) shown on worlds without `info["motion"]`: drop objects are still in view and moving."""
@@ -151,7 +158,7 @@ def _patch_places(
             places = [int(x) for x in rng.permutation(ok)[: NUM_OPTIONS - 1]]
             places.insert(answer, truth)
             return places, j
-    raise Ambiguous("no patch looks different from enough others")
+    raise Ambiguous("no patch looks different from enough others", "few_distractors")
 
 
 def make(world, rng: np.random.Generator, answer: int, tier: str, fam, clip) -> tuple[dict, np.ndarray]:
@@ -177,14 +184,35 @@ def _moment(info: dict, rng: np.random.Generator) -> float:
     return float(rng.uniform(0.0, MAX_TIME))
 
 
+def flattest_patch(image: np.ndarray, g: int) -> float:
+    """The smallest standard deviation of grey levels among the `g x g` patches of `image (H, W, 3)`."""
+    grey = cut(image, g).astype(np.float32).mean(axis=-1)
+    return float(grey.reshape(g * g, -1).std(axis=1).min())
+
+
 def from_frames(
     frames: np.ndarray, fps: float, rng: np.random.Generator, answer: int, tier: str, fam
 ) -> tuple[dict, np.ndarray]:
-    """A puzzle from one frame (drawn at random) of a window of real footage; may raise `Ambiguous`."""
-    k = int(rng.integers(len(frames)))
-    fields, image = puzzle(frames[k], rng, answer, tier, fam.variant)
-    meta = fields.pop("meta") | {"frame_index": k, "fps": fps, "still": True}
-    return {"task": NAME, **fields, "meta": meta}, np.stack([image, image])
+    """A puzzle from a frame of a window of real footage, trying its frames in random order: the first whose
+    patches all carry texture (`FOOTAGE_MIN_PATCH_STD`) and give a unique answer. Raises `Ambiguous` (reason
+    `uniform_patches` when no frame qualifies) otherwise."""
+    refused: Ambiguous | None = None
+    for k in (int(x) for x in rng.permutation(len(frames))):
+        flat = flattest_patch(frames[k], GRID[tier])
+        if flat < FOOTAGE_MIN_PATCH_STD:
+            continue
+        try:
+            fields, image = puzzle(frames[k], rng, answer, tier, fam.variant)
+        except Ambiguous as e:
+            refused = e
+            continue
+        meta = fields.pop("meta") | {"frame_index": k, "fps": fps, "still": True}
+        meta["flattest_patch_std"] = round(flat, 1)
+        return {"task": NAME, **fields, "meta": meta}, np.stack([image, image])
+    raise refused or Ambiguous(
+        f"every frame has a near-uniform patch (grey std < {FOOTAGE_MIN_PATCH_STD}): nothing to place it by",
+        "uniform_patches",
+    )
 
 
 def verify(record: dict, original: np.ndarray) -> bool:

@@ -7,7 +7,9 @@ temporal patch each of the vision tower's time steps sees exactly one segment.
 
 Easy tier: 3 segments. Hard tier: 4. Two segments that look alike (objects at rest) would make two orders
 equally right, so distractors must visibly differ from the truth; a clip that leaves too few of them is
-rejected (`Ambiguous`) and simulated scenes draw another scene.
+rejected (`Ambiguous`) and simulated scenes draw another scene. Footage must do more: real segments never
+repeat exactly (noise, a flickering window), so a window is refused outright when any two of its segments
+differ on less than `FOOTAGE_MIN_SEGMENT_CHANGE` of the picture (a person standing still, an empty floor).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 from embodied.tasks import (
     LETTERS,
     Ambiguous,
+    changed_area,
     order_options,
     order_text,
     piece_difference,
@@ -28,13 +31,18 @@ from embodied.tasks import (
 )
 
 NAME = "temporal_puzzle"
-VERSION = 1
+VERSION = 2
+"""2: footage windows with look-alike segments are refused (`FOOTAGE_MIN_SEGMENT_CHANGE`)."""
 SEGMENTS = {"easy": 3, "hard": 4}
 SEGMENT_FRAMES = 2
 NUM_OPTIONS = 4
 DISTINCT_TOL = 1.0
 """An order counts as visibly different from the truth when the segment it changes most differs by more
 than this mean absolute difference (0-255): segments of objects at rest are interchangeable."""
+FOOTAGE_MIN_SEGMENT_CHANGE = 0.3
+"""Footage: every two segments must differ (`segment_change`) on at least this share of the picture.
+Measured on the shared real clips at 2 fps, 112 px (docs/data.md): a man sitting still in a car 0.23,
+players on a court 0.33-0.58."""
 MAX_TRIES = 20
 QUESTION = (
     "This video was cut into {k} segments of {m} frames each, and the segments were shuffled. Numbering the "
@@ -93,12 +101,32 @@ def make(world, rng: np.random.Generator, answer: int, tier: str, fam, clip) -> 
     raise Ambiguous(f"no clip of {fam.scene!r} with distinct segments in {MAX_TRIES} scenes")
 
 
+def segment_change(segments: np.ndarray) -> float:
+    """How different the two most alike of `segments (k, m, H, W, 3)` are: the smallest, over pairs, of the
+    mean `changed_area` between their corresponding frames (0 = two identical segments)."""
+    k = len(segments)
+    return min(
+        float(np.mean([changed_area(a, b) for a, b in zip(segments[i], segments[j])]))
+        for i in range(k)
+        for j in range(i + 1, k)
+    )
+
+
 def from_frames(
     frames: np.ndarray, fps: float, rng: np.random.Generator, answer: int, tier: str, fam
 ) -> tuple[dict, np.ndarray]:
-    """A shuffled clip from the first k*m frames of a moving window of real footage; may raise `Ambiguous`."""
-    fields, shuffled = shuffle_clip(frames[: num_frames(tier)], rng, answer, tier)
-    meta = fields.pop("meta") | {"fps": fps}
+    """A shuffled clip from the first k*m frames of a moving window of real footage; raises `Ambiguous` when
+    two segments look alike (`FOOTAGE_MIN_SEGMENT_CHANGE`) or no visible shuffle exists."""
+    clip = frames[: num_frames(tier)]
+    change = segment_change(clip.reshape(SEGMENTS[tier], SEGMENT_FRAMES, *clip.shape[1:]))
+    if change < FOOTAGE_MIN_SEGMENT_CHANGE:
+        raise Ambiguous(
+            f"two segments differ on only {change:.0%} of the picture (< {FOOTAGE_MIN_SEGMENT_CHANGE:.0%}): "
+            "swapping them would play the same video",
+            "look_alike_segments",
+        )
+    fields, shuffled = shuffle_clip(clip, rng, answer, tier)
+    meta = fields.pop("meta") | {"fps": fps, "segment_change": round(change, 3)}
     return {"task": NAME, **fields, "meta": meta}, shuffled
 
 

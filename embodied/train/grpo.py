@@ -290,6 +290,8 @@ def train_grpo(
             metrics |= {"time/step": time.perf_counter() - t0, "time/rollout": t_rollout}
             if procs.main:
                 log.log(step, metrics)
+        if procs.main:
+            log.log_rollout(step, ro)  # every log.samples_every steps: frames, answers, rewards, truth
         if procs.all_forward and cfg.eval_every and val and step % cfg.eval_every == 0:
             res = evaluate(model, processor, val[: cfg.eval_examples], video, choice=False, progress=False)
             if procs.main:
