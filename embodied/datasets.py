@@ -251,14 +251,20 @@ def load_split(
     return examples
 
 
-def dataset_matches(cfg: DataConfig) -> bool:
-    """True if `cfg.root` holds a dataset generated with the same settings (worker count aside)."""
-    path = Path(cfg.root) / "manifest.json"
+def manifest_matches(root: str | Path, config: dict, ignore: set[str] | frozenset = frozenset()) -> bool:
+    """True if `root/manifest.json` records the same `config` (keys in `ignore` aside): reuse the data."""
+    path = Path(root) / "manifest.json"
     if not path.is_file():
         return False
     old = json.loads(path.read_text()).get("config", {})
-    same = {k: v for k, v in asdict(cfg).items() if k != "workers"}
-    return {k: v for k, v in old.items() if k != "workers"} == same
+    return {k: v for k, v in old.items() if k not in ignore} == {
+        k: v for k, v in config.items() if k not in ignore
+    }
+
+
+def dataset_matches(cfg: DataConfig) -> bool:
+    """True if `cfg.root` holds a dataset generated with the same settings (worker count aside)."""
+    return manifest_matches(cfg.root, asdict(cfg), {"workers"})
 
 
 def ensure_dataset(cfg: DataConfig, progress: bool = True) -> None:

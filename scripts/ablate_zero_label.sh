@@ -7,21 +7,20 @@ cd "$(dirname "$0")/.."
 out="${1:-runs/ablate}"
 e=".venv/bin/embodied"
 common=(-c configs/experiment_zero_label.yaml "zero_label.starts=[format]" "zero_label.seeds=[0]" grpo.steps=100 -q)
+mkdir -p "$out"
 # Bases without one pretraining stage: captions only (no vision stage), vision stage only (no captions).
 [ -f "$out/base_no_vision_stage/config.json" ] ||
   $e pretrain pretrain.vision_steps=0 pretrain.out="$out/base_no_vision_stage" run_dir="$out/pretrain_nv" -q
 [ -f "$out/base_no_captions/config.json" ] ||
   $e pretrain pretrain.steps=0 pretrain.out="$out/base_no_captions" run_dir="$out/pretrain_nc" -q
 run() { name=$1; shift; $e experiment zero-label "${common[@]}" run_dir="$out/$name" "$@" > "$out/$name.log" 2>&1; }
-mkdir -p "$out"
 run full
 run no_pretraining policy.path=tiny
 run no_vision_stage policy.path="$out/base_no_vision_stage"
 run no_captions policy.path="$out/base_no_captions"
 run no_kl grpo.kl_coef=0
 run groups_8x8 grpo.prompts_per_step=8 grpo.group_size=8
-run short_format zero_label.format_steps=50
-for d in full no_pretraining no_vision_stage no_captions no_kl groups_8x8 short_format; do
+for d in full no_pretraining no_vision_stage no_captions no_kl groups_8x8; do
   python3 -c "import json,sys; r=json.load(open('$out/$d/zero_label.json'))['runs'][0]; v=r['curves']['val'];
 print('$d', r['start_test'], r['grpo_test'], r['grpo_ci95'], ' '.join(f'{s}:{a:.2f}' for s,_,a in v))"
 done

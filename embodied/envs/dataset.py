@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from embodied.datasets import _write_jsonl, split_seeds
+from embodied.datasets import _write_jsonl, manifest_matches, split_seeds
 from embodied.envs import task
 from embodied.envs.config import EnvConfig
 from embodied.video import write_video
@@ -80,11 +80,4 @@ def generate_episodes(cfg: EnvConfig, progress: bool = True) -> dict:
 
 def matches(cfg: EnvConfig) -> bool:
     """Whether ``cfg.root`` already holds episodes generated with this config (so they can be reused)."""
-    path = Path(cfg.root) / "manifest.json"
-    if not path.is_file():
-        return False
-    old = json.loads(path.read_text()).get("config", {})
-    skip = {"workers", "backend", "format_weight", "feedback"}
-    return {k: v for k, v in old.items() if k not in skip} == {
-        k: v for k, v in asdict(cfg).items() if k not in skip
-    }
+    return manifest_matches(cfg.root, asdict(cfg), {"workers", "backend", "format_weight", "feedback"})
