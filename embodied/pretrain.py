@@ -328,7 +328,7 @@ def pretrain_policy(
         "time_s": {
             "clips": round(t_data, 1),
             "vision": round(t_vision, 1),
-            "train": round(info["wall_s"], 1),
+            "caption": round(info["wall_s"], 1),
         },
         "threads": torch.get_num_threads(),
     }

@@ -13,6 +13,9 @@
 3. `grpo.steps` of GRPO from each start, with validation accuracy every `zero_label.eval_every` steps;
 4. held-out test accuracy (with its 95% interval) of each start and of each final policy.
 
+A finished run keeps its row in `<run_dir>/<start>_seed<seed>/result.json`; rerunning the command with the
+same settings reuses it, so an interrupted experiment continues where it stopped.
+
 It writes `zero_label.md` / `zero_label.json` (the table, mean and spread over seeds) and
 `zero_label.png` (validation accuracy against steps and against seconds, reward, group spread, entropy).
 """
@@ -37,7 +40,7 @@ class ZeroLabelConfig:
     """format (never saw a right answer) | half (format + `half_steps` of labelled SFT)."""
     format_steps: int = 200
     """SFT steps with random-letter targets: the answer format only."""
-    half_steps: int = 16
+    half_steps: int = 12
     """Labelled SFT steps on top of the format start, for the half-solving start."""
     eval_every: int = 25
     eval_examples: int = 200
@@ -81,6 +84,16 @@ def first_reaching(val: list, target: float) -> tuple[int | None, float | None]:
     return next(((s, round(t, 1)) for s, t, acc in val if acc >= target), (None, None))
 
 
+def _run_key(cfg, start: str, seed: int) -> dict:
+    """Everything one run depends on: a finished run with the same key is reused, not repeated."""
+    zc = dataclasses.asdict(cfg.zero_label)
+    keep = {k: v for k, v in zc.items() if k not in ("seeds", "starts")}
+    parts = {"policy": cfg.policy, "data": cfg.data, "video": cfg.video, "sft": cfg.sft, "grpo": cfg.grpo}
+    return {"start": start, "seed": seed, "zero_label": keep} | {
+        k: dataclasses.asdict(v) for k, v in parts.items()
+    }
+
+
 def one_run(cfg, data: dict, start: str, seed: int, out: Path, progress: bool) -> dict:
     """One start and seed: SFT stages, evaluation, GRPO with validation curve, final evaluation."""
     from embodied.evaluate import evaluate
@@ -88,6 +101,11 @@ def one_run(cfg, data: dict, start: str, seed: int, out: Path, progress: bool) -
     from embodied.train.grpo import train_grpo
 
     zc, run_out = cfg.zero_label, out / f"{start}_seed{seed}"
+    key = json.loads(json.dumps(_run_key(cfg, start, seed)))  # JSON-normalised, as it is read back
+    done = run_out / "result.json"
+    if done.is_file() and (saved := json.loads(done.read_text()))["key"] == key:
+        print(f"[{start} seed {seed}] reusing {done}")
+        return saved["row"]
     (run_out / "metrics.jsonl").unlink(missing_ok=True)
     model, processor = _start(cfg, data["train"], data["val"], start, seed, run_out, progress)
     val = data["val"][: zc.eval_examples]
@@ -113,6 +131,7 @@ def one_run(cfg, data: dict, start: str, seed: int, out: Path, progress: bool) -
         "grpo_wall_s": round(wall, 1),
         "curves": curves,
     }
+    done.write_text(json.dumps({"key": key, "row": row}, indent=2))
     print(
         f"[{start} seed {seed}] test {row['start_test']:.3f} -> {row['grpo_test']:.3f} "
         f"{row['grpo_ci95']} in {wall:.0f} s; {zc.target} at step {step}"
