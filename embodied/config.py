@@ -59,7 +59,7 @@ class SFTConfig:
 class GRPOConfig:
     """Group Relative Policy Optimization (DeepSeekMath) with rule-based MCQ rewards."""
 
-    steps: int = 100
+    steps: int = 200
     prompts_per_step: int = 32
     group_size: int = 4
     """Responses sampled per prompt (G); advantages are normalised within each group. For a two-option
