@@ -17,7 +17,7 @@ def test_defaults_load():
     cfg = load_config()
     assert isinstance(cfg, Config)
     assert cfg == Config()
-    assert cfg.sft.lr == 3e-4 and cfg.video.fps == 2.0 and cfg.data.clip.num_frames == 4
+    assert cfg.sft.lr == 1e-3 and cfg.video.fps == 2.0 and cfg.data.clip.num_frames == 4
     assert type(cfg.data.clip).__name__ == "ClipSpec"  # nested dataclasses come back as dataclasses
 
 
