@@ -75,7 +75,7 @@ def resolve_policy_path(path: str | None, seed: int = 0) -> Path:
         if not (SHIPPED / "config.json").is_file():
             raise FileNotFoundError(
                 f"the tiny base is missing from {SHIPPED}; rebuild it with `embodied pretrain "
-                f"pretrain.out={SHIPPED}` (about 10 minutes on 2 CPU cores)"
+                f"pretrain.out={SHIPPED}` (about 4 minutes on 2 CPU cores)"
             )
         return SHIPPED
     if not path or path == "tiny":

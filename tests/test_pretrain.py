@@ -79,7 +79,7 @@ def test_shipped_base_was_built_by_the_current_defaults():
 
 @pytest.mark.slow
 def test_pretrain_rebuilds_the_shipped_base(tmp_path):
-    """The documented command reproduces the shipped weights (about 8 minutes on 2 cores)."""
+    """The documented command reproduces the shipped weights (about 4 minutes on 2 cores)."""
     cfg = load_config(overrides=[f"run_dir={tmp_path}", "threads=2"])
     summary = pretrain(cfg, progress=False)
     new, shipped = (
