@@ -16,8 +16,8 @@ height and the model must look. The captions never say which way time runs: the 
 an arrow-of-time answer, so reinforcement learning on top of it starts from zero labels.
 
 The result is an ordinary Hugging Face folder. `policy.path=tiny-base` (the default) loads the copy shipped
-in `embodied/assets/tiny_base`, which this module rebuilds bit for bit on a 2-core CPU
-(`embodied pretrain`; tests/test_pretrain.py).
+in `embodied/assets/tiny_base`, which `embodied pretrain` rebuilds to within 1e-4 on a 2-core CPU
+(tests/test_pretrain.py).
 """
 
 from __future__ import annotations
@@ -297,7 +297,7 @@ def pretrain_policy(
     save it to `pc.out` (or `out_dir/model`) and return a summary with the held-out caption accuracy."""
     import torch
 
-    from embodied.policy import save_policy
+    from embodied.policy import load_policy, save_policy
     from embodied.tiny import TinySpec, build_tiny_policy
     from embodied.train.common import seed_everything
     from embodied.train.sft import train_sft
@@ -308,8 +308,6 @@ def pretrain_policy(
     val = make_examples(pc.n_val, pc.seed, 1, pc, progress)
     t_data = time.perf_counter() - t0
     seed_everything(pc.seed)
-    from embodied.policy import load_policy
-
     model, processor = load_policy(build_tiny_policy(spec=TinySpec(seed=tiny_seed)))
     t1 = time.perf_counter()
     vision = pretrain_vision(model, processor, train, pc, video, progress) if pc.vision_steps else {}
