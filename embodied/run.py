@@ -11,6 +11,7 @@ import torch
 
 from embodied.config import Config, to_yaml
 from embodied.datasets import ensure_dataset, generate_dataset, load_examples
+from embodied.envs import is_interactive
 from embodied.evaluate import evaluate, format_result, markdown_table
 from embodied.metrics import plot_curves, read_metrics
 from embodied.policy import count_parameters, load, save_policy
@@ -73,6 +74,8 @@ def eval(cfg: Config, progress: bool = True) -> dict:  # noqa: A001 - the comman
     else:
         model, processor = load(cfg.policy)
         examples, skipped = _examples(cfg, e.split, progress, e.limit)
+        if any(is_interactive(x.record) for x in examples):
+            return _eval_env(cfg, model, processor, examples, skipped, out, progress)
         result = evaluate(
             model,
             processor,
@@ -93,6 +96,40 @@ def eval(cfg: Config, progress: bool = True) -> dict:  # noqa: A001 - the comman
     name = e.split if e.baseline == "none" else f"{e.split}_{e.baseline}"
     print(_write_eval(out, name, result, f"{who} on {cfg.data.root}/{e.split}"))
     print(f"{who} on {cfg.data.root}/{e.split}: {format_result(result)}")
+    return {k: v for k, v in result.items() if k != "predictions"}
+
+
+def _eval_env(cfg: Config, model, processor, examples, skipped, out: Path, progress: bool) -> dict:
+    """`embodied eval` on interactive episodes: greedy answers executed in MuJoCo and, with `eval.samples`,
+    best-of-N with the simulator as the verifier and majority vote for each N in `eval.k`."""
+    from embodied.envs.evaluate import env_markdown, evaluate_env
+
+    e = cfg.eval
+    if e.baseline != "none" or not all(is_interactive(x.record) for x in examples):
+        raise ValueError(
+            f"{cfg.data.root}/{e.split}: interactive episodes are evaluated by the simulator, alone and "
+            "without eval.baseline; put MCQs and episodes in separate datasets"
+        )
+    result = evaluate_env(
+        model,
+        processor,
+        examples,
+        cfg.video,
+        cfg.env.backend,
+        e.batch_size,
+        e.max_new_tokens,
+        cfg.env.format_weight,
+        progress,
+        samples=e.samples,
+        k=e.k,
+        temperature=e.temperature,
+        seed=cfg.seed,
+    )
+    result["skipped_videos"] = skipped
+    (out / f"eval_{e.split}.json").write_text(json.dumps(result, indent=2))
+    table = env_markdown(result, f"{cfg.policy.path} on {cfg.data.root}/{e.split}")
+    (out / f"eval_{e.split}.md").write_text(table)
+    print(table)
     return {k: v for k, v in result.items() if k != "predictions"}
 
 

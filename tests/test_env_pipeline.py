@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import numpy as np
 import pytest
 
 from embodied.datasets import load_examples
@@ -65,18 +69,148 @@ def test_routed_reward_scores_each_record_by_its_kind(episodes):
 
 @pytest.mark.slow
 def test_env_feedback_experiment_end_to_end(tmp_path):
-    """The whole experiment at toy size: data, start, three arms, table, plots and videos."""
+    """The whole experiment at toy size: data, benchmark, start, three arms, two seeds, test-time compute,
+    tables, plots and videos; a rerun reuses the finished seeds."""
     from embodied.config import load_config
     from embodied.experiments.env_feedback import run
 
     overrides = [
         f"data.root={tmp_path}/mcq", "data.n_train=40", "data.n_val=4", "data.n_test=20", "data.workers=0",
-        "sft.steps=10", "sft.batch_size=8", "grpo.steps=2", f"env.root={tmp_path}/env", "env.n_train=6",
-        "env.n_test=4", "env.feedback.format_steps=5", "env.feedback.eval_mcq=20",
+        "sft.steps=4", "sft.batch_size=8", "grpo.steps=2", "grpo.prompts_per_step=4",
+        f"env.root={tmp_path}/env", "env.n_train=6", "env.n_test=4", "env.feedback.seeds=[0,1]",
+        "env.feedback.eval_mcq=20", "env.feedback.benchmark_n_test=16", "env.feedback.test_time_samples=2",
+        "env.feedback.test_time_k=[1,2]",
     ]  # fmt: skip
     cfg = load_config("configs/experiment_env_feedback.yaml", overrides)
+    cfg.env.feedback.benchmark = str(tmp_path / "bench.yaml")
+    spec = Path("configs/physics_bench.yaml").read_text()
+    (tmp_path / "bench.yaml").write_text(spec.replace("data/benchmarks/physics_v1", f"{tmp_path}/bench"))
     summary = run(cfg, tmp_path / "run", progress=False)
     assert set(summary["stages"]) == {"start", "mcq", "sim", "mixed"}
-    for name in ("results.md", "results.json", "results.png", "reward_curves.png"):
+    assert [r["seed"] for r in summary["seeds"]] == [0, 1]
+    for name in ("results.md", "results.json", "results.png", "reward_curves.png", "test_time.png"):
         assert (tmp_path / "run" / name).stat().st_size > 0
-    assert len(list((tmp_path / "run" / "videos").glob("*.mp4"))) == 4 * 3
+    assert len(list((tmp_path / "run" / "videos").glob("*.mp4"))) == 3 * 3
+    text = (tmp_path / "run" / "results.md").read_text()
+    assert "best constant answer" in text and "best-of-2" in text and "benchmark, all" in text
+    again = run(cfg, tmp_path / "run", progress=False)  # every seed reused, same figures
+    assert again["stages"] == json.loads(json.dumps(summary["stages"]))
+
+
+def test_random_answers_are_well_formed_and_in_range(episodes):
+    import numpy as np
+
+    from embodied.envs import random_answer, task
+
+    rng = np.random.default_rng(0)
+    for ex in episodes:
+        mod = task(ex.record["task"])
+        answers = [random_answer(ex.record, rng) for _ in range(50)]
+        actions = [mod.parse_action(a) for a in answers]
+        assert None not in actions, answers
+        assert len({repr(a) for a in actions}) > 3  # a spread, not one constant
+
+
+def test_env_reward_reuses_outcomes_exactly(episodes):
+    from embodied import envs
+
+    rec = next(e.record for e in episodes if e.record["task"] == "carry")
+    texts = ["<answer>12, 0.25</answer>", "<answer>12, 0.25</answer>", "<answer>3, 0.2</answer>"]
+    envs._outcomes.clear()
+    first = envs.env_reward(texts, [rec] * 3)
+    assert first[0] == first[1] and len(envs._outcomes) == 2  # the repeated answer simulated once
+    cached = envs.env_reward(texts[:1], [rec])
+    envs._outcomes.clear()
+    fresh = envs.env_reward(texts[:1], [rec])
+    assert cached == fresh == first[:1]
+
+
+def test_success_outscores_every_failure(episodes):
+    """best-of-N keeps the highest `reward/total`: that is a success whenever one was sampled."""
+    import numpy as np
+
+    from embodied.envs import env_reward
+    from embodied.envs.parity import answer_text, sample_actions
+
+    rng = np.random.default_rng(1)
+    for ex in episodes:
+        name = ex.record["task"]
+        texts = [answer_text(name, a) for a in sample_actions(name, ex.record, rng, 10)]
+        terms = env_reward(texts, [ex.record] * len(texts))
+        wins = [t["reward/total"] for t in terms if t["reward/success"]]
+        losses = [t["reward/total"] for t in terms if not t["reward/success"]]
+        if wins and losses:
+            assert min(wins) > max(losses), name
+
+
+def test_vote_action():
+    from embodied.envs.evaluate import vote_action
+
+    assert vote_action("place", [0, 1, None, 1]) == 1
+    assert vote_action("place", [3, 1]) == 3  # a tie goes to the answer sampled first
+    assert vote_action("carry", [(1.0, 0.1), (3.0, 0.3), None, (2.0, 0.5)]) == (2.0, 0.3)
+    assert vote_action("push", [0.2, 0.9, 0.4]) == 0.4
+    assert vote_action("push", [None, None]) is None
+
+
+def test_test_time_compute_by_hand():
+    from embodied.envs.evaluate import test_time_compute
+
+    rows = [
+        {"task": "place", "sampled": [{"success": s} for s in (1, 0, 0, 0)], "vote@1": 1.0, "vote@4": 0.0},
+        {"task": "push", "sampled": [{"success": s} for s in (0, 0, 0, 0)], "vote@1": 0.0, "vote@4": 0.0},
+    ]
+    out = test_time_compute(rows, [1, 4], {"generate": 0.5, "simulate": 0.25})
+    # best_of@1 of the first episode = 1/4; @4 every sample is drawn, so 1; the second never succeeds.
+    assert out["test_time"]["best_of@1"] == 0.125 and out["test_time"]["best_of@4"] == 0.5
+    assert out["test_time"]["per_task"]["place"]["best_of@4"] == 1.0
+    assert out["test_time"]["vote@1"] == 0.5 and out["test_time"]["vote@4"] == 0.0
+    assert out["seconds_per_episode"] == {"best_of@1": 0.75, "best_of@4": 3.0, "vote@1": 0.75, "vote@4": 2.25}
+
+
+def test_action_spread_tells_a_constant_from_a_clip_reading_policy(episodes, tmp_path):
+    from embodied.envs import push
+    from embodied.envs.config import EnvConfig
+    from embodied.envs.dataset import generate_episodes
+    from embodied.envs.evaluate import action_spread
+
+    cfg = EnvConfig(root=str(tmp_path / "env"), tasks=["push"], n_train=0, n_test=6)
+    generate_episodes(cfg, progress=False)
+    lines = (tmp_path / "env" / "test.jsonl").read_text().splitlines()
+    recs = {r["id"]: r for r in map(json.loads, lines)}
+    const = [{"id": i, "task": "push", "response": "<answer>0.40</answer>"} for i in recs]
+    s = action_spread(const, recs)
+    assert s["distinct"] == 1 and s["entropy_bits"] == 0.0 and s["std"] == 0.0
+    assert s["corr_decisive"] != s["corr_decisive"]  # NaN: a constant has no correlation
+    reading = [
+        {"id": i, "task": "push", "response": f"<answer>{push.decisive(r):.4f}</answer>"}
+        for i, r in recs.items()
+    ]
+    s = action_spread(reading, recs)
+    assert s["distinct"] == 6 and s["corr_decisive"] > 0.99 and abs(s["entropy_bits"] - np.log2(6)) < 1e-9
+
+
+def test_best_constant_matches_the_static_rule(episodes):
+    """For place, MuJoCo's verdict per option is the centre-of-mass rule (static margins > 0)."""
+    import numpy as np
+
+    from embodied.envs.evaluate import best_constant
+
+    recs = [e.record for e in episodes]
+    out = best_constant(recs)
+    assert set(out) == {"place", "carry", "push"}
+    place = [r for r in recs if r["task"] == "place"]
+    by_rule = max(np.mean([r["meta"]["static_margins"][o] > 0 for r in place]) for o in range(5))
+    assert out["place"]["success"] == by_rule and out["place"]["n"] == len(place)
+    for v in out.values():
+        assert v["ci95"][0] <= v["success"] <= v["ci95"][1]
+
+
+def test_evaluate_env_best_of_n_and_vote(tiny_policy, episodes):
+    model, processor = tiny_policy
+    result = evaluate_env(model, processor, episodes, VideoConfig(), max_new_tokens=8, samples=4, k=[1, 4])
+    assert set(result["test_time"]) == {"best_of@1", "best_of@4", "vote@1", "vote@4", "per_task"}
+    assert all(len(p["sampled"]) == 4 for p in result["predictions"])
+    # The untrained tiny model never writes a parseable action: nothing succeeds, nothing is hidden.
+    assert result["test_time"]["best_of@4"] == 0.0 and result["test_time"]["vote@4"] == 0.0
+    assert result["seconds_per_episode"]["best_of@4"] > result["seconds_per_episode"]["best_of@1"] > 0

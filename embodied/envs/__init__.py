@@ -13,12 +13,24 @@ batch per task on the ``warp`` backend, and scored by physics. No label, no rewa
 from __future__ import annotations
 
 import importlib
+import json
+from collections import OrderedDict
 from collections.abc import Sequence
 from types import ModuleType
 
+import numpy as np
+
 from embodied.rl.rewards import format_reward
 
-__all__ = ["TASKS", "UNPARSEABLE_PENALTY", "env_reward", "execute", "is_interactive", "task"]
+__all__ = [
+    "TASKS",
+    "UNPARSEABLE_PENALTY",
+    "env_reward",
+    "execute",
+    "is_interactive",
+    "random_answer",
+    "task",
+]
 
 TASKS = ("place", "carry", "push")
 FORMAT_WEIGHT = 0.2
@@ -37,6 +49,23 @@ def task(name: str) -> ModuleType:
 
 def is_interactive(record: dict) -> bool:
     return record.get("task") in TASKS
+
+
+def random_answer(record: dict, rng: np.random.Generator) -> str:
+    """A well-formed completion for ``record`` with a random action on the task's answer grid: the answer
+    format for SFT (``sft.targets=format``), with no physics in it."""
+    return f"<think></think><answer>{task(record['task']).random_answer(rng)}</answer>"
+
+
+OUTCOME_CACHE_SIZE = 200_000
+_outcomes: OrderedDict = OrderedDict()
+"""Physics terms by (backend, task, episode meta, parsed action). A backend is deterministic for a given
+model, state and control schedule, so a repeated answer to the same episode (common within a GRPO group
+and across steps) is looked up instead of simulated again; bounded, least recently used first out."""
+
+
+def _outcome_key(record: dict, action, backend: str) -> str:
+    return json.dumps([backend, record["task"], record["meta"], action], sort_keys=True)
 
 
 def execute(record: dict, action, backend: str = "cpu") -> dict[str, float]:
@@ -62,23 +91,36 @@ def env_reward(
 
     if len(texts) != len(records):
         raise ValueError(f"env_reward: {len(texts)} texts for {len(records)} records")
-    actions, jobs, owners = [], [], []
+    actions, jobs, owners = [], [], {}
+    out: list[dict[str, float]] = [{} for _ in texts]
     for i, (text, rec) in enumerate(zip(texts, records)):
         mod = task(rec["task"])
         action = mod.parse_action(text)
         actions.append(action)
-        if action is not None:
+        if action is None:
+            continue
+        key = _outcome_key(rec, action, backend)
+        if key in _outcomes:
+            _outcomes.move_to_end(key)
+            out[i] = dict(_outcomes[key])
+        elif key in owners:  # the same answer twice in this call: simulated once
+            owners[key].append(i)
+        else:
             try:
                 jobs.append(mod.job(rec, action))
             except Exception as e:
                 seed = rec.get("meta", {}).get("seed")
                 raise EnvError(f"task {rec['task']}, seed {seed}: building the episode failed: {e}") from e
-            owners.append(i)
+            owners[key] = [i]
     traces = run_jobs(jobs, backend) if jobs else []
-    out: list[dict[str, float]] = [{} for _ in texts]
-    for i, trace in zip(owners, traces):
-        rec = records[i]
-        out[i] = task(rec["task"]).outcome(rec, actions[i], trace)
+    for (key, idx), trace in zip(owners.items(), traces):
+        rec = records[idx[0]]
+        terms = task(rec["task"]).outcome(rec, actions[idx[0]], trace)
+        _outcomes[key] = terms
+        for i in idx:
+            out[i] = dict(terms)
+    while len(_outcomes) > OUTCOME_CACHE_SIZE:
+        _outcomes.popitem(last=False)
     keys = {"reward/total", "reward/success"}
     for name in {rec["task"] for rec in records}:
         keys |= set(task(name).WEIGHTS)

@@ -19,6 +19,7 @@ import numpy as np
 from embodied.envs import core
 
 NAME = "carry"
+NUMERIC = True  # the answer is numbers (False: a lettered option)
 # name: (rgba, friction, mass kg, strength N). Strength is the largest pad force the object survives.
 MATERIALS = {
     "foam": ((0.95, 0.85, 0.30, 1.0), 0.9, 0.05, 5.0),
@@ -160,6 +161,23 @@ def good_action(record: dict) -> tuple[float, float]:
 
 def describe(action: tuple[float, float]) -> str:
     return f"grip {action[0]:.1f} N, lift {action[1]:.2f} m/s"
+
+
+def random_answer(rng: np.random.Generator) -> str:
+    """The body of a well-formed answer on a coarse grid: a whole number of newtons and a speed in steps
+    of 0.05 m/s, uniformly over the stated ranges (no physics in it)."""
+    force = int(rng.integers(int(FORCE_RANGE[0]), int(FORCE_RANGE[1]) + 1))
+    return f"{force}, {0.05 * int(rng.integers(1, round(SPEED_RANGE[1] / 0.05) + 1)):.2f}"
+
+
+def action_value(action: tuple[float, float]) -> float:
+    """The action as one number, the grip force (N): what the material decides."""
+    return float(action[0])
+
+
+def decisive(record: dict) -> float:
+    """The scene parameter that decides the outcome: the grip force a sound answer uses (`good_action`)."""
+    return float(good_action(record)[0])
 
 
 def execute(record: dict, action, backend: str = "cpu") -> dict[str, float]:

@@ -10,18 +10,28 @@ from dataclasses import dataclass, field
 
 @dataclass
 class FeedbackConfig:
-    """`embodied experiment env-feedback`: MCQ vs simulator vs mixed rewards from one SFT start."""
+    """`embodied experiment env-feedback`: MCQ vs simulator vs mixed rewards from one format-only start."""
 
     arms: list[str] = field(default_factory=lambda: ["mcq", "sim", "mixed"])
     """Which reward each arm trains on: mcq (rule-checked answers), sim (physics), mixed (both)."""
-    format_steps: int = 60
-    """SFT steps teaching the interactive answer format on random in-range actions (no physics in them),
-    after the MCQ SFT; part of the shared starting point."""
-    format_lr: float = 3e-4
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    """One start and one run of every arm per seed (training order, sampling, initial noise)."""
     eval_mcq: int = 200
     """Held-out MCQ test questions each arm is evaluated on (0 = the whole test split)."""
+    benchmark: str = "configs/physics_bench.yaml"
+    """A YAML file whose `data:` section is a held-out MCQ benchmark of every family; each arm is also
+    evaluated on it (generated under its `data.root` when missing). Empty: none."""
+    benchmark_n_test: int = 400
+    """Questions of the benchmark to generate and evaluate (its `data.n_test` is replaced by this)."""
+    test_time_seeds: list[int] = field(default_factory=lambda: [0])
+    """Seeds whose arms are also evaluated with sampled answers: best-of-N with the simulator as the
+    verifier and majority vote on the episodes, majority vote on the MCQs."""
+    test_time_samples: int = 16
+    """Answers sampled per episode or question for the test-time compute curves."""
+    test_time_k: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
+    """The N of best-of-N and of the majority vote (each <= test_time_samples)."""
     videos_per_task: int = 1
-    """Rollout videos per task and arm (the policy's answer and the outcome drawn on them)."""
+    """Rollout videos per task and arm of the first seed (the policy's answer and the outcome drawn)."""
     video_fps: float = 10.0
 
 

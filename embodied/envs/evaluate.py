@@ -1,13 +1,28 @@
-"""Policies on interactive episodes: greedy answers executed in MuJoCo, success rates, rollout videos.
+"""Policies on interactive episodes: greedy answers executed in MuJoCo, success rates, test-time compute,
+rollout videos.
 
 `evaluate_env` answers every held-out episode greedily, executes the parseable answers (all of a batch
 at once on the warp backend) and reports per task the success rate with a 95% interval, the share of
-unparseable answers and the mean of every failure term. `rollout_video` renders one answered episode:
-the clip the policy saw, then the physics of its answer, with the answer and the outcome drawn on it.
+unparseable answers, the mean of every failure term, and how the answers spread over episodes (the
+spread of the action and its correlation with the scene parameter that decides the outcome, so that a
+policy answering one constant shows as one). With ``samples=n`` it also samples n answers per episode
+and reports, for each N in ``k``:
+
+* ``best_of@N``: sample N answers, execute each in the simulator, keep the best by ``reward/total``.
+  Physics is the verifier (no reward model, no label). A success always totals more than any failure,
+  so this is the chance that N of the n samples hold a success (the unbiased pass@k estimator).
+* ``vote@N``: the majority answer of the first N samples (for numeric actions the per-coordinate
+  median), executed once.
+
+with the measured seconds per episode each costs. `best_constant` runs every answer of a grid on every
+episode: the success of the best single answer for all episodes, the baseline a clip-blind policy
+cannot beat. `rollout_video` renders one answered episode: the clip the policy saw, then the physics of
+its answer, with the answer and the outcome drawn on it.
 """
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,8 +32,9 @@ import torch
 from tqdm.auto import tqdm
 
 from embodied.envs import env_reward, task
-from embodied.evaluate import wilson_interval
-from embodied.policy import decode, encode_prompts, generate
+from embodied.envs.parity import answer_text
+from embodied.eval_stats import majority_vote, pass_at_k, resolve_k, wilson_interval
+from embodied.policy import decode, encode_prompts, generate, repeat_batch
 
 
 @torch.no_grad()
@@ -33,12 +49,21 @@ def evaluate_env(
     format_weight: float = 0.2,
     progress: bool = False,
     desc: str = "eval env",
+    *,
+    samples: int = 0,
+    k: Sequence[int] = (),
+    temperature: float = 1.0,
+    seed: int = 0,
 ) -> dict:
-    """Greedy answers to ``examples`` (``embodied.datasets.Example``), scored by simulation."""
+    """Greedy answers to ``examples`` (``embodied.datasets.Example``), scored by simulation; with
+    ``samples`` > 0 also best-of-N and majority vote for each N in ``k`` (see the module docstring)."""
+    ks = resolve_k(samples, k)
+    if samples:
+        torch.manual_seed(seed)
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    predictions = []
+    predictions, seconds = [], {"generate": 0.0, "simulate": 0.0}
     for start in tqdm(range(0, len(examples), batch_size), desc=desc, unit="batch", disable=not progress):
         chunk = examples[start : start + batch_size]
         records = [e.record for e in chunk]
@@ -46,14 +71,128 @@ def evaluate_env(
         ids, mask = generate(model, processor, batch, max_new_tokens, do_sample=False)
         texts = decode(processor, ids, mask)
         terms = env_reward(texts, records, backend, format_weight)
-        for rec, text, t in zip(records, texts, terms):
-            predictions.append({"id": rec["id"], "task": rec["task"], "response": text, "terms": t})
+        rows = [
+            {"id": rec["id"], "task": rec["task"], "response": text, "terms": t}
+            for rec, text, t in zip(records, texts, terms)
+        ]
+        if samples:
+            _sample(model, processor, batch, records, rows, samples, max_new_tokens, temperature, seconds)
+            _sample_terms(records, rows, backend, format_weight, seconds)
+        predictions += rows
     model.train(was_training)
-    return summarize_env(predictions) | {"predictions": predictions}
+    result = summarize_env(predictions, {e.record["id"]: e.record for e in examples})
+    if samples:
+        _vote(predictions, {e.record["id"]: e.record for e in examples}, ks, backend, format_weight)
+        per_sample = {key: v / (len(predictions) * samples) for key, v in seconds.items()}
+        result |= test_time_compute(predictions, ks, per_sample)
+        result["settings"] = {"samples": samples, "k": ks, "temperature": temperature, "seed": seed}
+    return result | {"predictions": predictions}
 
 
-def summarize_env(predictions: Sequence[dict]) -> dict:
-    """Success rate (95% Wilson interval), unparseable share and mean terms, overall and per task."""
+def _sample(model, processor, batch, records, rows, n, max_new_tokens, temperature, seconds) -> None:
+    t0 = time.perf_counter()
+    ids, mask = generate(
+        model, processor, repeat_batch(batch, n), max_new_tokens, temperature, do_sample=True
+    )
+    texts = decode(processor, ids, mask)
+    seconds["generate"] += time.perf_counter() - t0
+    for i, row in enumerate(rows):
+        row["sampled"] = [{"response": t} for t in texts[i * n : (i + 1) * n]]
+
+
+def _sample_terms(records, rows, backend, format_weight, seconds) -> None:
+    """Execute every sampled answer (the verifier's work for best-of-N)."""
+    t0 = time.perf_counter()
+    texts = [s["response"] for row in rows for s in row["sampled"]]
+    recs = [rec for rec, row in zip(records, rows) for _ in row["sampled"]]
+    terms = iter(env_reward(texts, recs, backend, format_weight))
+    for row in rows:
+        for s in row["sampled"]:
+            t = next(terms)
+            s["success"], s["total"] = t["reward/success"], t["reward/total"]
+    seconds["simulate"] += time.perf_counter() - t0
+
+
+def vote_action(name: str, actions: Sequence):
+    """The majority answer among parsed ``actions`` (None = unparseable, no vote): the most frequent option
+    for a lettered task, the per-coordinate median for a numeric one; None if nothing parsed."""
+    votes = [a for a in actions if a is not None]
+    if not votes or not task(name).NUMERIC:
+        return majority_vote(votes) if votes else None
+    med = np.median(np.array(votes, dtype=float), axis=0)
+    return tuple(round(float(x), 4) for x in med) if med.ndim else round(float(med), 4)
+
+
+def _vote(predictions, records: dict, ks, backend, format_weight) -> None:
+    """``row["vote@N"]``: the success of executing the majority answer of the first N samples."""
+    jobs = []
+    for row in predictions:
+        mod = task(row["task"])
+        actions = [mod.parse_action(s["response"]) for s in row["sampled"]]
+        for n in ks:
+            action = vote_action(row["task"], actions[:n])
+            text = answer_text(row["task"], action) if action is not None else ""
+            jobs.append((row, n, text))
+    terms = env_reward(
+        [t for _, _, t in jobs], [records[row["id"]] for row, _, _ in jobs], backend, format_weight
+    )
+    for (row, n, _), t in zip(jobs, terms):
+        row[f"vote@{n}"] = t["reward/success"]
+
+
+def test_time_compute(predictions: Sequence[dict], ks: Sequence[int], per_sample: dict) -> dict:
+    """best_of@N and vote@N success, overall and per task, with the seconds per episode each costs."""
+
+    def curve(rows) -> dict:
+        out = {}
+        for n in ks:
+            best = [
+                pass_at_k(len(r["sampled"]), int(sum(s["success"] for s in r["sampled"])), n) for r in rows
+            ]
+            out[f"best_of@{n}"] = float(np.mean(best))
+            out[f"vote@{n}"] = float(np.mean([r[f"vote@{n}"] for r in rows]))
+        return out
+
+    tasks = sorted({r["task"] for r in predictions})
+    return {
+        "test_time": curve(predictions)
+        | {"per_task": {t: curve([r for r in predictions if r["task"] == t]) for t in tasks}},
+        "seconds_per_episode": {
+            f"best_of@{n}": n * (per_sample["generate"] + per_sample["simulate"]) for n in ks
+        }
+        | {f"vote@{n}": n * per_sample["generate"] + per_sample["simulate"] for n in ks},
+        "seconds_per_sample": per_sample,
+    }
+
+
+def action_spread(predictions: Sequence[dict], records: dict) -> dict:
+    """How the greedy answers of one task spread over its episodes: distinct answers, the entropy (bits)
+    of the answer distribution, the standard deviation of the action as one number
+    (``action_value``) and its Pearson correlation with the scene parameter that decides the outcome
+    (``decisive``); NaN where undefined (fewer than three parsed answers, or a constant)."""
+    if not predictions:
+        return {}
+    mod = task(predictions[0]["task"])
+    parsed = [(mod.parse_action(p["response"]), records[p["id"]]) for p in predictions]
+    parsed = [(a, r) for a, r in parsed if a is not None]
+    values = np.array([mod.action_value(a) for a, _ in parsed], dtype=float)
+    counts = np.unique([repr(a) for a, _ in parsed], return_counts=True)[1] if parsed else np.array([])
+    p = counts / counts.sum() if counts.size else counts
+    corr, constant = float("nan"), values.size == 0 or np.ptp(values) == 0
+    if values.size >= 3 and not constant:
+        decisive = np.array([mod.decisive(r) for _, r in parsed], dtype=float)
+        corr = float(np.corrcoef(values, decisive)[0, 1]) if np.ptp(decisive) > 0 else corr
+    return {
+        "distinct": int(counts.size),
+        "entropy_bits": float(-(p * np.log2(p)).sum()) + 0.0 if counts.size > 1 else 0.0,
+        "std": 0.0 if constant else float(values.std()),
+        "corr_decisive": corr,
+    }
+
+
+def summarize_env(predictions: Sequence[dict], records: dict | None = None) -> dict:
+    """Success rate (95% Wilson interval), unparseable share and mean terms, overall and per task; with the
+    ``records`` by id, also each task's answer spread (`action_spread`)."""
     groups: dict[str, list[dict]] = defaultdict(list)
     for p in predictions:
         groups[p["task"]].append(p)
@@ -71,7 +210,82 @@ def summarize_env(predictions: Sequence[dict]) -> dict:
             "terms": means,
         }
 
-    return stats(list(predictions)) | {"per_task": {t: stats(p) for t, p in sorted(groups.items())}}
+    per_task = {t: stats(p) for t, p in sorted(groups.items())}
+    if records is not None:
+        for t, preds in groups.items():
+            per_task[t]["spread"] = action_spread(preds, records)
+    return stats(list(predictions)) | {"per_task": per_task}
+
+
+def env_markdown(result: dict, title: str = "") -> str:
+    """A markdown table of an `evaluate_env` result: success, spread of the answers and, when sampled,
+    best-of-N and majority vote with their seconds per episode; one row per task and one for all."""
+    tt, ks = result.get("test_time"), result.get("settings", {}).get("k", [])
+    head = [
+        "task",
+        "n",
+        "success [95% CI]",
+        "unparseable",
+        "distinct answers",
+        "corr. with deciding parameter",
+    ]
+    head += [f"best-of-{n}" for n in ks] + [f"vote-{n}" for n in ks]
+    rows = []
+    for name, s in [*result["per_task"].items(), ("**all**", result)]:
+        spread = s.get("spread", {})
+        cells = [name, str(s["n"]), f"{s['success']:.3f} [{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}]"]
+        cells += [
+            f"{s['unparseable']:.1%}",
+            str(spread.get("distinct", "")),
+            f"{spread.get('corr_decisive', '')}",
+        ]
+        if tt:
+            c = tt if name == "**all**" else tt["per_task"][name]
+            cells += [f"{c[f'best_of@{n}']:.3f}" for n in ks] + [f"{c[f'vote@{n}']:.3f}" for n in ks]
+        rows.append("| " + " | ".join(cells) + " |")
+    lines = ([f"### {title}", ""] if title else []) + [
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    lines += rows
+    if tt:
+        sec = result["seconds_per_episode"]
+        lines += ["", "seconds per episode: " + ", ".join(f"{k} {v:.3f}" for k, v in sec.items())]
+    return "\n".join(lines) + "\n"
+
+
+CONSTANT_GRID = {
+    "place": [0, 1, 2, 3, 4],
+    "carry": [
+        (f, v) for f in (0.5, 1, 2, 3, 4, 6, 8, 10, 13, 16, 20, 25, 32, 40, 50) for v in (0.15, 0.25, 0.4)
+    ],
+    "push": [round(0.05 * i, 2) for i in range(1, 21)],
+}
+"""Candidate constant answers per task: every option, or a grid over the stated ranges."""
+
+
+def best_constant(records: Sequence[dict], backend: str = "cpu", progress: bool = False) -> dict:
+    """Per task, the one answer that succeeds on most of ``records`` (chosen on these same episodes, so an
+    upper bound for any policy that ignores the clip), with its success rate and 95% interval."""
+    out = {}
+    by_task: dict[str, list[dict]] = defaultdict(list)
+    for r in records:
+        by_task[r["task"]].append(r)
+    for name, recs in tqdm(sorted(by_task.items()), desc="best constant", disable=not progress):
+        best = None
+        for action in CONSTANT_GRID[name]:
+            terms = env_reward([answer_text(name, action)] * len(recs), recs, backend)
+            wins = int(sum(t["reward/success"] for t in terms))
+            if best is None or wins > best[0]:
+                best = (wins, action)
+        wins, action = best
+        out[name] = {
+            "answer": task(name).describe(action),
+            "success": wins / len(recs),
+            "ci95": list(wilson_interval(wins, len(recs))),
+            "n": len(recs),
+        }
+    return out
 
 
 def _draw(frame: np.ndarray, lines: Sequence[tuple[str, tuple[int, int, int]]], scale: int) -> np.ndarray:

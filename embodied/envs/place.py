@@ -21,6 +21,7 @@ import numpy as np
 from embodied.envs import core
 
 NAME = "place"
+NUMERIC = False  # the answer is a lettered option
 HALF = (0.06, 0.04, 0.025)  # block half-sizes (m), as in sim/place/scene.xml
 OFFSETS_CM = (-6.0, -3.0, 0.0, 3.0, 6.0)  # from the bottom block's centre
 MAX_SHIFT = 0.05  # m: largest sideways shift of a tower block on the one below
@@ -158,6 +159,22 @@ def outcome(record: dict, action: int, trace: core.Trace) -> dict[str, float]:
 def describe(action: int) -> str:
     """The action in words, for videos and logs."""
     return _options()[action]
+
+
+def random_answer(rng: np.random.Generator) -> str:
+    """The body of a well-formed answer naming a uniformly random option (no physics in it)."""
+    return "ABCDE"[int(rng.integers(len(OFFSETS_CM)))]
+
+
+def action_value(action: int) -> float:
+    """The action as one number (cm from the bottom block's centre), for spread and correlation."""
+    return OFFSETS_CM[action]
+
+
+def decisive(record: dict) -> float:
+    """The scene parameter that decides the outcome: the centre (cm) of the options that stand."""
+    margins = record["meta"]["static_margins"]
+    return float(np.mean([o for o, m in zip(OFFSETS_CM, margins) if m > 0]))
 
 
 def execute(record: dict, action, backend: str = "cpu") -> dict[str, float]:

@@ -17,6 +17,7 @@ import numpy as np
 from embodied.envs import core
 
 NAME = "push"
+NUMERIC = True  # the answer is numbers (False: a lettered option)
 START_X = -0.35  # m, the puck's start (the black line in sim/push/scene.xml)
 MASS = 0.2  # kg, as in the scene
 FRICTION_RANGE = (0.1, 0.5)
@@ -142,6 +143,23 @@ def good_action(record: dict) -> float:
 
 def describe(action: float) -> str:
     return f"impulse {action:.2f} N s"
+
+
+def random_answer(rng: np.random.Generator) -> str:
+    """The body of a well-formed answer: an impulse in steps of 0.05 N s over the stated range."""
+    return f"{0.05 * int(rng.integers(1, round(IMPULSE_RANGE[1] / 0.05) + 1)):.2f}"
+
+
+def action_value(action: float) -> float:
+    """The action as one number, the impulse (N s)."""
+    return float(action)
+
+
+def decisive(record: dict) -> float:
+    """The scene parameter that decides the outcome: the impulse that stops the puck at the zone's centre
+    (Coulomb friction: J = m sqrt(2 mu g D))."""
+    scene = record["meta"]["scene"]
+    return float(MASS * np.sqrt(2 * scene["friction"] * 9.81 * scene["target"]))
 
 
 def execute(record: dict, action, backend: str = "cpu") -> dict[str, float]:

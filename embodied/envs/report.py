@@ -1,9 +1,15 @@
-"""The env-feedback experiment's results table (markdown + JSON) and plots."""
+"""The env-feedback experiment's tables (markdown + JSON) and plots, over seeds.
+
+Every figure is given as the mean over seeds with the lowest and highest seed in parentheses; each seed's
+own 95% Wilson interval (over held-out episodes or questions) is in `results.json`. A stage "beats the
+best constant" on a task in a seed when its interval lies wholly above the best constant's.
+"""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+import numpy as np
 
 from embodied.envs import task
 from embodied.metrics import read_metrics
@@ -18,104 +24,249 @@ FAILURES = (
 )
 
 
-def _ci(r: dict, key: str) -> str:
-    lo, hi = r["ci95"]
-    return f"{r[key]:.3f} [{lo:.2f}, {hi:.2f}]"
+def _spread(values: list[float]) -> str:
+    values = [v for v in values if v == v]  # NaN (undefined) left out
+    if not values:
+        return "n/a"
+    return f"{np.mean(values):.3f} ({min(values):.2f}-{max(values):.2f})"
 
 
-def summarize(results: dict) -> dict:
-    """Per stage (start and each arm): MCQ accuracy (overall, per family) and env success (overall,
-    per task), unparseable shares and mean failure terms; JSON-ready, without per-example predictions."""
+def stage_figures(rows: list[dict], constant: dict) -> dict:
+    """Per stage: env success per task (per seed, with intervals), answer spread, MCQ and benchmark
+    accuracy per family, and the number of seeds whose interval lies above the best constant's."""
+    stages = list(rows[0]["stages"])
+    tasks = sorted(rows[0]["stages"][stages[0]]["env"]["per_task"])
     out = {}
-    for stage, r in results.items():
-        mcq, env = r["mcq"], r["env"]
-        out[stage] = {
-            "mcq_accuracy": mcq["accuracy"],
-            "mcq_ci95": mcq["ci95"],
-            "mcq_unparseable": mcq["unparseable"],
-            "mcq_chance": mcq["chance"],
-            "mcq_n": mcq["n"],
-            "mcq_per_task": {t: v["accuracy"] for t, v in mcq["per_task"].items()},
-            "env_success": env["success"],
-            "env_ci95": env["ci95"],
-            "env_unparseable": env["unparseable"],
-            "env_n": env["n"],
-            "env_per_task": {
-                t: {"success": v["success"], "ci95": v["ci95"], "unparseable": v["unparseable"], "n": v["n"]}
-                | {k.split("/", 1)[1]: v["terms"].get(k, 0.0) for k in FAILURES if k in task(t).WEIGHTS}
-                for t, v in env["per_task"].items()
-            },
+    for s in stages:
+        per_seed = [r["stages"][s] for r in rows]
+        env = {
+            t: {
+                "success": [p["env"]["per_task"][t]["success"] for p in per_seed],
+                "ci95": [p["env"]["per_task"][t]["ci95"] for p in per_seed],
+                "unparseable": [p["env"]["per_task"][t]["unparseable"] for p in per_seed],
+                "distinct": [p["env"]["per_task"][t]["spread"]["distinct"] for p in per_seed],
+                "entropy_bits": [p["env"]["per_task"][t]["spread"]["entropy_bits"] for p in per_seed],
+                "corr_decisive": [p["env"]["per_task"][t]["spread"]["corr_decisive"] for p in per_seed],
+                "seeds_above_constant": sum(
+                    p["env"]["per_task"][t]["ci95"][0] > constant[t]["ci95"][1] for p in per_seed
+                ),
+            }
+            | {
+                k.split("/", 1)[1]: [p["env"]["per_task"][t]["terms"].get(k, 0.0) for p in per_seed]
+                for k in FAILURES
+                if k in task(t).WEIGHTS
+            }
+            for t in tasks
         }
+        mcq = {
+            "accuracy": [p["mcq"]["accuracy"] for p in per_seed],
+            "ci95": [p["mcq"]["ci95"] for p in per_seed],
+            "chance": per_seed[0]["mcq"]["chance"],
+        }
+        if "bench" in per_seed[0]:
+            fams = sorted(per_seed[0]["bench"]["per_task"])
+            mcq["bench"] = [p["bench"]["accuracy"] for p in per_seed]
+            mcq["bench_chance"] = per_seed[0]["bench"]["chance"]
+            mcq["bench_per_family"] = {
+                f: [p["bench"]["per_task"][f]["accuracy"] for p in per_seed] for f in fams
+            }
+        out[s] = {"env": env, "mcq": mcq, "seeds": [r["seed"] for r in rows]}
     return out
 
 
-def markdown(summary: dict, results: dict) -> str:
-    stages = list(summary)
-    families = sorted({t for s in summary.values() for t in s["mcq_per_task"]})
-    tasks = sorted({t for s in summary.values() for t in s["env_per_task"]})
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    return [
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+        *("| " + " | ".join(r) + " |" for r in rows),
+    ]
+
+
+def markdown(figures: dict, constant: dict, rows: list[dict]) -> str:
+    stages = list(figures)
+    tasks = sorted(figures[stages[0]]["env"])
+    n_seeds = len(rows)
+    first = rows[0]["stages"][stages[0]]
     lines = ["# env-feedback results", ""]
-    head = ["arm", "MCQ accuracy [95% CI]", *families, "env success [95% CI]", *tasks, "env unparseable"]
-    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for s in stages:
-        v, r = summary[s], results[s]
-        row = [
-            s,
-            _ci(r["mcq"], "accuracy"),
-            *(f"{v['mcq_per_task'].get(f, float('nan')):.3f}" for f in families),
-        ]
-        row += [_ci(r["env"], "success"), *(f"{v['env_per_task'][t]['success']:.3f}" for t in tasks)]
-        row += [f"{v['env_unparseable']:.3f}"]
-        lines.append("| " + " | ".join(row) + " |")
-    any_stage = summary[stages[0]]
     lines += [
+        f"Mean over {n_seeds} seed(s) ({', '.join(str(r['seed']) for r in rows)}), lowest and highest seed "
+        "in "
+        "parentheses. Held-out episodes per task: "
+        + ", ".join(f"{t} {first['env']['per_task'][t]['n']}" for t in tasks)
+        + f"; MCQ test questions: {first['mcq']['n']}.",
         "",
-        f"MCQ: n={any_stage['mcq_n']} held-out questions, chance {any_stage['mcq_chance']:.2f}. "
-        f"Env: n={any_stage['env_n']} held-out episodes ("
-        + ", ".join(f"{t} {any_stage['env_per_task'][t]['n']}" for t in tasks)
-        + ").",
+        "## Interactive tasks: success",
         "",
     ]
-    lines += ["## Failure terms (mean per episode; -1 = every episode failed that way)", ""]
-    head = ["arm", "task", "success", "unparseable", *(k.split("/", 1)[1] for k in FAILURES)]
-    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    head = ["stage", *tasks, *(f"{t}: seeds above constant" for t in tasks)]
+    body = [
+        [
+            "best constant answer",
+            *(
+                f"{constant[t]['success']:.3f} [{constant[t]['ci95'][0]:.2f}, "
+                f"{constant[t]['ci95'][1]:.2f}] ({constant[t]['answer']})"
+                for t in tasks
+            ),
+            *([""] * len(tasks)),
+        ]
+    ]
+    for s in stages:
+        env = figures[s]["env"]
+        body.append(
+            [
+                s,
+                *(_spread(env[t]["success"]) for t in tasks),
+                *(f"{env[t]['seeds_above_constant']}/{n_seeds}" for t in tasks),
+            ]
+        )
+    lines += _table(head, body)
+    lines += [
+        "",
+        "The best constant is the one answer (of every option, or a grid over the stated ranges) that "
+        "succeeds "
+        "on most of these same held-out episodes, with its 95% interval: no policy that ignores the clip can "
+        'beat it. "Seeds above constant": seeds whose 95% interval lies wholly above the constant\'s.',
+        "",
+        "## Do the answers depend on the clip?",
+        "",
+    ]
+    head = [
+        "stage",
+        "task",
+        "distinct answers",
+        "entropy (bits)",
+        "corr. with the deciding parameter",
+        "unparseable",
+    ]
+    body = []
     for s in stages:
         for t in tasks:
-            v = summary[s]["env_per_task"][t]
-            cells = [f"{v[k.split('/', 1)[1]]:.3f}" if k.split("/", 1)[1] in v else "" for k in FAILURES]
-            lines.append(
-                "| " + " | ".join([s, t, f"{v['success']:.3f}", f"{v['unparseable']:.3f}", *cells]) + " |"
+            e = figures[s]["env"][t]
+            body.append(
+                [
+                    s,
+                    t,
+                    _spread(e["distinct"]),
+                    _spread(e["entropy_bits"]),
+                    _spread(e["corr_decisive"]),
+                    _spread(e["unparseable"]),
+                ]
             )
+    lines += _table(head, body)
+    lines += [
+        "",
+        "Greedy answers over the held-out episodes. The deciding parameter: for place the centre of the "
+        "positions that stand, for carry the grip force a sound answer uses (set by the material), for push "
+        "the impulse that stops the puck at the zone's centre. A policy answering one constant has one "
+        "distinct answer, 0 bits and no correlation (n/a).",
+        "",
+        "## Multiple-choice questions",
+        "",
+    ]
+    has_bench = "bench" in figures[stages[0]]["mcq"]
+    fams = sorted(figures[stages[0]]["mcq"].get("bench_per_family", {}))
+    head = ["stage", "arrow of time (drop), test", *(["benchmark, all"] + fams if has_bench else [])]
+    body = []
+    for s in stages:
+        m = figures[s]["mcq"]
+        row = [s, _spread(m["accuracy"])]
+        if has_bench:
+            row += [_spread(m["bench"]), *(_spread(m["bench_per_family"][f]) for f in fams)]
+        body.append(row)
+    lines += _table(head, body)
+    m = figures[stages[0]]["mcq"]
+    lines += ["", f"Chance: {m['chance']:.3f} on the test split"]
+    if has_bench:
+        lines[-1] += f", {m['bench_chance']:.3f} on the benchmark (mean over its questions)"
+    lines[-1] += "."
+    lines += test_time_markdown(rows)
     return "\n".join(lines) + "\n"
 
 
-def plot_results(summary: dict, out: Path) -> None:
-    """Grouped bars: MCQ accuracy per family and env success per task (with 95% intervals), per arm."""
+def test_time_markdown(rows: list[dict]) -> list[str]:
+    """Best-of-N (simulator as the verifier) and majority vote per stage and task, for seeds that ran it."""
+    lines = []
+    for r in rows:
+        stages = {s: v for s, v in r["stages"].items() if "test_time" in v["env"]}
+        if not stages:
+            continue
+        first = next(iter(stages.values()))
+        ks = first["env"]["settings"]["k"]
+        tasks = sorted(first["env"]["test_time"]["per_task"])
+        lines += [
+            "",
+            f"## Test-time compute (seed {r['seed']}, {first['env']['settings']['samples']} samples)",
+            "",
+        ]
+        head = ["stage", "task", *(f"best-of-{n}" for n in ks), *(f"vote-{n}" for n in ks)]
+        body = []
+        for s, v in stages.items():
+            tt = v["env"]["test_time"]
+            for t in [*tasks, "all"]:
+                c = tt if t == "all" else tt["per_task"][t]
+                body.append(
+                    [s, t, *(f"{c[f'best_of@{n}']:.3f}" for n in ks), *(f"{c[f'vote@{n}']:.3f}" for n in ks)]
+                )
+            mcq = v["mcq"]
+            body.append(
+                [s, "MCQ (majority vote)", *([""] * len(ks)), *(f"{mcq[f'cons@{n}']:.3f}" for n in ks)]
+            )
+        lines += _table(head, body)
+        sec = first["env"]["seconds_per_episode"]
+        lines += [
+            "",
+            "Seconds per episode (start policy; measured per sample, times N): "
+            + ", ".join(f"best-of-{n} {sec[f'best_of@{n}']:.3f} s" for n in ks)
+            + "; majority vote executes one answer: "
+            + ", ".join(f"vote-{n} {sec[f'vote@{n}']:.3f} s" for n in ks)
+            + ".",
+        ]
+    return lines
+
+
+def plot_results(figures: dict, constant: dict, out: Path) -> None:
+    """Env success per task per stage (mean over seeds, bars from lowest to highest seed) against the best
+    constant, and MCQ accuracy on the test split and the benchmark."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
-    stages = list(summary)
-    families = sorted({t for s in summary.values() for t in s["mcq_per_task"]})
-    tasks = sorted({t for s in summary.values() for t in s["env_per_task"]})
+    stages = list(figures)
+    tasks = sorted(figures[stages[0]]["env"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
     width = 0.8 / len(stages)
     for i, s in enumerate(stages):
-        v = summary[s]
-        x = np.arange(len(families) + 1) + i * width
-        axes[0].bar(x, [v["mcq_accuracy"], *(v["mcq_per_task"][f] for f in families)], width, label=s)
-        succ = [v["env_success"], *(v["env_per_task"][t]["success"] for t in tasks)]
-        cis = [v["env_ci95"], *(v["env_per_task"][t]["ci95"] for t in tasks)]
-        err = np.array([[m - c[0] for m, c in zip(succ, cis)], [c[1] - m for m, c in zip(succ, cis)]])
-        axes[1].bar(np.arange(len(tasks) + 1) + i * width, succ, width, yerr=err, capsize=2, label=s)
+        for ax, vals in (
+            (axes[0], [figures[s]["env"][t]["success"] for t in tasks]),
+            (
+                axes[1],
+                [
+                    figures[s]["mcq"]["accuracy"],
+                    *([figures[s]["mcq"]["bench"]] if "bench" in figures[s]["mcq"] else []),
+                ],
+            ),
+        ):
+            mean = np.array([np.mean(v) for v in vals])
+            err = np.array([mean - [min(v) for v in vals], [max(v) for v in vals] - mean])
+            ax.bar(np.arange(len(vals)) + i * width, mean, width, yerr=err, capsize=2, label=s)
+    for j, t in enumerate(tasks):
+        axes[0].hlines(
+            constant[t]["success"],
+            j - width / 2,
+            j + 0.8 - width / 2,
+            colors="k",
+            linestyles="--",
+            label="best constant" if j == 0 else None,
+        )
+    labels = ["AoT test", *(["benchmark"] if "bench" in figures[stages[0]]["mcq"] else [])]
     for ax, names, title in (
-        (axes[0], families, "held-out MCQ accuracy"),
-        (axes[1], tasks, "held-out env success"),
+        (axes[0], tasks, "held-out env success"),
+        (axes[1], labels, "held-out MCQ accuracy"),
     ):
-        ax.set_xticks(np.arange(len(names) + 1) + 0.4 - width / 2, ["all", *names], fontsize=8)
+        ax.set_xticks(np.arange(len(names)) + 0.4 - width / 2, names, fontsize=8)
         ax.set_ylim(0, 1)
-        ax.set_title(title, fontsize=10)
+        ax.set_title(title + " (mean, seed range)", fontsize=10)
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
@@ -123,22 +274,26 @@ def plot_results(summary: dict, out: Path) -> None:
     plt.close(fig)
 
 
-def plot_reward_curves(out: Path, arms: list[str]) -> None:
-    """reward/total and reward/success over GRPO steps, one line per arm."""
+def plot_reward_curves(out: Path, arms: list[str], seeds: list[int]) -> None:
+    """reward/total, reward/success and reward/accuracy over GRPO steps per arm (mean over seeds)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    keys = ("reward/total", "reward/success", "reward/accuracy")
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
     for arm in arms:
-        rows = [r for r in read_metrics(out / arm / "metrics.jsonl") if r.get("stage") == "grpo"]
-        for ax, key in zip(axes, ("reward/total", "reward/success", "reward/accuracy")):
-            pts = [(r["step"], r[key]) for r in rows if key in r]
-            if pts:
-                ax.plot(*zip(*pts), marker=".", label=arm)
+        for ax, key in zip(axes, keys):
+            runs = []
+            for seed in seeds:
+                rows = read_metrics(out / f"seed{seed}" / arm / "metrics.jsonl")
+                runs.append({r["step"]: r[key] for r in rows if r.get("stage") == "grpo" and key in r})
+            steps = sorted(set.intersection(*(set(r) for r in runs))) if runs else []
+            if steps:
+                ax.plot(steps, [np.mean([r[s] for r in runs]) for s in steps], marker=".", label=arm)
     for ax, key in zip(axes, ("reward/total", "reward/success (interactive)", "reward/accuracy (MCQ)")):
-        ax.set_title(key, fontsize=9)
+        ax.set_title(key + " (mean over seeds)", fontsize=9)
         ax.set_xlabel("GRPO step", fontsize=8)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
@@ -147,17 +302,83 @@ def plot_reward_curves(out: Path, arms: list[str]) -> None:
     plt.close(fig)
 
 
-def write_report(results: dict, videos: dict, out: Path, cfg) -> dict:
-    """Write results.md, results.png, reward_curves.png and every stage's predictions; return the summary."""
-    summary = summarize(results)
-    (out / "results.md").write_text(markdown(summary, results))
-    plot_results(summary, out / "results.png")
-    plot_reward_curves(out, [a for a in results if a != "start"])
-    for stage, r in results.items():
-        (out / f"predictions_{stage}.json").write_text(json.dumps(r, indent=1, default=float))
+def plot_test_time(rows: list[dict], out: Path) -> bool:
+    """Success against N and against seconds per episode, best-of-N and majority vote, one line per stage."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    row = next((r for r in rows if any("test_time" in v["env"] for v in r["stages"].values())), None)
+    if row is None:
+        return False
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
+    for s, v in row["stages"].items():
+        env = v["env"]
+        ks = env["settings"]["k"]
+        sec = env["seconds_per_episode"]
+        (line,) = axes[0].plot(
+            ks, [env["test_time"][f"best_of@{n}"] for n in ks], marker="o", label=f"{s} best-of-N"
+        )
+        axes[0].plot(
+            ks,
+            [env["test_time"][f"vote@{n}"] for n in ks],
+            marker="x",
+            ls="--",
+            color=line.get_color(),
+            label=f"{s} vote",
+        )
+        axes[1].plot(
+            [sec[f"best_of@{n}"] for n in ks],
+            [env["test_time"][f"best_of@{n}"] for n in ks],
+            marker="o",
+            color=line.get_color(),
+            label=f"{s} best-of-N",
+        )
+        axes[1].plot(
+            [sec[f"vote@{n}"] for n in ks],
+            [env["test_time"][f"vote@{n}"] for n in ks],
+            marker="x",
+            ls="--",
+            color=line.get_color(),
+            label=f"{s} vote",
+        )
+        axes[2].plot(
+            ks, [v["mcq"][f"cons@{n}"] for n in ks], marker="x", ls="--", color=line.get_color(), label=s
+        )
+    for ax, (x, y, title) in zip(
+        axes,
+        (
+            ("N", "env success (all tasks)", "interactive: best-of-N (simulator verifier) and vote"),
+            ("seconds per episode", "env success (all tasks)", "interactive: against seconds"),
+            ("N", "MCQ accuracy", "MCQ: majority vote"),
+        ),
+    ):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(x, fontsize=8)
+        ax.set_ylabel(y, fontsize=8)
+        ax.set_title(title + f" (seed {row['seed']})", fontsize=9)
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(out / "test_time.png", dpi=110)
+    plt.close(fig)
+    return True
+
+
+def write_report(rows: list[dict], constant: dict, out: Path, cfg) -> dict:
+    """Write results.md, results.png, reward_curves.png and test_time.png; return the JSON summary."""
+    figures = stage_figures(rows, constant)
+    (out / "results.md").write_text(markdown(figures, constant, rows))
+    plot_results(figures, constant, out / "results.png")
+    plot_reward_curves(out, [s for s in figures if s != "start"], [r["seed"] for r in rows])
+    plot_test_time(rows, out)
     return {
-        "stages": summary,
-        "videos": videos,
+        "stages": figures,
+        "best_constant": constant,
+        "seeds": rows,
+        "videos": rows[0]["videos"],
         "grpo": {
             "steps": cfg.grpo.steps,
             "prompts_per_step": cfg.grpo.prompts_per_step,

@@ -1,23 +1,31 @@
 """`embodied experiment env-feedback`: does a simulator's verdict ground physical reasoning better than MCQs?
 
-One starting point, three GRPO arms with equal steps, prompts per step and group size:
+Per seed, one starting point and three GRPO arms with equal steps, prompts per step and group size:
 
 * ``mcq``: rule-checked answers to the generated multiple-choice questions (`data:`),
 * ``sim``: interactive episodes (`env:`), each answer executed in MuJoCo and scored by what happens,
 * ``mixed``: both, half the prompts of each kind on average, each scored by its own reward.
 
-The starting point is SFT on the MCQ training split, then `env.feedback.format_steps` of SFT on the
-interactive prompts with *random* in-range actions as targets: it teaches the answer format (numbers
-or a letter inside `<answer>`), not physics, so that the sim arm has parseable answers to learn from.
-Every arm (and the start) is evaluated on the held-out MCQ test split (all families in `data:`) and on
-held-out interactive episodes (success rate per task, failure terms, unparseable share). Outputs in
-`run_dir`: `results.md`, `results.json`, `results.png`, `reward_curves.png`, `<arm>/metrics.jsonl`,
-`<arm>/curves.png`, and `videos/<arm>_<task>_<i>.mp4` (the clip, then the physics of the policy's
-answer, with the answer and the outcome drawn on it).
+The start is format-only SFT (`sft.targets=format`) on the MCQ and interactive training prompts together:
+random letters and random in-range actions as targets, so the policy learns to answer in the format and
+nothing about which answer is right; whatever beats chance or the best constant answer afterwards is the
+reinforcement learning's. Every stage of every seed is evaluated on the held-out MCQ test split, on the
+held-out MCQ benchmark of every family (`env.feedback.benchmark`) and on held-out interactive episodes:
+success per task, how the answers spread over episodes and whether they follow the scene parameter that
+decides the outcome, against the best constant answer (`embodied.envs.evaluate.best_constant`). For
+`env.feedback.test_time_seeds` the arms are also evaluated with sampled answers: best-of-N with the
+simulator as the verifier and majority vote, against N and against seconds.
+
+Outputs in `run_dir`: `results.md`, `results.json`, `results.png`, `reward_curves.png`,
+`test_time.png`, `seed<S>/<stage>/` (metrics, curves, predictions, models of the start) and
+`videos/<arm>_<task>_<i>.mp4` (first seed: the clip, then the physics of the policy's answer, with the
+answer and the outcome drawn on it). A finished seed keeps its results in `seed<S>/result.json` and a
+rerun with the same settings reuses it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -25,25 +33,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from embodied.datasets import generate_dataset, load_examples
+from embodied.datasets import dataset_matches, generate_dataset, load_examples
 from embodied.envs import env_reward, is_interactive
 from embodied.envs.dataset import generate_episodes, matches
-from embodied.envs.evaluate import evaluate_env, rollout_video
-from embodied.envs.parity import answer_text, random_action
+from embodied.envs.evaluate import best_constant, evaluate_env, rollout_video
 from embodied.envs.report import write_report
 from embodied.evaluate import evaluate
-from embodied.metrics import MetricsLog, plot_curves, read_metrics
-from embodied.policy import (
-    completion_logprobs,
-    encode_completions,
-    encode_prompts,
-    load,
-    load_policy,
-    save_policy,
-)
-from embodied.rl.losses import masked_mean
+from embodied.experiments.reuse import reuse_or_run
+from embodied.metrics import plot_curves, read_metrics
+from embodied.policy import load, load_policy, save_policy
 from embodied.rl.rewards import mcq_reward
-from embodied.train.common import index_batches
 from embodied.train.grpo import train_grpo
 from embodied.train.sft import train_sft
 
@@ -79,10 +78,19 @@ def routed_reward(cfg):
     return reward_fn
 
 
-def _load_data(cfg, progress: bool) -> dict[str, list]:
-    """MCQ train/test and interactive train/test examples, generating what is missing or stale."""
-    from embodied.datasets import dataset_matches
+def benchmark_config(cfg):
+    """The `data:` section of `env.feedback.benchmark` at `benchmark_n_test` questions (own root), or None."""
+    from embodied.config import load_config
 
+    fb = cfg.env.feedback
+    if not fb.benchmark:
+        return None
+    bench = load_config(fb.benchmark).data
+    return dataclasses.replace(bench, n_test=fb.benchmark_n_test, root=f"{bench.root}_n{fb.benchmark_n_test}")
+
+
+def _load_data(cfg, progress: bool) -> dict[str, list]:
+    """MCQ train/test, benchmark, interactive train/test examples, generating what is missing or stale."""
     if not dataset_matches(cfg.data):
         generate_dataset(cfg.data, progress=progress)
     if not matches(cfg.env):
@@ -95,37 +103,14 @@ def _load_data(cfg, progress: bool) -> dict[str, list]:
         "env_train": load_examples(cfg.env.root, "train", fps, mf)[0],
         "env_test": load_examples(cfg.env.root, "test", fps, mf)[0],
     }
+    if (bench := benchmark_config(cfg)) is not None:
+        if not dataset_matches(bench):
+            generate_dataset(bench, progress=progress)
+        data["bench"] = load_examples(bench.root, "test", fps, mf)[0]
     empty = [k for k, v in data.items() if not v]
     if empty:
         raise ValueError(f"env-feedback: no readable examples in {empty}; check data.root and env.root")
     return data
-
-
-def format_warmup(model, processor, examples, cfg, out: Path, progress: bool) -> None:
-    """SFT on interactive prompts with uniformly random in-range actions as targets (format, not physics)."""
-    fb = cfg.env.feedback
-    if fb.format_steps <= 0:
-        return
-    device = next(model.parameters()).device
-    rng = np.random.default_rng([cfg.seed, 31])
-    optimizer = torch.optim.AdamW(model.parameters(), lr=fb.format_lr, weight_decay=0.0)
-    order = index_batches(len(examples), cfg.sft.batch_size, cfg.seed)
-    log = MetricsLog(out / "metrics.jsonl", "format")
-    model.train()
-    for step in range(1, fb.format_steps + 1):
-        chunk = [examples[i] for i in next(order)]
-        records = [e.record for e in chunk]
-        targets = [answer_text(r["task"], random_action(r["task"], rng)) for r in records]
-        batch = encode_prompts(processor, records, [e.clip for e in chunk], cfg.video, device)
-        ids, mask = encode_completions(processor, targets, device)
-        loss = -masked_mean(completion_logprobs(model, batch, ids, mask), mask)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.sft.grad_clip)
-        optimizer.step()
-        if step % cfg.sft.log_every == 0 or step == fb.format_steps:
-            log.log(step, {"loss/format_sft": loss.item()})
-    model.eval()
 
 
 def _train_set(arm: str, data: dict, seed: int) -> list:
@@ -141,19 +126,33 @@ def _train_set(arm: str, data: dict, seed: int) -> list:
     raise ValueError(f"env.feedback.arms: unknown arm {arm!r}; choose from {ARMS}")
 
 
-def _evaluate_all(model, processor, data: dict, cfg, progress: bool, name: str) -> dict:
-    mcq = evaluate(
+def _mcq(model, processor, examples, cfg, samples: int = 0, ks=()) -> dict:
+    t0 = time.perf_counter()
+    r = evaluate(
         model,
         processor,
-        data["mcq_test"],
+        examples,
         cfg.video,
         cfg.eval.batch_size,
         cfg.eval.max_new_tokens,
-        choice=cfg.eval.choice,
-        progress=progress,
-        desc=f"mcq {name}",
+        choice=False,
+        progress=False,
+        samples=samples,
+        k=ks,
+        seed=cfg.seed,
     )
-    env = evaluate_env(
+    r["wall_s"] = time.perf_counter() - t0
+    return r
+
+
+def evaluate_stage(model, processor, data: dict, cfg, test_time: bool) -> dict:
+    """Held-out MCQ test, benchmark and interactive episodes; with sampled answers when `test_time`."""
+    fb = cfg.env.feedback
+    samples, ks = (fb.test_time_samples, fb.test_time_k) if test_time else (0, ())
+    result = {"mcq": _mcq(model, processor, data["mcq_test"], cfg, samples, ks)}
+    if "bench" in data:
+        result["bench"] = _mcq(model, processor, data["bench"], cfg)
+    result["env"] = evaluate_env(
         model,
         processor,
         data["env_test"],
@@ -162,15 +161,16 @@ def _evaluate_all(model, processor, data: dict, cfg, progress: bool, name: str) 
         cfg.eval.batch_size,
         cfg.eval.max_new_tokens,
         cfg.env.format_weight,
-        progress,
-        desc=f"env {name}",
+        samples=samples,
+        k=ks,
+        seed=cfg.seed,
     )
-    return {"mcq": mcq, "env": env}
+    return result
 
 
-def _videos(result: dict, data: dict, cfg, out: Path, arm: str) -> list[str]:
+def _videos(env_result: dict, data: dict, cfg, out: Path, arm: str) -> list[str]:
     """A few rollout videos per task from the arm's greedy answers on held-out episodes."""
-    by_id = {p["id"]: p["response"] for p in result["env"]["predictions"]}
+    by_id = {p["id"]: p["response"] for p in env_result["predictions"]}
     written, per_task = [], {}
     for ex in data["env_test"]:
         name = ex.record["task"]
@@ -184,46 +184,121 @@ def _videos(result: dict, data: dict, cfg, out: Path, arm: str) -> list[str]:
     return written
 
 
-def run(cfg, out: Path, progress: bool = True) -> dict:
-    """Start -> one GRPO run per arm -> evaluation, table, plots and videos in `out`."""
-    t0 = time.perf_counter()
-    out = Path(out)
-    data = _load_data(cfg, progress)
+def _keep(result: dict, path: Path) -> dict:
+    """Write every prediction of a stage to `path`; return the figures without them."""
+    path.write_text(json.dumps(result, indent=1, default=float))
+    return {
+        part: {k: v for k, v in r.items() if k not in ("predictions", "per_task_tier")}
+        for part, r in result.items()
+    }
+
+
+def run_seed(cfg, data: dict, out: Path, seed: int, progress: bool) -> dict:
+    """The start and every arm for one seed: `{"stages": {stage: figures}, "timings_s": ...}`."""
+    cfg = dataclasses.replace(cfg, seed=seed)
+    fb, seed_out = cfg.env.feedback, out / f"seed{seed}"
+    test_time = seed in fb.test_time_seeds
+    timings, stages, videos = {}, {}, {}
+    t = time.perf_counter()
     model, processor = load(cfg.policy)
-    (out / "start").mkdir(parents=True, exist_ok=True)
-    (out / "start" / "metrics.jsonl").unlink(missing_ok=True)
-    train_sft(model, processor, data["mcq_train"], cfg.sft, cfg.video, out / "start", (), cfg.seed, progress)
-    format_warmup(model, processor, data["env_train"], cfg, out / "start", progress)
-    save_policy(model, processor, out / "start" / "model")
-    results = {"start": _evaluate_all(model, processor, data, cfg, progress, "start")}
-    timings = {"start": round(time.perf_counter() - t0, 1)}
-    videos = {"start": _videos(results["start"], data, cfg, out, "start")}
-    for arm in cfg.env.feedback.arms:
+    start_dir = seed_out / "start"
+    start_dir.mkdir(parents=True, exist_ok=True)
+    (start_dir / "metrics.jsonl").unlink(missing_ok=True)
+    sft = dataclasses.replace(cfg.sft, targets="format")  # no stage before RL ever sees a right answer
+    train_sft(
+        model, processor, data["mcq_train"] + data["env_train"], sft, cfg.video, start_dir, (), seed, progress
+    )
+    save_policy(model, processor, start_dir / "model")
+    timings["start"] = time.perf_counter() - t
+    stages["start"] = _keep(
+        evaluate_stage(model, processor, data, cfg, test_time), start_dir / "predictions.json"
+    )
+    for arm in fb.arms:
         t = time.perf_counter()
-        model, processor = load_policy(out / "start" / "model", cfg.policy.dtype, cfg.policy.device)
-        arm_dir = out / arm
+        model, processor = load_policy(start_dir / "model", cfg.policy.dtype, cfg.policy.device)
+        arm_dir = seed_out / arm
         arm_dir.mkdir(parents=True, exist_ok=True)
         (arm_dir / "metrics.jsonl").unlink(missing_ok=True)
-        train = _train_set(arm, data, cfg.seed)
+        grpo = dataclasses.replace(cfg.grpo, checkpoint_every=0)
+        train = _train_set(arm, data, seed)
         train_grpo(
             model,
             processor,
             train,
-            cfg.grpo,
+            grpo,
             cfg.video,
             arm_dir,
             (),
-            cfg.seed,
+            seed,
             progress,
             reward_fn=routed_reward(cfg),
         )
+        timings[arm] = time.perf_counter() - t
         plot_curves(read_metrics(arm_dir / "metrics.jsonl"), arm_dir / "curves.png")
-        results[arm] = _evaluate_all(model, processor, data, cfg, progress, arm)
-        videos[arm] = _videos(results[arm], data, cfg, out, arm)
-        timings[arm] = round(time.perf_counter() - t, 1)
-    summary = write_report(results, videos, out, cfg)
-    summary["timings_s"] = timings | {"total": round(time.perf_counter() - t0, 1)}
+        result = evaluate_stage(model, processor, data, cfg, test_time)
+        if seed == fb.seeds[0]:
+            videos[arm] = _videos(result["env"], data, cfg, out, arm)
+        stages[arm] = _keep(result, arm_dir / "predictions.json")
+    return {
+        "seed": seed,
+        "stages": stages,
+        "videos": videos,
+        "timings_s": {k: round(v, 1) for k, v in timings.items()},
+    }
+
+
+def _run_key(cfg, seed: int) -> dict:
+    """Everything one seed's runs depend on: a finished seed with the same key is reused."""
+    fb = {
+        k: v for k, v in dataclasses.asdict(cfg.env.feedback).items() if k not in ("seeds", "videos_per_task")
+    }
+    fb["test_time"] = seed in cfg.env.feedback.test_time_seeds
+    parts = ("policy", "data", "video", "sft", "grpo", "eval")
+    env = {k: v for k, v in dataclasses.asdict(cfg.env).items() if k != "feedback"}
+    return {"seed": seed, "feedback": fb, "env": env} | {
+        p: dataclasses.asdict(getattr(cfg, p)) for p in parts
+    }
+
+
+def _best_constant(cfg, data: dict, progress: bool) -> dict:
+    """The best constant answer per task on the held-out episodes, kept beside them in `env.root`."""
+    records = [e.record for e in data["env_test"]]
+    key = {"backend": cfg.env.backend, "ids": [r["id"] for r in records], "env": dataclasses.asdict(cfg.env)}
+    key["env"].pop("feedback")
+    return reuse_or_run(
+        Path(cfg.env.root) / "best_constant.json",
+        key,
+        lambda: best_constant(records, cfg.env.backend, progress),
+        "best constant",
+    )
+
+
+def run(cfg, out: Path, progress: bool = True) -> dict:
+    """Every seed's start and arms -> tables, plots and videos in `out`."""
+    t0 = time.perf_counter()
+    out = Path(out)
+    fb = cfg.env.feedback
+    unknown = [a for a in fb.arms if a not in ARMS]
+    if unknown:
+        raise ValueError(f"env.feedback.arms: unknown arm(s) {unknown}; choose from {list(ARMS)}")
+    data = _load_data(cfg, progress)
+    constant = _best_constant(cfg, data, progress)
+    rows = []
+    for seed in fb.seeds:
+        rows.append(
+            reuse_or_run(
+                out / f"seed{seed}" / "result.json",
+                _run_key(cfg, seed),
+                lambda seed=seed: run_seed(cfg, data, out, seed, progress),
+                f"seed {seed}",
+            )
+        )
+    summary = write_report(rows, constant, out, cfg)
+    summary["timings_s"] = {
+        "total": round(time.perf_counter() - t0, 1),
+        "per_seed": [r["timings_s"] for r in rows],
+    }
     summary["threads"] = torch.get_num_threads()
-    (out / "results.json").write_text(json.dumps(summary, indent=2))
+    (out / "results.json").write_text(json.dumps(summary, indent=2, default=float))
     print(f"results: {out / 'results.md'}; plots: {out / 'results.png'}; videos: {out / 'videos'}")
     return summary

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from embodied.experiments.reuse import reuse_or_run
+
 
 @dataclass
 class ZeroLabelConfig:
@@ -96,16 +98,21 @@ def _run_key(cfg, start: str, seed: int) -> dict:
 
 def one_run(cfg, data: dict, start: str, seed: int, out: Path, progress: bool) -> dict:
     """One start and seed: SFT stages, evaluation, GRPO with validation curve, final evaluation."""
+    run_out = out / f"{start}_seed{seed}"
+    return reuse_or_run(
+        run_out / "result.json",
+        _run_key(cfg, start, seed),
+        lambda: _one_run(cfg, data, start, seed, run_out, progress),
+        f"{start} seed {seed}",
+    )
+
+
+def _one_run(cfg, data: dict, start: str, seed: int, run_out: Path, progress: bool) -> dict:
     from embodied.evaluate import evaluate
     from embodied.metrics import read_metrics
     from embodied.train.grpo import train_grpo
 
-    zc, run_out = cfg.zero_label, out / f"{start}_seed{seed}"
-    key = json.loads(json.dumps(_run_key(cfg, start, seed)))  # JSON-normalised, as it is read back
-    done = run_out / "result.json"
-    if done.is_file() and (saved := json.loads(done.read_text()))["key"] == key:
-        print(f"[{start} seed {seed}] reusing {done}")
-        return saved["row"]
+    zc = cfg.zero_label
     (run_out / "metrics.jsonl").unlink(missing_ok=True)
     model, processor = _start(cfg, data["train"], data["val"], start, seed, run_out, progress)
     val = data["val"][: zc.eval_examples]
@@ -131,7 +138,6 @@ def one_run(cfg, data: dict, start: str, seed: int, out: Path, progress: bool) -
         "grpo_wall_s": round(wall, 1),
         "curves": curves,
     }
-    done.write_text(json.dumps({"key": key, "row": row}, indent=2))
     print(
         f"[{start} seed {seed}] test {row['start_test']:.3f} -> {row['grpo_test']:.3f} "
         f"{row['grpo_ci95']} in {wall:.0f} s; {zc.target} at step {step}"

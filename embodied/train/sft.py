@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 
 from embodied.checkpoint import resolve_resume
 from embodied.datasets import Example
+from embodied.envs import is_interactive, random_answer
 from embodied.evaluate import evaluate
 from embodied.metrics import MetricsLog
 from embodied.policy import completion_logprobs, encode_completions, encode_prompts
@@ -46,12 +47,21 @@ def warmup_cosine(warmup: int, total: int, floor: float = 0.1):
 
 def sft_targets(records: Sequence[dict], cfg, seed: int, step: int) -> list[str]:
     """Targets of one step: the family's answer format with the right letter, or (`cfg.targets` format) with
-    a letter drawn uniformly from the options by `(seed, step)`, so a resumed run draws the same ones."""
+    a letter drawn uniformly from the options by `(seed, step)`, so a resumed run draws the same ones.
+    Interactive episodes have no label: with format targets they get a random action on the task's answer
+    grid (`embodied.envs.random_answer`); with answer targets they are an error."""
+    interactive = [is_interactive(r) for r in records]
     if cfg.targets == "answer":
+        if any(interactive):
+            raise ValueError("sft.targets=answer: interactive episodes have no label; use sft.targets=format")
         return [sft_target(r, cfg.rationale) for r in records]
     rng = np.random.default_rng([seed, step, 71])
-    picked = [r | {"answer": LETTERS[int(rng.integers(len(r["options"])))]} for r in records]
-    return [sft_target(r, cfg.rationale) for r in picked]
+    return [
+        random_answer(r, rng)
+        if inter
+        else sft_target(r | {"answer": LETTERS[int(rng.integers(len(r["options"])))]}, cfg.rationale)
+        for r, inter in zip(records, interactive)
+    ]
 
 
 def train_sft(
