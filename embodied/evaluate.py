@@ -12,6 +12,7 @@ answers modified clips. docs/evaluation.md defines every number.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import torch
@@ -149,7 +150,7 @@ def evaluate(
     model.eval()
     device = next(model.parameters()).device
     items = _items(examples, baseline, seed)
-    rows = []
+    rows, sampling_s = [], 0.0
     for start in tqdm(range(0, len(items), batch_size), desc=desc, unit="batch", disable=not progress):
         chunk = items[start : start + batch_size]
         records = [rec for rec, _, _ in chunk]
@@ -159,15 +160,19 @@ def evaluate(
         scores = (
             _choice_scores(model, processor, batch, records, texts).cpu() if choice else [None] * len(chunk)
         )
+        t0 = time.perf_counter()
         sampled = (
             _sampled_letters(model, processor, batch, samples, max_new_tokens, temperature)
             if samples
             else [None] * len(chunk)
         )
+        sampling_s += time.perf_counter() - t0
         for (rec, _, view), text, lp, s in zip(chunk, texts, scores, sampled):
             rows.append(_row(rec, text, view, lp, s))
     model.train(was_training)
     result = summarize(rows, k=ks)
+    if samples:  # what majority vote over k samples costs: k times this, per question
+        result["seconds_per_sample"] = sampling_s / (len(items) * samples)
     result["settings"] = {
         "baseline": baseline,
         "samples": samples,

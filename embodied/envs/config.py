@@ -30,6 +30,9 @@ class FeedbackConfig:
     """Answers sampled per episode or question for the test-time compute curves."""
     test_time_k: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
     """The N of best-of-N and of the majority vote (each <= test_time_samples)."""
+    workers: int = 1
+    """Seeds run side by side in this many processes (each with `threads` torch threads; results do not
+    depend on it)."""
     videos_per_task: int = 1
     """Rollout videos per task and arm of the first seed (the policy's answer and the outcome drawn)."""
     video_fps: float = 10.0

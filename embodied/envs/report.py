@@ -219,7 +219,8 @@ def test_time_markdown(rows: list[dict]) -> list[str]:
             + ", ".join(f"best-of-{n} {sec[f'best_of@{n}']:.3f} s" for n in ks)
             + "; majority vote executes one answer: "
             + ", ".join(f"vote-{n} {sec[f'vote@{n}']:.3f} s" for n in ks)
-            + ".",
+            + f". MCQ majority vote: {first['mcq']['seconds_per_sample']:.4f} s per sample and question, "
+            "times N.",
         ]
     return lines
 

@@ -19,14 +19,16 @@ simulator as the verifier and majority vote, against N and against seconds.
 Outputs in `run_dir`: `results.md`, `results.json`, `results.png`, `reward_curves.png`,
 `test_time.png`, `seed<S>/<stage>/` (metrics, curves, predictions, models of the start) and
 `videos/<arm>_<task>_<i>.mp4` (first seed: the clip, then the physics of the policy's answer, with the
-answer and the outcome drawn on it). A finished seed keeps its results in `seed<S>/result.json` and a
-rerun with the same settings reuses it.
+answer and the outcome drawn on it). A finished stage keeps its results in `seed<S>/<stage>/result.json`
+and a rerun with the same settings reuses it. `env.feedback.workers` runs the starts, then the arms, in
+that many processes side by side.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import multiprocessing as mp
 import time
 from pathlib import Path
 
@@ -43,6 +45,7 @@ from embodied.experiments.reuse import reuse_or_run
 from embodied.metrics import plot_curves, read_metrics
 from embodied.policy import load, load_policy, save_policy
 from embodied.rl.rewards import mcq_reward
+from embodied.train.common import seed_everything
 from embodied.train.grpo import train_grpo
 from embodied.train.sft import train_sft
 
@@ -193,71 +196,95 @@ def _keep(result: dict, path: Path) -> dict:
     }
 
 
-def run_seed(cfg, data: dict, out: Path, seed: int, progress: bool) -> dict:
-    """The start and every arm for one seed: `{"stages": {stage: figures}, "timings_s": ...}`."""
-    cfg = dataclasses.replace(cfg, seed=seed)
-    fb, seed_out = cfg.env.feedback, out / f"seed{seed}"
-    test_time = seed in fb.test_time_seeds
-    timings, stages, videos = {}, {}, {}
+def run_start(cfg, data: dict, out: Path, progress: bool) -> dict:
+    """Format-only SFT of `policy.path` on the MCQ and interactive training prompts; saved and evaluated."""
+    seed_everything(cfg.seed)  # the same numbers whether stages run one after another or in workers
     t = time.perf_counter()
     model, processor = load(cfg.policy)
-    start_dir = seed_out / "start"
+    start_dir = out / f"seed{cfg.seed}" / "start"
     start_dir.mkdir(parents=True, exist_ok=True)
     (start_dir / "metrics.jsonl").unlink(missing_ok=True)
     sft = dataclasses.replace(cfg.sft, targets="format")  # no stage before RL ever sees a right answer
-    train_sft(
-        model, processor, data["mcq_train"] + data["env_train"], sft, cfg.video, start_dir, (), seed, progress
-    )
+    train = data["mcq_train"] + data["env_train"]
+    train_sft(model, processor, train, sft, cfg.video, start_dir, (), cfg.seed, progress)
     save_policy(model, processor, start_dir / "model")
-    timings["start"] = time.perf_counter() - t
-    stages["start"] = _keep(
-        evaluate_stage(model, processor, data, cfg, test_time), start_dir / "predictions.json"
-    )
-    for arm in fb.arms:
-        t = time.perf_counter()
-        model, processor = load_policy(start_dir / "model", cfg.policy.dtype, cfg.policy.device)
-        arm_dir = seed_out / arm
-        arm_dir.mkdir(parents=True, exist_ok=True)
-        (arm_dir / "metrics.jsonl").unlink(missing_ok=True)
-        grpo = dataclasses.replace(cfg.grpo, checkpoint_every=0)
-        train = _train_set(arm, data, seed)
-        train_grpo(
-            model,
-            processor,
-            train,
-            grpo,
-            cfg.video,
-            arm_dir,
-            (),
-            seed,
-            progress,
-            reward_fn=routed_reward(cfg),
-        )
-        timings[arm] = time.perf_counter() - t
-        plot_curves(read_metrics(arm_dir / "metrics.jsonl"), arm_dir / "curves.png")
-        result = evaluate_stage(model, processor, data, cfg, test_time)
-        if seed == fb.seeds[0]:
-            videos[arm] = _videos(result["env"], data, cfg, out, arm)
-        stages[arm] = _keep(result, arm_dir / "predictions.json")
+    wall = time.perf_counter() - t
+    result = evaluate_stage(model, processor, data, cfg, _test_time(cfg))
+    return {"figures": _keep(result, start_dir / "predictions.json"), "train_s": round(wall, 1), "videos": []}
+
+
+def run_arm(cfg, data: dict, out: Path, arm: str, progress: bool) -> dict:
+    """GRPO of the seed's start on the arm's prompts and reward; evaluated (and filmed for the first seed)."""
+    seed_everything(cfg.seed)
+    start_dir, arm_dir = out / f"seed{cfg.seed}" / "start", out / f"seed{cfg.seed}" / arm
+    t = time.perf_counter()
+    model, processor = load_policy(start_dir / "model", cfg.policy.dtype, cfg.policy.device)
+    arm_dir.mkdir(parents=True, exist_ok=True)
+    (arm_dir / "metrics.jsonl").unlink(missing_ok=True)
+    grpo = dataclasses.replace(cfg.grpo, checkpoint_every=0)
+    train = _train_set(arm, data, cfg.seed)
+    reward = routed_reward(cfg)
+    train_grpo(model, processor, train, grpo, cfg.video, arm_dir, (), cfg.seed, progress, reward_fn=reward)
+    wall = time.perf_counter() - t
+    plot_curves(read_metrics(arm_dir / "metrics.jsonl"), arm_dir / "curves.png")
+    result = evaluate_stage(model, processor, data, cfg, _test_time(cfg))
+    videos = _videos(result["env"], data, cfg, out, arm) if cfg.seed == cfg.env.feedback.seeds[0] else []
     return {
-        "seed": seed,
-        "stages": stages,
+        "figures": _keep(result, arm_dir / "predictions.json"),
+        "train_s": round(wall, 1),
         "videos": videos,
-        "timings_s": {k: round(v, 1) for k, v in timings.items()},
     }
 
 
-def _run_key(cfg, seed: int) -> dict:
-    """Everything one seed's runs depend on: a finished seed with the same key is reused."""
-    fb = {
-        k: v for k, v in dataclasses.asdict(cfg.env.feedback).items() if k not in ("seeds", "videos_per_task")
-    }
-    fb["test_time"] = seed in cfg.env.feedback.test_time_seeds
-    parts = ("policy", "data", "video", "sft", "grpo", "eval")
+def _test_time(cfg) -> bool:
+    return cfg.seed in cfg.env.feedback.test_time_seeds
+
+
+def _stage_key(cfg, stage: str) -> dict:
+    """Everything a stage's run depends on: a finished stage with the same key is reused."""
+    skip = ("seeds", "videos_per_task", "workers", "arms")
+    fb = {k: v for k, v in dataclasses.asdict(cfg.env.feedback).items() if k not in skip}
+    fb["test_time"] = _test_time(cfg)
+    parts = ["policy", "data", "video", "sft", "eval"] + (["grpo"] if stage != "start" else [])
     env = {k: v for k, v in dataclasses.asdict(cfg.env).items() if k != "feedback"}
-    return {"seed": seed, "feedback": fb, "env": env} | {
-        p: dataclasses.asdict(getattr(cfg, p)) for p in parts
-    }
+    key = {"seed": cfg.seed, "stage": stage, "feedback": fb, "env": env}
+    return key | {p: dataclasses.asdict(getattr(cfg, p)) for p in parts}
+
+
+_DATA: dict = {}
+"""A worker process's examples, loaded by its first job and kept for the next."""
+
+
+def run_stage(
+    cfg, out: Path, seed: int, stage: str, progress: bool = False, data: dict | None = None
+) -> dict:
+    """The start (`stage="start"`) or one arm of `seed`, or its saved result when the settings match."""
+    cfg = dataclasses.replace(cfg, seed=seed)
+    if data is None:  # in a worker process
+        torch.set_num_threads(cfg.threads if cfg.threads > 0 else 1)
+        if "data" not in _DATA:
+            _DATA["data"] = _load_data(cfg, progress=False)
+        data = _DATA["data"]
+
+    def compute() -> dict:
+        return (
+            run_start(cfg, data, out, progress)
+            if stage == "start"
+            else run_arm(cfg, data, out, stage, progress)
+        )
+
+    return reuse_or_run(
+        out / f"seed{seed}" / stage / "result.json", _stage_key(cfg, stage), compute, f"seed {seed} {stage}"
+    )
+
+
+def _run_all(cfg, out: Path, data: dict, jobs: list[tuple[int, str]], progress: bool) -> list[dict]:
+    fb = cfg.env.feedback
+    if fb.workers > 1 and len(jobs) > 1:
+        ctx = mp.get_context("spawn")  # fresh processes: torch and GL state do not survive fork
+        with ctx.Pool(min(fb.workers, len(jobs))) as pool:
+            return pool.starmap(run_stage, [(cfg, out, seed, stage) for seed, stage in jobs])
+    return [run_stage(cfg, out, seed, stage, progress, data) for seed, stage in jobs]
 
 
 def _best_constant(cfg, data: dict, progress: bool) -> dict:
@@ -283,15 +310,19 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
         raise ValueError(f"env.feedback.arms: unknown arm(s) {unknown}; choose from {list(ARMS)}")
     data = _load_data(cfg, progress)
     constant = _best_constant(cfg, data, progress)
+    starts = _run_all(cfg, out, data, [(seed, "start") for seed in fb.seeds], progress)
+    jobs = [(seed, arm) for seed in fb.seeds for arm in fb.arms]
+    arms = iter(_run_all(cfg, out, data, jobs, progress))
     rows = []
-    for seed in fb.seeds:
+    for seed, start in zip(fb.seeds, starts):
+        stages = {"start": start} | {arm: next(arms) for arm in fb.arms}
         rows.append(
-            reuse_or_run(
-                out / f"seed{seed}" / "result.json",
-                _run_key(cfg, seed),
-                lambda seed=seed: run_seed(cfg, data, out, seed, progress),
-                f"seed {seed}",
-            )
+            {
+                "seed": seed,
+                "stages": {k: v["figures"] for k, v in stages.items()},
+                "videos": {k: v["videos"] for k, v in stages.items() if v["videos"]},
+                "timings_s": {k: v["train_s"] for k, v in stages.items()},
+            }
         )
     summary = write_report(rows, constant, out, cfg)
     summary["timings_s"] = {

@@ -1,0 +1,176 @@
+"""PPO with a learned critic: per-token rewards, GAE, whitening, the clipped value loss, a value head.
+
+The baseline GRPO was designed to replace (Shao et al. 2024, Sec. 4.1). Shapes: B sequences, T completion
+tokens, right-padded; `mask` is 1 on real completion tokens and 0 on padding. Token t is the action taken
+in state s_t = (prompt, completion[:t]); `values[:, t]` is V(s_t), the critic's estimate *before* emitting
+token t, and the episode ends with the completion's last real token (the value after it is 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from embodied.rl.losses import masked_mean
+
+
+def _check(mask: torch.Tensor, right_padded: bool = False, **tensors: torch.Tensor) -> None:
+    """Raise a ValueError unless `mask` is `(B, T)` and every tensor has its shape (and, optionally, the mask
+    is right-padded: no real token after a padding one)."""
+    if mask.ndim != 2:
+        raise ValueError(f"mask must be (B, T), got {tuple(mask.shape)}")
+    for name, x in tensors.items():
+        if x.shape != mask.shape:
+            raise ValueError(f"{name} must have the mask's shape {tuple(mask.shape)}, got {tuple(x.shape)}")
+    m = mask.bool()
+    if right_padded and (m[:, 1:] & ~m[:, :-1]).any():
+        raise ValueError("mask must be right-padded: no completion token may follow a padding one")
+
+
+def token_rewards(
+    rewards: torch.Tensor, mask: torch.Tensor, kl: torch.Tensor | None = None, kl_coef: float = 0.0
+) -> torch.Tensor:
+    """`(B, T)` per-token rewards: each sequence-level reward `(B,)` on its completion's last real token.
+
+    With `kl` `(B, T)` (a per-token estimate of KL(pi || pi_ref), e.g. `losses.kl_estimate(..., "k1")`),
+    `- kl_coef * kl` is added on every real token: InstructGPT (Ouyang et al. 2022, Eq. 2) and TRL's PPO,
+    R(x, y) = r(x, y) - beta * log(pi(y|x) / pi_ref(y|x)), spread over tokens with r on the final one.
+    Padding gets 0. A row with no real token (a masked-out sample) gets no reward. Detached: a reward
+    carries no gradient.
+    """
+    _check(mask, right_padded=True)
+    if rewards.shape != mask.shape[:1]:
+        raise ValueError(f"rewards must be (B,) = {tuple(mask.shape[:1])}, got {tuple(rewards.shape)}")
+    m = mask.bool()
+    lengths = m.sum(1)
+    out = torch.zeros(mask.shape, dtype=rewards.dtype, device=rewards.device)
+    rows = (lengths > 0).nonzero().squeeze(1)
+    out[rows, lengths[rows] - 1] = rewards.detach()[rows]
+    if kl is not None:
+        _check(mask, kl=kl)
+        out = out - kl_coef * kl.detach().to(out.dtype) * m
+    elif kl_coef != 0:
+        raise ValueError("kl_coef != 0 needs the per-token kl")
+    return out
+
+
+@torch.no_grad()
+def gae(
+    token_rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised Advantage Estimation (Schulman et al. 2016, "High-Dimensional Continuous Control Using
+    GAE", Sec. 3, Eq. 16), backwards over completion tokens: `(advantages, returns)`, both `(B, T)`, float32.
+
+        delta_t = r_t + gamma * V_{t+1} - V_t,      A_t = delta_t + gamma * lam * A_{t+1},
+
+    with V_{t+1} = 0 and A_{t+1} = 0 after each sequence's own last real token (the episode ends there).
+    returns = A + V, the lambda-return the critic regresses onto. lam = 0 gives one-step TD errors; lam = 1
+    gives discounted Monte-Carlo returns minus V (Eqs. 17-18). Padding gets 0 advantage and 0 return,
+    whatever its rewards and values hold. No gradient flows through it.
+    """
+    _check(mask, right_padded=True, token_rewards=token_rewards, values=values)
+    if not (0.0 <= gamma <= 1.0 and 0.0 <= lam <= 1.0):
+        raise ValueError(f"gamma and lam must lie in [0, 1], got gamma={gamma}, lam={lam}")
+    m = mask.float()
+    # zero rewards and values on padding: then, as the mask is right-padded, V_{t+1} = 0 after each last real
+    # token, every padding delta is 0, and so is every padding A (the recursion restarts at each last token)
+    r, v = token_rewards.float() * m, values.float() * m
+    next_v = torch.cat([v[:, 1:], torch.zeros_like(v[:, :1])], dim=1)
+    delta = r + gamma * next_v - v
+    adv = torch.zeros_like(v)
+    running = torch.zeros_like(v[:, 0])
+    for t in reversed(range(v.shape[1])):
+        running = delta[:, t] + gamma * lam * running
+        adv[:, t] = running
+    return adv, adv + v
+
+
+def whiten(
+    x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8, all_sum: Callable | None = None
+) -> torch.Tensor:
+    """Masked whitening of advantages, as PPO implementations do (e.g. OpenAI baselines, TRL, OpenRLHF):
+    (x - mean) / (std + eps) with mean and std over the real tokens only; padding is set to 0.
+
+    The std is the population one (divide by N, not N - 1), so the result has masked mean 0 and masked
+    mean square 1. `all_sum` sums a tensor over processes when the batch is split across them (as in
+    `advantages.batch_normalized_advantages`): the statistics are then the whole batch's.
+    """
+    _check(mask, x=x)
+    m = mask.to(x.dtype)
+    xd, md = x.double(), m.double()
+    stats = torch.stack([md.sum(), (xd * md).sum(), (xd * xd * md).sum()])
+    if all_sum is not None:
+        stats = all_sum(stats)
+    n, s1, s2 = stats.unbind()
+    mean = s1 / n.clamp(min=1)
+    var = (s2 / n.clamp(min=1) - mean * mean).clamp(min=0)
+    return (x - mean.to(x.dtype)) / (var.sqrt().to(x.dtype) + eps) * m
+
+
+def value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    clip: float,
+    num_tokens: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's clipped value loss (Schulman et al. 2017, Eq. 9's L^VF, with the clipping of the OpenAI
+    baselines ppo2 implementation, also used by TRL and OpenRLHF), per token:
+
+        0.5 * max((V - R)^2, (clip(V, V_old - eps, V_old + eps) - R)^2),
+
+    averaged over real tokens (`num_tokens`: the whole batch's count when this is one micro-batch, so the
+    micro-batch losses add up to the batch's). `clip <= 0` means no clipping: 0.5 * masked MSE.
+
+    Returns the scalar loss and the (detached) clip fraction: the share of real tokens whose clipped term is
+    strictly the larger one (where the clip binds and the token's gradient is zero). Padding is ignored,
+    even if it holds inf or NaN.
+    """
+    _check(mask, values=values, old_values=old_values, returns=returns)
+    returns, old_values = returns.detach(), old_values.detach()
+    unclipped = (values - returns) ** 2
+    is_clipped = torch.zeros_like(mask, dtype=torch.bool)
+    per_token = unclipped
+    if clip > 0:
+        clipped = (torch.clamp(values, old_values - clip, old_values + clip) - returns) ** 2
+        per_token = torch.maximum(unclipped, clipped)
+        is_clipped = (clipped > unclipped) & mask.bool()
+    per_token = (0.5 * per_token).masked_fill(~mask.bool(), 0.0)
+    loss = masked_mean(per_token, mask) if num_tokens is None else per_token.sum() / max(num_tokens, 1)
+    return loss, masked_mean(is_clipped.to(per_token.dtype), mask).detach()
+
+
+class ValueHead(torch.nn.Module):
+    """A scalar value per position from the policy's last hidden states: `(B, L, H)` -> `(B, L)`.
+
+    One Linear(H, 1) with zero bias and, by default, zero weights (`init_std=0`), so every value starts at
+    exactly 0, the value of the terminal state: the first advantages are then plain (discounted) returns,
+    free of random-init noise, and no gradient reaches a shared backbone through the head at step 0. A single
+    output unit has no symmetry to break, and dL/dW = dL/dV * h is non-zero, so it learns from the first step.
+    Pass `init_std` (e.g. 1e-3) for small random weights instead.
+
+    Keep the head in float32 even for a bfloat16 policy (the default): hidden states are cast to the head's
+    dtype, and bf16's 8-bit mantissa is too coarse for value regression.
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+        init_std: float = 0.0,
+    ):
+        super().__init__()
+        self.linear = torch.nn.Linear(hidden_size, 1, dtype=dtype, device=device)
+        torch.nn.init.zeros_(self.linear.bias)
+        if init_std > 0:
+            torch.nn.init.normal_(self.linear.weight, mean=0.0, std=init_std)
+        else:
+            torch.nn.init.zeros_(self.linear.weight)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        if hidden.ndim != 3 or hidden.shape[-1] != self.linear.in_features:
+            raise ValueError(f"hidden must be (B, L, {self.linear.in_features}), got {tuple(hidden.shape)}")
+        return self.linear(hidden.to(self.linear.weight.dtype)).squeeze(-1)
