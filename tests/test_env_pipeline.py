@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from embodied.datasets import load_examples
+from embodied.data.load import load_examples
 from embodied.envs import push
 from embodied.envs.config import EnvConfig
-from embodied.envs.dataset import generate_episodes, matches
+from embodied.data.episodes import generate_episodes, matches
 from embodied.envs.evaluate import evaluate_env, rollout_video
 from embodied.experiments.env_feedback import routed_reward
 from embodied.video import VideoConfig, read_video
@@ -17,7 +17,7 @@ from embodied.video import VideoConfig, read_video
 def episodes(tmp_path_factory):
     cfg = EnvConfig(root=str(tmp_path_factory.mktemp("env")), n_train=1, n_test=1)
     manifest = generate_episodes(cfg, progress=False)
-    assert manifest["counts"]["test"] == {"place": 1, "carry": 1, "push": 1}
+    assert manifest["counts"]["test"] == {"carry": {"easy": 1}, "place": {"easy": 1}, "push": {"easy": 1}}
     assert matches(cfg) and not matches(EnvConfig(root=cfg.root, n_train=2, n_test=1))
     examples, skipped = load_examples(cfg.root, "test")
     assert not skipped and len(examples) == 3

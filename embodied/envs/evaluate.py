@@ -17,8 +17,8 @@ import torch
 from tqdm.auto import tqdm
 
 from embodied.envs import env_reward, task
-from embodied.evaluate import wilson_interval
-from embodied.policy import decode, encode_prompts, generate
+from embodied.eval.loop import wilson_interval
+from embodied.policy.model import decode, encode_prompts, generate
 
 
 @torch.no_grad()
@@ -34,7 +34,7 @@ def evaluate_env(
     progress: bool = False,
     desc: str = "eval env",
 ) -> dict:
-    """Greedy answers to ``examples`` (``embodied.datasets.Example``), scored by simulation."""
+    """Greedy answers to ``examples`` (``embodied.data.load.Example``), scored by simulation."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from embodied.envs import task
-from embodied.metrics import read_metrics
+from embodied.train.metrics import read_metrics
 
 FAILURES = (
     "reward/toppled",

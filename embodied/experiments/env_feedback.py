@@ -25,15 +25,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from embodied.datasets import generate_dataset, load_examples
+from embodied.data.episodes import generate_episodes, matches
+from embodied.data.build import generate_dataset
+from embodied.data.load import load_examples
 from embodied.envs import env_reward, is_interactive
-from embodied.envs.dataset import generate_episodes, matches
 from embodied.envs.evaluate import evaluate_env, rollout_video
 from embodied.envs.parity import answer_text, random_action
 from embodied.envs.report import write_report
-from embodied.evaluate import evaluate
-from embodied.metrics import MetricsLog, plot_curves, read_metrics
-from embodied.policy import (
+from embodied.eval.loop import evaluate
+from embodied.policy.model import (
     completion_logprobs,
     encode_completions,
     encode_prompts,
@@ -45,6 +45,7 @@ from embodied.rl.losses import masked_mean
 from embodied.rl.rewards import mcq_reward
 from embodied.train.common import index_batches
 from embodied.train.grpo import train_grpo
+from embodied.train.metrics import MetricsLog, plot_curves, read_metrics
 from embodied.train.sft import train_sft
 
 ARMS = ("mcq", "sim", "mixed")
@@ -81,7 +82,7 @@ def routed_reward(cfg):
 
 def _load_data(cfg, progress: bool) -> dict[str, list]:
     """MCQ train/test and interactive train/test examples, generating what is missing or stale."""
-    from embodied.datasets import dataset_matches
+    from embodied.data.build import dataset_matches
 
     if not dataset_matches(cfg.data):
         generate_dataset(cfg.data, progress=progress)

@@ -15,23 +15,13 @@ from concurrent.futures import TimeoutError as FutureTimeout
 
 import torch
 
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
+from embodied.tasks import parse_answer
+
 # One think block, then one answer block, nothing else but whitespace; no nested or repeated tags.
 _FORMAT = re.compile(
     r"\s*<think>(?:(?!</?think>|</?answer>).)*</think>\s*<answer>(?:(?!</?answer>|</?think>).)*</answer>\s*",
     re.S,
 )
-
-
-def parse_answer(text: str) -> str | None:
-    """The stripped content of the one `<answer>` block, or None if there is not exactly one non-empty one."""
-    if text.count("<answer>") != 1 or text.count("</answer>") != 1:
-        return None
-    m = _ANSWER.search(text)
-    if m is None:
-        return None
-    content = m.group(1).strip()
-    return content or None
 
 
 def accuracy_reward(text: str, answer: str) -> float:

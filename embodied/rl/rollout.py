@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from embodied.datasets import Example
-from embodied.policy import decode, encode_prompts, eos_token_ids, generate, repeat_batch
+from embodied.data.load import Example
+from embodied.policy.model import decode, encode_prompts, eos_token_ids, generate, repeat_batch
 from embodied.rl.rewards import RewardFn, overlong_penalty, score
 from embodied.video import VideoConfig
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import re
 import string
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 
@@ -94,16 +95,18 @@ def format_response(reasoning: str, letter: str) -> str:
     return f"<think>{reasoning}</think><answer>{letter}</answer>"
 
 
-def tokenizer_corpus() -> Iterator[str]:
-    """Every fixed phrase the families write, for training the tiny model's tokenizer.
+ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
 
-    Only arrow-of-time phrases: adding the other families' phrases would change the tiny model's
-    tokenizer (and its cache key); byte-level BPE encodes their text anyway.
-    """
-    from embodied.tasks import arrow_of_time
 
-    yield INSTRUCTION
-    yield from arrow_of_time.phrases()
+def parse_answer(text: str) -> str | None:
+    """The stripped content of the one `<answer>` block, or None if there is not exactly one non-empty one."""
+    if text.count("<answer>") != 1 or text.count("</answer>") != 1:
+        return None
+    m = ANSWER_TAG.search(text)
+    if m is None:
+        return None
+    content = m.group(1).strip()
+    return content or None
 
 
 def sft_target(record: dict, rationale: bool = False) -> str:

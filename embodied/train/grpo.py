@@ -16,11 +16,11 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from embodied.checkpoint import resolve_resume
-from embodied.datasets import Example
-from embodied.evaluate import evaluate
-from embodied.metrics import MetricsLog
-from embodied.policy import completion_logprobs, decode, generate, select_rows
+from embodied.train.checkpoint import resolve_resume
+from embodied.data.load import Example
+from embodied.eval.loop import evaluate
+from embodied.train.metrics import MetricsLog
+from embodied.policy.model import completion_logprobs, decode, generate, select_rows
 from embodied.rl.advantages import ESTIMATORS, compute_advantages
 from embodied.rl.losses import (
     COV_MODES,

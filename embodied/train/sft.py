@@ -15,11 +15,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from embodied.checkpoint import resolve_resume
-from embodied.datasets import Example
-from embodied.evaluate import evaluate
-from embodied.metrics import MetricsLog
-from embodied.policy import completion_logprobs, encode_completions, encode_prompts
+from embodied.train.checkpoint import resolve_resume
+from embodied.data.load import Example
+from embodied.eval.loop import evaluate
+from embodied.train.metrics import MetricsLog
+from embodied.policy.model import completion_logprobs, encode_completions, encode_prompts
 from embodied.tasks import LETTERS, sft_target
 from embodied.train.common import (
     NonFiniteGuard,
