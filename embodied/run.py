@@ -13,11 +13,11 @@ from embodied.config import Config, to_yaml
 from embodied.data.build import ensure_dataset, generate_dataset
 from embodied.data.load import load_examples
 from embodied.eval.loop import evaluate, format_result, markdown_table
-from embodied.train.metrics import plot_curves, read_metrics
-from embodied.policy.model import count_parameters, load, save_policy
 from embodied.eval.report import write_report
-from embodied.train.tracking import configure as configure_tracking
+from embodied.policy.model import count_parameters, load, save_policy
 from embodied.train.common import seed_everything
+from embodied.train.metrics import plot_curves, read_metrics
+from embodied.train.tracking import configure as configure_tracking
 
 
 def _run_dir(cfg: Config, command: str) -> Path:

@@ -15,6 +15,7 @@ import json
 import numpy as np
 import pytest
 
+from embodied.data.load import Example
 from embodied.eval.baselines import (
     baseline_views,
     blind,
@@ -24,9 +25,8 @@ from embodied.eval.baselines import (
     shuffled,
     single_frame_views,
 )
-from embodied.data.load import Example
-from embodied.eval.stats import summarize, wilson_interval
 from embodied.eval.loop import evaluate
+from embodied.eval.stats import summarize, wilson_interval
 from embodied.tasks import arrow_of_time
 from embodied.video import Clip, VideoConfig
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from embodied.data.episodes import generate_episodes, matches
 from embodied.data.load import load_examples
 from embodied.envs import push
 from embodied.envs.config import EnvConfig
-from embodied.data.episodes import generate_episodes, matches
 from embodied.envs.evaluate import evaluate_env, rollout_video
 from embodied.experiments.env_feedback import routed_reward
 from embodied.video import VideoConfig, read_video

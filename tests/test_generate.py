@@ -249,8 +249,8 @@ def _has_world(name: str) -> bool:
 
 @pytest.mark.skipif(not _has_world("occluder"), reason="the occluder world is not in this checkout")
 def test_object_permanence_outcomes_balanced_and_visible(tmp_path):
-    from embodied.worlds import make_world
     from embodied.tasks import object_permanence as op
+    from embodied.worlds import make_world
 
     fams = [
         FamilySpec(task="object_permanence", scene="occluder", weight=2),

@@ -13,9 +13,9 @@ from safetensors.torch import load_file
 from embodied.config import load_config
 from embodied.policy.model import resolve_policy_path
 from embodied.policy.tiny import SHIPPED
+from embodied.run import pretrain
 from embodied.tasks.caption import caption, colour_name
 from embodied.train.pretrain import PretrainConfig, occupancy
-from embodied.run import pretrain
 
 
 def test_occupancy_marks_the_squares_objects_fill_in_each_frame():

@@ -35,9 +35,9 @@ def _log_samples(out: Path, data: Path, policy) -> None:
     """What the GRPO loop logs every `log.samples_every` steps: a real rollout of the test clips."""
     from embodied.config import GRPOConfig
     from embodied.data.load import load_examples
-    from embodied.train.metrics import MetricsLog
     from embodied.rl.rewards import mcq_rewards
     from embodied.rl.rollout import sample_groups
+    from embodied.train.metrics import MetricsLog
     from embodied.train.tracking import LogConfig, Tracking
     from embodied.video import VideoConfig
 

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 import torch
 from tqdm.auto import tqdm
 
-from embodied.eval.baselines import VIDEO_BASELINES, baseline_views, question_rng
 from embodied.data.load import Example
+from embodied.eval.baselines import VIDEO_BASELINES, baseline_views, question_rng
 from embodied.eval.stats import (
     format_result,
     majority_vote,

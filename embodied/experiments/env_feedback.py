@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from embodied.data.episodes import generate_episodes, matches
 from embodied.data.build import generate_dataset
+from embodied.data.episodes import generate_episodes, matches
 from embodied.data.load import load_examples
 from embodied.envs import env_reward, is_interactive
 from embodied.envs.evaluate import evaluate_env, rollout_video

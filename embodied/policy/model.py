@@ -33,8 +33,8 @@ from embodied.policy.lora import (
     has_lora,
     merged_state_dict,
 )
-from embodied.tasks import format_question
 from embodied.policy.tiny import SHIPPED, TinySpec, build_tiny_policy
+from embodied.tasks import format_question
 from embodied.video import Clip, VideoConfig, frame_pixel_cap, processor_video_kwargs
 
 

@@ -220,27 +220,14 @@ def changed_area(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def reset_world(world, rng: np.random.Generator, tier: str, **options) -> dict:
-    """`world.reset(rng, difficulty=tier, **options)`, passing only the options the world accepts
-    (DropWorld takes none); returns `info`."""
-    import inspect
-
-    params = inspect.signature(world.reset).parameters
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    wanted = {"difficulty": tier, **options}
-    kwargs = {k: v for k, v in wanted.items() if takes_any or k in params}
-    missing = set(options) - set(kwargs)
-    if missing:
-        raise TypeError(f"{type(world).__name__}.reset does not take {sorted(missing)}")
-    _, info = world.reset(rng, **kwargs)
+    """`world.reset(rng, difficulty=tier, **options)` (every world is a `SceneWorld`); returns `info`."""
+    _, info = world.reset(rng, difficulty=tier, **options)
     return info
 
 
-def window_start(info: dict, duration: float, rng: np.random.Generator, max_start: float) -> float:
+def window_start(info: dict, duration: float, rng: np.random.Generator) -> float:
     """Start (s) of a clip of `duration` inside the world's irreversible motion `info["motion"] = (t0, t1)`:
-    uniform over the starts that keep the clip inside it (at t0 when the clip is longer). Worlds without
-    `motion` (drop) start uniformly in `[0, max_start]`, right after release."""
-    if "motion" not in info:
-        return float(rng.uniform(0.0, max_start))
+    uniform over the starts that keep the clip inside it (at t0 when the clip is longer)."""
     t0, t1 = (float(x) for x in info["motion"])
     return float(rng.uniform(t0, max(t0, t1 - duration)))
 

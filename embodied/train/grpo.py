@@ -16,10 +16,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from embodied.train.checkpoint import resolve_resume
 from embodied.data.load import Example
 from embodied.eval.loop import evaluate
-from embodied.train.metrics import MetricsLog
 from embodied.policy.model import completion_logprobs, decode, generate, select_rows
 from embodied.rl.advantages import ESTIMATORS, compute_advantages
 from embodied.rl.losses import (
@@ -33,6 +31,7 @@ from embodied.rl.losses import (
 from embodied.rl.papo import masked_batch
 from embodied.rl.rewards import RewardFn, mcq_rewards, mean_terms, score
 from embodied.rl.rollout import Rollout, dynamic_sample, sample_groups, sampling_seed
+from embodied.train.checkpoint import resolve_resume
 from embodied.train.common import (
     NonFiniteGuard,
     Processes,
@@ -41,6 +40,7 @@ from embodied.train.common import (
     param_groups,
     skip_batches,
 )
+from embodied.train.metrics import MetricsLog
 from embodied.video import VideoConfig
 
 CHOICES = {

@@ -15,12 +15,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from embodied.train.checkpoint import resolve_resume
 from embodied.data.load import Example
 from embodied.eval.loop import evaluate
-from embodied.train.metrics import MetricsLog
 from embodied.policy.model import completion_logprobs, encode_completions, encode_prompts
 from embodied.tasks import LETTERS, sft_target
+from embodied.train.checkpoint import resolve_resume
 from embodied.train.common import (
     NonFiniteGuard,
     Processes,
@@ -29,6 +28,7 @@ from embodied.train.common import (
     param_groups,
     skip_batches,
 )
+from embodied.train.metrics import MetricsLog
 from embodied.video import VideoConfig
 
 
