@@ -38,7 +38,7 @@ from typing import Any
 import mujoco
 import numpy as np
 
-from embodied.worlds.base import SceneWorld, colours, jitter_camera, sample_camera
+from embodied.worlds.base import REST_WINDOW, SceneWorld, colours, jitter_camera, sample_camera
 
 # Ellipsoids were tried and dropped: they keep rocking on the floor for 4+ s (MuJoCo's soft
 # contact on a curved, non-spherical surface), which breaks the "at rest by ~2.5 s" contract.
@@ -283,7 +283,7 @@ class DropWorld(SceneWorld):
     """
 
     scene = "drop"
-    horizon = REST_BOUND + 0.5  # s simulated at reset: past the rest bound, so that rest is measured
+    horizon = REST_BOUND + 2 * REST_WINDOW  # s simulated at reset: past the rest bound, so rest is measured
     rest_speed = REST_SPEED
     frame_lag = 1
 
