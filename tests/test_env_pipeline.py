@@ -9,7 +9,7 @@ from embodied.data.load import load_examples
 from embodied.envs import push
 from embodied.envs.config import EnvConfig
 from embodied.envs.evaluate import evaluate_env, rollout_video
-from embodied.experiments.env_feedback import routed_reward
+from embodied.rl.rewards import routed_rewards
 from embodied.video import VideoConfig, read_video
 
 
@@ -52,13 +52,11 @@ def test_rollout_video_shows_answer_and_outcome(episodes, tmp_path):
 
 
 def test_routed_reward_scores_each_record_by_its_kind(episodes):
-    from embodied.config import Config
-
     mcq = {"id": "q", "task": "arrow_of_time", "answer": "A", "options": ["forward", "reversed"]}
     env = next(e.record for e in episodes if e.record["task"] == "push")
     j = push.good_action(env)
     texts = ["<think></think><answer>A</answer>", f"<think></think><answer>{j:.3f}</answer>"]
-    terms = routed_reward(Config())(texts, [mcq, env])
+    terms = routed_rewards()(texts, [mcq, env])
     assert terms[0] == {"reward/accuracy": 1.0, "reward/format": 1.0, "reward/total": 1.5}
     assert terms[1]["reward/success"] == 1 and "reward/accuracy" not in terms[1]
 

@@ -16,9 +16,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from embodied.envs import env_reward, task
+from embodied.envs import task
 from embodied.eval.loop import wilson_interval
 from embodied.policy.model import decode, encode_prompts, generate
+from embodied.rl.rewards import env_reward
 
 
 @torch.no_grad()

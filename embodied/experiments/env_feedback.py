@@ -18,6 +18,7 @@ answer, with the answer and the outcome drawn on it).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -28,56 +29,21 @@ import torch
 from embodied.data.build import generate_dataset
 from embodied.data.episodes import generate_episodes, matches
 from embodied.data.load import load_examples
-from embodied.envs import env_reward, is_interactive
 from embodied.envs.evaluate import evaluate_env, rollout_video
 from embodied.envs.parity import answer_text, random_action
 from embodied.envs.report import write_report
 from embodied.eval.loop import evaluate
 from embodied.policy.model import (
-    completion_logprobs,
-    encode_completions,
-    encode_prompts,
     load,
     load_policy,
     save_policy,
 )
-from embodied.rl.losses import masked_mean
-from embodied.rl.rewards import mcq_reward
-from embodied.train.common import index_batches
+from embodied.rl.rewards import routed_rewards
 from embodied.train.grpo import train_grpo
-from embodied.train.metrics import MetricsLog, plot_curves, read_metrics
+from embodied.train.metrics import plot_curves, read_metrics
 from embodied.train.sft import train_sft
 
 ARMS = ("mcq", "sim", "mixed")
-
-
-def routed_reward(cfg):
-    """One batch reward for any mix of records: physics for interactive ones, rules for MCQs.
-
-    Interactive completions of a call are executed together (one Warp batch per task on `warp`).
-    """
-
-    def reward_fn(texts: list[str], records: list[dict]) -> list[dict[str, float]]:
-        env_idx = [i for i, r in enumerate(records) if is_interactive(r)]
-        out: list[dict[str, float]] = [{} for _ in texts]
-        sim = (
-            env_reward(
-                [texts[i] for i in env_idx],
-                [records[i] for i in env_idx],
-                cfg.env.backend,
-                cfg.env.format_weight,
-            )
-            if env_idx
-            else []
-        )
-        for i, terms in zip(env_idx, sim):
-            out[i] = terms
-        for i, (text, rec) in enumerate(zip(texts, records)):
-            if not is_interactive(rec):
-                out[i] = mcq_reward(text, rec["answer"], cfg.grpo.accuracy_weight, cfg.grpo.format_weight)
-        return out
-
-    return reward_fn
 
 
 def _load_data(cfg, progress: bool) -> dict[str, list]:
@@ -103,30 +69,39 @@ def _load_data(cfg, progress: bool) -> dict[str, list]:
 
 
 def format_warmup(model, processor, examples, cfg, out: Path, progress: bool) -> None:
-    """SFT on interactive prompts with uniformly random in-range actions as targets (format, not physics)."""
+    """SFT (`train_sft`) on interactive prompts with uniformly random in-range actions as targets (format, not
+    physics): `env.feedback.format_steps` steps at `format_lr`, its metrics in `out/format/`."""
     fb = cfg.env.feedback
     if fb.format_steps <= 0:
         return
-    device = next(model.parameters()).device
     rng = np.random.default_rng([cfg.seed, 31])
-    optimizer = torch.optim.AdamW(model.parameters(), lr=fb.format_lr, weight_decay=0.0)
-    order = index_batches(len(examples), cfg.sft.batch_size, cfg.seed)
-    log = MetricsLog(out / "metrics.jsonl", "format")
-    model.train()
-    for step in range(1, fb.format_steps + 1):
-        chunk = [examples[i] for i in next(order)]
-        records = [e.record for e in chunk]
-        targets = [answer_text(r["task"], random_action(r["task"], rng)) for r in records]
-        batch = encode_prompts(processor, records, [e.clip for e in chunk], cfg.video, device)
-        ids, mask = encode_completions(processor, targets, device)
-        loss = -masked_mean(completion_logprobs(model, batch, ids, mask), mask)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.sft.grad_clip)
-        optimizer.step()
-        if step % cfg.sft.log_every == 0 or step == fb.format_steps:
-            log.log(step, {"loss/format_sft": loss.item()})
-    model.eval()
+    sft = dataclasses.replace(
+        cfg.sft,
+        steps=fb.format_steps,
+        lr=fb.format_lr,
+        warmup_steps=0,
+        vision_lr_scale=1.0,
+        restart_every=0,
+        weight_decay=0.0,
+        eval_every=0,
+        checkpoint_every=0,
+    )
+
+    def random_answer(record: dict) -> str:
+        return answer_text(record["task"], random_action(record["task"], rng))
+
+    train_sft(
+        model,
+        processor,
+        examples,
+        sft,
+        cfg.video,
+        out / "format",
+        (),
+        cfg.seed,
+        progress,
+        target_fn=random_answer,
+    )
 
 
 def _train_set(arm: str, data: dict, seed: int) -> list:
@@ -216,7 +191,9 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
             (),
             cfg.seed,
             progress,
-            reward_fn=routed_reward(cfg),
+            reward_fn=routed_rewards(
+                cfg.env.backend, cfg.env.format_weight, cfg.grpo.accuracy_weight, cfg.grpo.format_weight
+            ),
         )
         plot_curves(read_metrics(arm_dir / "metrics.jsonl"), arm_dir / "curves.png")
         results[arm] = _evaluate_all(model, processor, data, cfg, progress, arm)

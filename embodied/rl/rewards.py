@@ -1,20 +1,23 @@
-"""Rule-based rewards for multiple-choice answers (Cosmos-Reason1 format).
+"""Every reward: the rules for multiple-choice answers, the simulator for interactive answers, the routing
+between them, DAPO's overlong shaping, and `score`, which checks any reward function's output.
 
-A response must look like `<think>...</think><answer>X</answer>`. The accuracy reward is an exact
-match of the letter inside the single `<answer>` block; an empty, missing or duplicated `<answer>`
-earns nothing, so the policy cannot hedge by listing several letters.
+A response must look like `<think>...</think><answer>X</answer>` (Cosmos-Reason1). The accuracy reward is an
+exact match of the letter inside the single `<answer>` block; an empty, missing or duplicated `<answer>`
+earns nothing, so the policy cannot hedge by listing several letters. An interactive answer is parsed by its
+task, executed in MuJoCo and scored by the physical outcome as named terms.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 
 import torch
 
+from embodied.envs import is_interactive, task
 from embodied.tasks import parse_answer
 
 # One think block, then one answer block, nothing else but whitespace; no nested or repeated tags.
@@ -47,6 +50,13 @@ def mcq_reward(
     }
 
 
+ENV_FORMAT_WEIGHT = 0.2
+"""Weight of ``reward/format`` (the ``<think>...</think><answer>...</answer>`` layout) in the total."""
+UNPARSEABLE_PENALTY = 1.5
+"""``reward/total`` of an unparseable answer is minus this: below the worst executed outcome of every
+task (place -0.5, carry -1.25, push -0.25), so that not answering never beats a bad action."""
+
+
 # --- reward functions over a batch of completions ----------------------------------------------------
 
 RewardFn = Callable[[list[str], list[dict]], list[dict[str, float]]]
@@ -66,6 +76,85 @@ def mcq_rewards(accuracy_weight: float = 1.0, format_weight: float = 0.5) -> Rew
 
     def reward_fn(texts: list[str], records: list[dict]) -> list[dict[str, float]]:
         return [mcq_reward(t, r["answer"], accuracy_weight, format_weight) for t, r in zip(texts, records)]
+
+    return reward_fn
+
+
+def env_reward(
+    texts: Sequence[str],
+    records: Sequence[dict],
+    backend: str = "cpu",
+    format_weight: float = ENV_FORMAT_WEIGHT,
+) -> list[dict[str, float]]:
+    """Named reward terms for each completion ``texts[i]`` answering ``records[i]``.
+
+    Every term of every task is present in every dict (0 where it does not apply), so that means over a
+    batch are well defined; ``reward/unparseable`` is 1 for an answer that could not be parsed (nothing
+    is executed, no format reward, ``reward/total`` is ``-UNPARSEABLE_PENALTY``). An error inside a
+    simulation propagates, naming task and seed.
+    """
+    from embodied.envs.backend import run_jobs
+    from embodied.envs.core import EnvError
+
+    if len(texts) != len(records):
+        raise ValueError(f"env_reward: {len(texts)} texts for {len(records)} records")
+    actions, jobs, owners = [], [], []
+    for i, (text, rec) in enumerate(zip(texts, records)):
+        mod = task(rec["task"])
+        action = mod.parse_action(text)
+        actions.append(action)
+        if action is not None:
+            try:
+                jobs.append(mod.job(rec, action))
+            except Exception as e:
+                seed = rec.get("meta", {}).get("seed")
+                raise EnvError(f"task {rec['task']}, seed {seed}: building the episode failed: {e}") from e
+            owners.append(i)
+    traces = run_jobs(jobs, backend) if jobs else []
+    out: list[dict[str, float]] = [{} for _ in texts]
+    for i, trace in zip(owners, traces):
+        rec = records[i]
+        out[i] = task(rec["task"]).outcome(rec, actions[i], trace)
+    keys = {"reward/total", "reward/success"}
+    for name in {rec["task"] for rec in records}:
+        keys |= set(task(name).WEIGHTS)
+    for i, text in enumerate(texts):
+        parsed = actions[i] is not None
+        terms = {k: out[i].get(k, 0.0) for k in keys}
+        terms["reward/format"] = format_reward(text) if parsed else 0.0
+        terms["reward/unparseable"] = 0.0 if parsed else 1.0
+        if parsed:
+            terms["reward/total"] += format_weight * terms["reward/format"]
+        else:
+            terms["reward/total"] = -UNPARSEABLE_PENALTY
+        out[i] = terms
+    return out
+
+
+def routed_rewards(
+    backend: str = "cpu",
+    env_format_weight: float = ENV_FORMAT_WEIGHT,
+    accuracy_weight: float = 1.0,
+    format_weight: float = 0.5,
+) -> RewardFn:
+    """One batch reward for any mix of records: physics (`env_reward`) for interactive ones, rules
+    (`mcq_reward`) for MCQs. Interactive completions of a call are executed together (one Warp batch per
+    task on `warp`)."""
+
+    def reward_fn(texts: list[str], records: list[dict]) -> list[dict[str, float]]:
+        env_idx = [i for i, r in enumerate(records) if is_interactive(r)]
+        out: list[dict[str, float]] = [{} for _ in texts]
+        sim = (
+            env_reward([texts[i] for i in env_idx], [records[i] for i in env_idx], backend, env_format_weight)
+            if env_idx
+            else []
+        )
+        for i, terms in zip(env_idx, sim):
+            out[i] = terms
+        for i, (text, rec) in enumerate(zip(texts, records)):
+            if not is_interactive(rec):
+                out[i] = mcq_reward(text, rec["answer"], accuracy_weight, format_weight)
+        return out
 
     return reward_fn
 
