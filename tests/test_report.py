@@ -33,7 +33,6 @@ def run_dir(tiny_policy, tmp_path_factory):
 
 def _log_samples(out: Path, data: Path, policy) -> None:
     """What the GRPO loop logs every `log.samples_every` steps: a real rollout of the test clips."""
-    from embodied.config import GRPOConfig
     from embodied.data.load import load_examples
     from embodied.rl.rewards import mcq_rewards
     from embodied.rl.rollout import sample_groups
@@ -42,9 +41,7 @@ def _log_samples(out: Path, data: Path, policy) -> None:
     from embodied.video import VideoConfig
 
     examples, _ = load_examples(data, "test", limit=2)
-    ro = sample_groups(
-        *policy, examples, GRPOConfig(group_size=4, max_new_tokens=8), VideoConfig(), mcq_rewards()
-    )
+    ro = sample_groups(*policy, examples, VideoConfig(), mcq_rewards(), group_size=4, max_new_tokens=8)
     MetricsLog(out / "metrics.jsonl", "grpo", Tracking(LogConfig(samples_every=1, samples=2))).log_rollout(
         2, ro
     )

@@ -169,7 +169,16 @@ def rollout(tiny_policy):
     world.close()
     model, processor = tiny_policy
     cfg = GRPOConfig(group_size=4, max_new_tokens=8)
-    return sample_groups(model, processor, examples, cfg, VideoConfig(), mcq_rewards(1.0, 0.5), [1, 2])
+    return sample_groups(
+        model,
+        processor,
+        examples,
+        VideoConfig(),
+        mcq_rewards(1.0, 0.5),
+        cfg.group_size,
+        cfg.max_new_tokens,
+        seeds=[1, 2],
+    )
 
 
 def test_rollout_samples_reach_tensorboard_wandb_and_jsonl(rollout, tmp_path, no_network):

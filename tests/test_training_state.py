@@ -19,7 +19,7 @@ from embodied.policy.model import load_policy
 from embodied.policy.tiny import TinySpec, build_tiny_policy
 from embodied.tasks import arrow_of_time
 from embodied.train.checkpoint import list_checkpoints, load_checkpoint, resolve_resume, save_checkpoint
-from embodied.train.grpo import train_grpo
+from embodied.train.grpo import sampling_args, train_grpo
 from embodied.train.metrics import read_metrics
 from embodied.train.sft import train_sft
 from embodied.video import Clip, VideoConfig
@@ -183,19 +183,29 @@ def test_seeded_samples_do_not_depend_on_the_rest_of_the_batch(tiny_policy, exam
     model, processor = tiny_policy
     cfg = _grpo(temperatures=[0.7, 1.3])
     seeds = [11, 22, 33]
-    together = sample_groups(model, processor, examples[:3], cfg, VideoConfig(), varied_reward, seeds)
+    together = sample_groups(
+        model, processor, examples[:3], VideoConfig(), varied_reward, seeds=seeds, **sampling_args(cfg)
+    )
     G = cfg.group_size
     for i in range(3):
         torch.manual_seed(100 + i)  # the global RNG plays no part
         alone = sample_groups(
-            model, processor, [examples[i]], cfg, VideoConfig(), varied_reward, seeds[i : i + 1]
+            model,
+            processor,
+            [examples[i]],
+            VideoConfig(),
+            varied_reward,
+            seeds=seeds[i : i + 1],
+            **sampling_args(cfg),
         )
         rows = together.mask[i * G : (i + 1) * G]
         T = min(alone.ids.shape[1], together.ids.shape[1])  # the batch pads to its longest answer
         assert rows[:, T:].sum() == alone.mask[:, T:].sum() == 0
         assert torch.equal(alone.mask[:, :T], rows[:, :T])
         assert torch.equal((alone.ids * alone.mask)[:, :T], (together.ids[i * G : (i + 1) * G] * rows)[:, :T])
-    other = sample_groups(model, processor, examples[:1], cfg, VideoConfig(), varied_reward, [12])
+    other = sample_groups(
+        model, processor, examples[:1], VideoConfig(), varied_reward, seeds=[12], **sampling_args(cfg)
+    )
     assert not torch.equal(other.ids, together.ids[:G])  # another seed, other answers
 
 
@@ -207,7 +217,7 @@ def test_micro_batches_give_the_same_loss_and_gradient(examples, tiny_policy):
     model, processor = tiny_policy
     torch.manual_seed(0)
     cfg = _grpo(loss_agg="token-mean", entropy_coef=0.01, papo=True, kl_coef=0.0, overlong="hard")
-    ro = sample_groups(model, processor, examples[:2], cfg, VideoConfig(), varied_reward)
+    ro = sample_groups(model, processor, examples[:2], VideoConfig(), varied_reward, **sampling_args(cfg))
     adv = compute_advantages(ro.rewards, cfg.advantage).flatten()
     results = []
     for mb in (0, 3):  # the whole rollout (8 rows) vs uneven micro-batches of 3, 3, 2

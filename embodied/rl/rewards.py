@@ -211,3 +211,27 @@ def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int = 0) -> to
     start = max_len - buffer
     soft = (start - lengths) / buffer if buffer else torch.zeros_like(lengths)
     return torch.where(lengths <= start, 0.0, torch.where(lengths <= max_len, soft, -1.0))
+
+
+Shaping = Callable[[list[dict[str, float]], torch.Tensor, torch.Tensor], None]
+"""`shaping(terms, lengths, truncated)` adds its named terms to each completion's terms (and to its
+`reward/total`) in place, from the `(B,)` completion lengths and truncation flags."""
+
+
+def overlong_shaping(max_len: int, mode: str = "off", buffer: int = 0, weight: float = 1.0) -> Shaping | None:
+    """DAPO's overlong shaping as a `Shaping` (`reward/overlong`, weighted by `weight`): `hard` gives every
+    truncated answer -1, `soft` also ramps down over the last `buffer` tokens; `off` gives None."""
+    if mode == "off":
+        return None
+    if mode not in ("hard", "soft"):
+        raise ValueError(f"overlong mode {mode!r}; choose off, hard or soft")
+
+    def shaping(terms: list[dict[str, float]], lengths: torch.Tensor, truncated: torch.Tensor) -> None:
+        # a truncated answer would have gone on: it counts as longer than the budget
+        lengths = torch.where(truncated, max_len + 1, lengths)
+        penalty = overlong_penalty(lengths, max_len, buffer if mode == "soft" else 0).tolist()
+        for t, p in zip(terms, penalty):
+            t["reward/overlong"] = p
+            t["reward/total"] += weight * p
+
+    return shaping
