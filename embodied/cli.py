@@ -32,14 +32,13 @@ NAMED = {"bench": "embodied.bench", "experiment": "embodied.experiments"}
 
 
 def _named(package: str) -> list[str]:
-    """The modules of `package` that `run` can call, with dashes for underscores."""
+    """The modules of `package` that `run` can call, with dashes for underscores (`config` holds settings)."""
     import importlib
     import pkgutil
 
     pkg = importlib.import_module(package)
-    return sorted(
-        m.name.replace("_", "-") for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_")
-    )
+    names = [m.name for m in pkgutil.iter_modules(pkg.__path__)]
+    return sorted(n.replace("_", "-") for n in names if not n.startswith("_") and n != "config")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -52,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
         if name in NAMED:
             s.add_argument("--list", action="store_true", help=f"list the available {name} names")
         if name == "eval":
-            from embodied.baselines import BASELINES
+            from embodied.eval.baselines import BASELINES
 
             s.add_argument(
                 "--baseline",
@@ -88,7 +87,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _report(arguments: list[str]) -> int:
     """`embodied report RUN_DIR` (or `run_dir=RUN_DIR`): write RUN_DIR/report.html, print its path."""
-    from embodied.report import write_report
+    from embodied.eval.report import write_report
 
     dirs = [a for a in arguments if "=" not in a] + [a[8:] for a in arguments if a.startswith("run_dir=")]
     if len(dirs) != 1:

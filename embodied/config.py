@@ -13,13 +13,12 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from embodied.bench import BenchConfig
-from embodied.datasets import DataConfig
+from embodied.data.schema import DataConfig
 from embodied.envs.config import EnvConfig
-from embodied.experiments.recipes import RecipesConfig
-from embodied.experiments.zero_label import ZeroLabelConfig
-from embodied.policy import PolicyConfig
-from embodied.pretrain import PretrainConfig
-from embodied.tracking import LogConfig
+from embodied.experiments.config import RecipesConfig, ZeroLabelConfig
+from embodied.policy.model import PolicyConfig
+from embodied.train.pretrain import PretrainConfig
+from embodied.train.tracking import LogConfig
 from embodied.video import VideoConfig
 
 

@@ -10,14 +10,15 @@ from pathlib import Path
 import torch
 
 from embodied.config import Config, to_yaml
-from embodied.datasets import ensure_dataset, generate_dataset, load_examples
+from embodied.data.build import ensure_dataset, generate_dataset
+from embodied.data.load import load_examples
 from embodied.envs import is_interactive
-from embodied.evaluate import evaluate, format_result, markdown_table
-from embodied.metrics import plot_curves, read_metrics
-from embodied.policy import count_parameters, load, save_policy
-from embodied.report import write_report
-from embodied.tracking import configure as configure_tracking
+from embodied.eval.loop import evaluate, format_result, markdown_table
+from embodied.eval.report import write_report
+from embodied.policy.model import count_parameters, load, save_policy
 from embodied.train.common import seed_everything
+from embodied.train.metrics import plot_curves, read_metrics
+from embodied.train.tracking import configure as configure_tracking
 
 
 def _run_dir(cfg: Config, command: str) -> Path:
@@ -61,8 +62,8 @@ def _write_eval(out: Path, name: str, result: dict, title: str = "") -> str:
 
 def eval(cfg: Config, progress: bool = True) -> dict:  # noqa: A001 - the command's name
     """Evaluate `policy.path` on `eval.split`, or run the `eval.baseline` shortcut audit instead."""
-    from embodied.baselines import MODEL_FREE, check_baseline, model_free_eval
-    from embodied.eval_stats import resolve_k
+    from embodied.eval.baselines import MODEL_FREE, check_baseline, model_free_eval
+    from embodied.eval.stats import resolve_k
 
     e = cfg.eval
     check_baseline(e.baseline)
@@ -169,9 +170,9 @@ def _train(cfg: Config, stage: str, progress: bool) -> dict:
 
 
 def pretrain(cfg: Config, progress: bool = True) -> dict:
-    """Caption-pretrain the tiny model on simulator ground truth (embodied/pretrain.py)."""
+    """Caption-pretrain the tiny model on simulator ground truth (embodied/train/pretrain.py)."""
     from embodied.config import SFTConfig
-    from embodied.pretrain import pretrain_policy
+    from embodied.train.pretrain import pretrain_policy
 
     pc = cfg.pretrain
     out = _setup(cfg, "pretrain")
@@ -205,7 +206,7 @@ def quickstart(cfg: Config, progress: bool = True) -> dict:
 
     By default the SFT stage teaches the answer format only (`quickstart.sft_targets=format`), so the
     accuracy it ends at is chance and every point above it is reinforcement learning's."""
-    from embodied.examples_sheet import write_examples
+    from embodied.eval.examples import write_examples
     from embodied.train.grpo import train_grpo
     from embodied.train.sft import train_sft
 

@@ -14,8 +14,8 @@ def tiny_policy(tmp_path_factory):
     old = os.environ.get("EMBODIED_CACHE")
     os.environ["EMBODIED_CACHE"] = str(cache)
     try:
-        from embodied.policy import load_policy
-        from embodied.tiny import build_tiny_policy
+        from embodied.policy.model import load_policy
+        from embodied.policy.tiny import build_tiny_policy
 
         path = build_tiny_policy()
         assert path.is_relative_to(cache), path  # the env var was honoured: nothing leaks into ~/.cache

@@ -15,7 +15,8 @@ import json
 import numpy as np
 import pytest
 
-from embodied.baselines import (
+from embodied.data.load import Example
+from embodied.eval.baselines import (
     baseline_views,
     blind,
     majority_letters,
@@ -24,9 +25,8 @@ from embodied.baselines import (
     shuffled,
     single_frame_views,
 )
-from embodied.datasets import Example
-from embodied.eval_stats import summarize, wilson_interval
-from embodied.evaluate import evaluate
+from embodied.eval.loop import evaluate
+from embodied.eval.stats import summarize, wilson_interval
 from embodied.tasks import arrow_of_time
 from embodied.video import Clip, VideoConfig
 
@@ -176,7 +176,8 @@ def test_majority_baseline_uses_train_and_says_so():
 
 @pytest.fixture(scope="module")
 def small_dataset(tmp_path_factory):
-    from embodied.datasets import DataConfig, generate_dataset
+    from embodied.data.build import generate_dataset
+    from embodied.data.schema import DataConfig
 
     root = tmp_path_factory.mktemp("ds")
     generate_dataset(DataConfig(root=str(root), n_train=4, n_val=0, n_test=4, workers=0), progress=False)

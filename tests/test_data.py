@@ -12,7 +12,9 @@ import shutil
 import numpy as np
 import pytest
 
-from embodied.datasets import SPLITS, DataConfig, generate_dataset, load_examples, load_records, split_seeds
+from embodied.data.build import generate_dataset
+from embodied.data.load import load_examples, load_records
+from embodied.data.schema import SPLITS, DataConfig, split_seeds
 from embodied.video import read_video
 
 SIZES = {"train": 10, "val": 4, "test": 6}
@@ -40,7 +42,7 @@ def test_files_and_manifest(dataset):
     on_disk = json.loads((root / "manifest.json").read_text())
     assert on_disk["counts"] == manifest["counts"]
     for split, n in SIZES.items():
-        assert on_disk["counts"][split] == {"arrow_of_time": n}
+        assert on_disk["counts"][split] == {"arrow_of_time": {"easy": n}}
         records = _jsonl(root / f"{split}.jsonl")
         assert len(records) == n
         assert len({r["id"] for r in records}) == n
@@ -59,7 +61,7 @@ def test_answers_balanced_per_split(dataset):
     for split, n in SIZES.items():
         answers = [r["answer"] for r in _jsonl(root / f"{split}.jsonl")]
         assert answers.count("A") == answers.count("B") == n // 2, (split, answers)
-        assert manifest["answers"][split] == {"A": n // 2, "B": n // 2}
+        assert manifest["answers"][split] == {"arrow_of_time": {"easy": {"A": n // 2, "B": n // 2}}}
 
 
 def test_split_seeds_disjoint_and_recorded(dataset):

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from embodied.tiny import TinySpec, build_tiny_policy
+from embodied.policy.tiny import TinySpec, build_tiny_policy
 
 
 @pytest.fixture(scope="module")

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from embodied.datasets import load_examples
+from embodied.data.episodes import generate_episodes, matches
+from embodied.data.load import load_examples
 from embodied.envs import push
 from embodied.envs.config import EnvConfig
-from embodied.envs.dataset import generate_episodes, matches
 from embodied.envs.evaluate import evaluate_env, rollout_video
-from embodied.experiments.env_feedback import routed_reward
+from embodied.rl.rewards import routed_rewards
 from embodied.video import VideoConfig, read_video
 
 
@@ -21,7 +21,7 @@ from embodied.video import VideoConfig, read_video
 def episodes(tmp_path_factory):
     cfg = EnvConfig(root=str(tmp_path_factory.mktemp("env")), n_train=1, n_test=1)
     manifest = generate_episodes(cfg, progress=False)
-    assert manifest["counts"]["test"] == {"place": 1, "carry": 1, "push": 1}
+    assert manifest["counts"]["test"] == {"carry": {"easy": 1}, "place": {"easy": 1}, "push": {"easy": 1}}
     assert matches(cfg) and not matches(EnvConfig(root=cfg.root, n_train=2, n_test=1))
     examples, skipped = load_examples(cfg.root, "test")
     assert not skipped and len(examples) == 3
@@ -56,13 +56,11 @@ def test_rollout_video_shows_answer_and_outcome(episodes, tmp_path):
 
 
 def test_routed_reward_scores_each_record_by_its_kind(episodes):
-    from embodied.config import Config
-
     mcq = {"id": "q", "task": "arrow_of_time", "answer": "A", "options": ["forward", "reversed"]}
     env = next(e.record for e in episodes if e.record["task"] == "push")
     j = push.good_action(env)
     texts = ["<think></think><answer>A</answer>", f"<think></think><answer>{j:.3f}</answer>"]
-    terms = routed_reward(Config())(texts, [mcq, env])
+    terms = routed_rewards()(texts, [mcq, env])
     assert terms[0] == {"reward/accuracy": 1.0, "reward/format": 1.0, "reward/total": 1.5}
     assert terms[1]["reward/success"] == 1 and "reward/accuracy" not in terms[1]
 
@@ -112,16 +110,16 @@ def test_random_answers_are_well_formed_and_in_range(episodes):
 
 
 def test_env_reward_reuses_outcomes_exactly(episodes):
-    from embodied import envs
+    from embodied.rl import rewards
 
     rec = next(e.record for e in episodes if e.record["task"] == "carry")
     texts = ["<answer>12, 0.25</answer>", "<answer>12, 0.25</answer>", "<answer>3, 0.2</answer>"]
-    envs._outcomes.clear()
-    first = envs.env_reward(texts, [rec] * 3)
-    assert first[0] == first[1] and len(envs._outcomes) == 2  # the repeated answer simulated once
-    cached = envs.env_reward(texts[:1], [rec])
-    envs._outcomes.clear()
-    fresh = envs.env_reward(texts[:1], [rec])
+    rewards.clear_outcome_cache()
+    first = rewards.env_reward(texts, [rec] * 3)
+    assert first[0] == first[1] and rewards.cached_outcomes() == 2  # the repeated answer simulated once
+    cached = rewards.env_reward(texts[:1], [rec])
+    rewards.clear_outcome_cache()
+    fresh = rewards.env_reward(texts[:1], [rec])
     assert cached == fresh == first[:1]
 
 
@@ -129,8 +127,8 @@ def test_success_outscores_every_failure(episodes):
     """best-of-N keeps the highest `reward/total`: that is a success whenever one was sampled."""
     import numpy as np
 
-    from embodied.envs import env_reward
     from embodied.envs.parity import answer_text, sample_actions
+    from embodied.rl.rewards import env_reward
 
     rng = np.random.default_rng(1)
     for ex in episodes:
@@ -169,9 +167,6 @@ def test_test_time_compute_by_hand():
 
 
 def test_action_spread_tells_a_constant_from_a_clip_reading_policy(episodes, tmp_path):
-    from embodied.envs import push
-    from embodied.envs.config import EnvConfig
-    from embodied.envs.dataset import generate_episodes
     from embodied.envs.evaluate import action_spread
 
     cfg = EnvConfig(root=str(tmp_path / "env"), tasks=["push"], n_train=0, n_test=6)

@@ -8,9 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from embodied.envs import TASKS, UNPARSEABLE_PENALTY, carry, env_reward, execute, place, push, task
+from embodied.envs import TASKS, carry, execute, place, push, task
 from embodied.envs.backend import run_jobs
 from embodied.envs.core import EnvError
+from embodied.rl.rewards import UNPARSEABLE_PENALTY, env_reward
 
 
 def _answer(x: str) -> str:

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from embodied.eval_stats import (
+from embodied.eval.stats import (
     majority_vote,
     markdown_table,
     pass_at_k,
@@ -173,7 +173,7 @@ def test_markdown_table_rows_and_columns():
 
 
 def test_forced_choice_answers_where_the_model_answers():
-    from embodied.evaluate import choice_prefix
+    from embodied.eval.loop import choice_prefix
 
     response = "<think>falls, then rests</think> <answer>B</answer>"
     assert choice_prefix(response) == "<think>falls, then rests</think> "

@@ -11,8 +11,9 @@ import cv2
 import numpy as np
 import pytest
 
-from embodied.datasets import DataConfig
-from embodied.from_videos import generate_from_videos, motion
+from embodied.data.build import generate_dataset
+from embodied.data.from_videos import motion
+from embodied.data.schema import DataConfig
 from embodied.tasks import Ambiguous, FamilySpec, changed_area
 from embodied.tasks import spatial_puzzle as sp
 from embodied.tasks import temporal_puzzle as tp
@@ -110,7 +111,7 @@ def test_from_videos_counts_refusals_per_family_and_reason(tmp_path):
         write_video(videos / name, clip, fps=2.0)
     write_video(videos / "pan.mp4", panning(8), fps=2.0)
     root = tmp_path / "data"
-    manifest = generate_from_videos(
+    manifest = generate_dataset(
         DataConfig(root=str(root), from_videos=str(videos), sheets=False), progress=False
     )
     fv = manifest["from_videos"]

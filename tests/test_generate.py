@@ -10,8 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from embodied.datasets import DataConfig, load_examples, split_seeds
-from embodied.generate import apportion, generate
+from embodied.data.build import generate_dataset as generate
+from embodied.data.families import apportion
+from embodied.data.load import load_examples
+from embodied.data.schema import DataConfig, split_seeds
 from embodied.tasks import FamilySpec
 from embodied.video import write_video
 
@@ -247,8 +249,8 @@ def _has_world(name: str) -> bool:
 
 @pytest.mark.skipif(not _has_world("occluder"), reason="the occluder world is not in this checkout")
 def test_object_permanence_outcomes_balanced_and_visible(tmp_path):
-    from embodied.generate import make_world
     from embodied.tasks import object_permanence as op
+    from embodied.worlds import make_world
 
     fams = [
         FamilySpec(task="object_permanence", scene="occluder", weight=2),
@@ -290,7 +292,7 @@ def test_every_family_goes_through_the_tiny_policy(mixed, tiny_policy):
     """Mixed-family batches (stills, 4-, 6- and 8-frame clips, 2 and 4 options) encode and score."""
     import torch
 
-    from embodied.policy import encode_prompts
+    from embodied.policy.model import encode_prompts
     from embodied.video import VideoConfig
 
     model, processor = tiny_policy

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from embodied.groups import GroupedBatch, is_grouped
-from embodied.policy import (
+from embodied.policy.groups import GroupedBatch, is_grouped
+from embodied.policy.model import (
     completion_logprobs,
     encode_completions,
     encode_prompts,
@@ -79,7 +79,7 @@ def test_grouped_generation_samples_each_prompt_group_times(tiny):
     torch.manual_seed(0)
     ids, mask = generate(model, processor, grouped, 8)
     assert ids.shape == (12, 8)
-    from embodied.policy import eos_token_ids, vision_token_ids
+    from embodied.policy.model import eos_token_ids, vision_token_ids
 
     kw = dict(
         max_new_tokens=8,
@@ -93,7 +93,7 @@ def test_grouped_generation_samples_each_prompt_group_times(tiny):
 
 
 def test_select_rows_keeps_whole_groups_grouped(tiny):
-    from embodied.policy import select_rows
+    from embodied.policy.model import select_rows
 
     model, processor = tiny
     grouped = _grouped(processor, n=2)  # 3 prompts x 2

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from embodied.policy import (
+from embodied.policy.model import (
     completion_logprobs,
     encode_prompts,
     generate,

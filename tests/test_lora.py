@@ -5,8 +5,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from embodied.lora import has_lora, lora_target_regex
-from embodied.policy import (
+from embodied.policy.lora import has_lora, lora_target_regex
+from embodied.policy.model import (
     PolicyConfig,
     completion_logprobs,
     encode_completions,
@@ -15,7 +15,7 @@ from embodied.policy import (
     load_policy,
     save_policy,
 )
-from embodied.tiny import TinySpec, build_tiny_policy
+from embodied.policy.tiny import TinySpec, build_tiny_policy
 from embodied.video import Clip, VideoConfig
 
 

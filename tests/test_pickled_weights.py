@@ -8,8 +8,7 @@ import re
 import pytest
 import torch
 
-from embodied.checkpoint import require_safetensors
-from embodied.policy import load_policy, save_policy
+from embodied.policy.model import load_policy, require_safetensors, save_policy
 
 
 def test_pickled_weights_are_refused_with_a_working_conversion(tiny_policy, tmp_path):

@@ -5,7 +5,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from embodied.policy import (
+from embodied.policy.model import (
     completion_logprobs,
     completion_mask,
     count_parameters,
@@ -18,7 +18,7 @@ from embodied.policy import (
     save_policy,
     vision_token_ids,
 )
-from embodied.tiny import TinySpec, build_tiny_policy
+from embodied.policy.tiny import TinySpec, build_tiny_policy
 from embodied.video import Clip, VideoConfig
 
 

@@ -1,4 +1,4 @@
-"""Perception pretraining (embodied/pretrain.py): hand-worked targets, determinism, the shipped base."""
+"""Perception pretraining (embodied/train/pretrain.py): hand-worked targets, determinism, the shipped base."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ import torch
 from safetensors.torch import load_file
 
 from embodied.config import load_config
-from embodied.policy import resolve_policy_path
-from embodied.pretrain import SHIPPED, PretrainConfig, caption, colour_name, occupancy
+from embodied.policy.model import resolve_policy_path
+from embodied.policy.tiny import SHIPPED
 from embodied.run import pretrain
+from embodied.tasks.caption import caption, colour_name
+from embodied.train.pretrain import PretrainConfig, occupancy
 
 
 def test_occupancy_marks_the_squares_objects_fill_in_each_frame():

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from embodied.report import build_report, write_report
+from embodied.eval.report import build_report, write_report
 
 CHROMIUM = next((shutil.which(b) for b in ("chromium", "chromium-browser") if shutil.which(b)), None)
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -33,18 +33,15 @@ def run_dir(tiny_policy, tmp_path_factory):
 
 def _log_samples(out: Path, data: Path, policy) -> None:
     """What the GRPO loop logs every `log.samples_every` steps: a real rollout of the test clips."""
-    from embodied.config import GRPOConfig
-    from embodied.datasets import load_examples
-    from embodied.metrics import MetricsLog
+    from embodied.data.load import load_examples
     from embodied.rl.rewards import mcq_rewards
     from embodied.rl.rollout import sample_groups
-    from embodied.tracking import LogConfig, Tracking
+    from embodied.train.metrics import MetricsLog
+    from embodied.train.tracking import LogConfig, Tracking
     from embodied.video import VideoConfig
 
     examples, _ = load_examples(data, "test", limit=2)
-    ro = sample_groups(
-        *policy, examples, GRPOConfig(group_size=4, max_new_tokens=8), VideoConfig(), mcq_rewards()
-    )
+    ro = sample_groups(*policy, examples, VideoConfig(), mcq_rewards(), group_size=4, max_new_tokens=8)
     MetricsLog(out / "metrics.jsonl", "grpo", Tracking(LogConfig(samples_every=1, samples=2))).log_rollout(
         2, ro
     )

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from embodied.rl.advantages import compute_advantages, group_normalized_advantages
-from embodied.rl.losses import aggregate, grpo_loss, k3_kl, kl_estimate, masked_mean
+from embodied.rl.losses import LossSpec, aggregate, grpo_loss, k3_kl, kl_estimate, masked_mean
 from embodied.rl.rewards import accuracy_reward, format_reward, mcq_reward, parse_answer
 
 LN = math.log
@@ -95,7 +95,7 @@ def _hand_example():
 
 def test_grpo_loss_by_hand():
     logprobs, old, adv, mask = _hand_example()
-    loss, m = grpo_loss(logprobs, old, adv, mask, clip_eps=0.2)
+    loss, m = grpo_loss(logprobs, old, adv, mask, spec=LossSpec(clip_eps=0.2))
     # sequence 0 (A = +1): tokens -min(r A, clip(r) A):
     #   r=1.5 -> -min(1.5, 1.2) = -1.2 ; r=1.0 -> -1.0 ; r=0.5 -> -min(0.5, 0.8) = -0.5 ; mean -0.9
     # sequence 1 (A = -2): r=1.1 -> -min(-2.2, -2.2) = 2.2 ; r=0.7 -> -min(-1.4, -1.6) = 1.6 ; mean 1.9
@@ -113,11 +113,11 @@ def test_grpo_loss_with_k3_kl_by_hand():
     ref = logprobs + d
     # seq 0: 0 + (2 - ln2 - 1) + (0.5 + ln2 - 1) = 0.5, mean 1/6 ; seq 1: (1 - ln2 + 0) / 2 = 0.153426
     kl_expected = (0.5 / 3 + (1 - LN(2.0)) / 2) / 2
-    loss, m = grpo_loss(logprobs, old, adv, mask, ref_logprobs=ref, clip_eps=0.2, kl_coef=0.1)
+    loss, m = grpo_loss(logprobs, old, adv, mask, ref_logprobs=ref, spec=LossSpec(clip_eps=0.2, kl_coef=0.1))
     assert m["loss/kl"].item() == pytest.approx(kl_expected, abs=1e-6)
     assert loss.item() == pytest.approx(0.5 + 0.1 * kl_expected, abs=1e-6)
     with pytest.raises(ValueError):
-        grpo_loss(logprobs, old, adv, mask, kl_coef=0.1)
+        grpo_loss(logprobs, old, adv, mask, spec=LossSpec(kl_coef=0.1))
 
 
 def test_k3_is_nonnegative_and_zero_at_equality():
@@ -145,7 +145,7 @@ def test_grpo_loss_loop_equals_vectorised():
     adv = torch.randn(B)
     lengths = [7, 3, 5, 1, 6]
     mask = torch.tensor([[1] * n + [0] * (T - n) for n in lengths])
-    loss, _ = grpo_loss(logprobs, old, adv, mask, ref, clip_eps=0.2, kl_coef=0.05)
+    loss, _ = grpo_loss(logprobs, old, adv, mask, ref, spec=LossSpec(clip_eps=0.2, kl_coef=0.05))
     total = 0.0
     for i in range(B):
         seq = 0.0
@@ -171,7 +171,7 @@ def test_masked_mean():
 
 def test_clip_higher_by_hand():
     logprobs, old, adv, mask = _hand_example()
-    loss, _ = grpo_loss(logprobs, old, adv, mask, clip_eps=0.2, clip_eps_high=0.28)
+    loss, _ = grpo_loss(logprobs, old, adv, mask, spec=LossSpec(clip_eps=0.2, clip_eps_high=0.28))
     # seq 0 (A=+1): r=1.5 -> -min(1.5, 1.28) = -1.28 ; r=1.0 -> -1.0 ; r=0.5 -> -min(0.5, 0.8) = -0.5
     #   mean -2.78 / 3 = -0.926667
     # seq 1 (A=-2): unchanged by the upper bound: (2.2 + 1.6) / 2 = 1.9
@@ -185,14 +185,14 @@ def test_dual_clip_by_hand():
     adv, mask = torch.tensor([-2.0]), torch.ones(1, 2)
     # A=-2: r=4 -> -min(-8, -2.4) = 8, capped by dual clip c=3 at -c*A = 6 ; r=1.1 -> 2.2
     plain, _ = grpo_loss(logprobs, old, adv, mask)
-    dual, _ = grpo_loss(logprobs, old, adv, mask, dual_clip=3.0)
+    dual, _ = grpo_loss(logprobs, old, adv, mask, spec=LossSpec(dual_clip=3.0))
     assert plain.item() == pytest.approx((8 + 2.2) / 2, abs=1e-5)
     assert dual.item() == pytest.approx((6 + 2.2) / 2, abs=1e-5)
     # positive advantages are never dual-clipped
-    pos, _ = grpo_loss(logprobs, old, -adv, mask, dual_clip=3.0)
+    pos, _ = grpo_loss(logprobs, old, -adv, mask, spec=LossSpec(dual_clip=3.0))
     assert pos.item() == pytest.approx(-(1.2 * 2 + 1.1 * 2) / 2, abs=1e-5)
     with pytest.raises(ValueError):
-        grpo_loss(logprobs, old, adv, mask, dual_clip=0.5)
+        grpo_loss(logprobs, old, adv, mask, spec=LossSpec(dual_clip=0.5))
 
 
 def test_loss_aggregations_by_hand():
@@ -287,7 +287,7 @@ def test_sequence_level_ratio_by_hand():
     old = torch.zeros(1, 2)
     mask = torch.ones(1, 2)
     # sequence log-ratio = (0.2 - 0.1) / 2 = 0.05 on both tokens; rho = e^0.05 = 1.051271 < 1.2, unclipped
-    loss, _ = grpo_loss(lp, old, torch.tensor([1.0]), mask, ratio_level="sequence")
+    loss, _ = grpo_loss(lp, old, torch.tensor([1.0]), mask, spec=LossSpec(ratio_level="sequence"))
     assert loss.item() == pytest.approx(-1.051271, abs=1e-6)
     loss.backward()
     # d/d lp_t of -e^{mean} = -e^0.05 / 2 for each token (the gradient reaches every token equally)
@@ -298,7 +298,9 @@ def test_entropy_bonus_by_hand():
     lp = torch.zeros(1, 2)
     ent = torch.tensor([[1.0, 2.0]])
     # advantage 0: policy term 0; entropy seq-mean = 1.5; loss = -0.1 * 1.5
-    loss, m = grpo_loss(lp, lp, torch.tensor([0.0]), torch.ones(1, 2), entropy=ent, entropy_coef=0.1)
+    loss, m = grpo_loss(
+        lp, lp, torch.tensor([0.0]), torch.ones(1, 2), entropy=ent, spec=LossSpec(entropy_coef=0.1)
+    )
     assert loss.item() == pytest.approx(-0.15, abs=1e-7)
     assert m["loss/entropy"].item() == pytest.approx(1.5)
 
@@ -323,7 +325,9 @@ def test_kl_cov_by_hand():
     # top-1 token by covariance: (0,0) (1.375). Its loss: -A * rho + |log rho| = -e^0.1 + 0.1 = -1.005171
     # the others, unclipped -A * rho with rho = 1: -1, +1, +1
     # seq-mean-token-mean: ((-1.005171 - 1) / 2 + (1 + 1) / 2) / 2 = -0.00129275
-    loss, m = grpo_loss(lp, COV_OLD, COV_ADV, torch.ones(2, 2), cov_mode="kl_cov", cov_ratio=1e-4)
+    loss, m = grpo_loss(
+        lp, COV_OLD, COV_ADV, torch.ones(2, 2), spec=LossSpec(cov_mode="kl_cov", cov_ratio=1e-4)
+    )
     assert loss.item() == pytest.approx(-0.00129275, abs=1e-6)
     assert m["clip/cov_fraction"].item() == pytest.approx(0.25)
 
@@ -337,9 +341,7 @@ def test_clip_cov_by_hand():
         COV_OLD,
         COV_ADV,
         torch.ones(2, 2),
-        cov_mode="clip_cov",
-        cov_ratio=1e-4,
-        clip_cov_bounds=(1.1, 1.2),
+        spec=LossSpec(cov_mode="clip_cov", cov_ratio=1e-4, clip_cov_bounds=(1.1, 1.2)),
     )
     assert loss.item() == pytest.approx(-0.27629275, abs=1e-6)
     loss.backward()
@@ -388,7 +390,7 @@ def test_loss_and_gradient_do_not_depend_on_micro_batch_split(agg):
     ent = torch.rand(B, T, dtype=torch.float64)
 
     full = lp.clone().requires_grad_(True)
-    loss_full, _ = grpo_loss(full, old, adv, mask, ref, entropy=ent, **kw)
+    loss_full, _ = grpo_loss(full, old, adv, mask, ref, entropy=ent, spec=LossSpec(**kw))
     loss_full.backward()
 
     split = lp.clone().requires_grad_(True)
@@ -403,7 +405,7 @@ def test_loss_and_gradient_do_not_depend_on_micro_batch_split(agg):
             entropy=ent[idx],
             num_seqs=B,
             num_tokens=int(mask.sum()),
-            **kw,
+            spec=LossSpec(**kw),
         )
         part.backward()
         total += part.item()

@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from embodied.config import GRPOConfig, SFTConfig
-from embodied.datasets import Example
-from embodied.evaluate import evaluate
-from embodied.policy import PolicyConfig, load
+from embodied.data.load import Example
+from embodied.eval.loop import evaluate
+from embodied.policy.model import PolicyConfig, load
 from embodied.train.grpo import train_grpo
 from embodied.train.sft import train_sft
 from embodied.video import Clip, VideoConfig

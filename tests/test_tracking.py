@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from embodied import tracking
-from embodied.metrics import MetricsLog, read_metrics
-from embodied.tracking import LogConfig, Tracking
+from embodied.train import tracking
+from embodied.train.metrics import MetricsLog, read_metrics
+from embodied.train.tracking import LogConfig, Tracking
 
 pytest.importorskip("tensorboard", reason="tensorboard not installed (pip install -e '.[dev]')")
 pytest.importorskip("wandb", reason="wandb not installed (pip install -e '.[dev]')")
@@ -154,7 +154,7 @@ def test_grpo_run_tracks_every_metric_to_tensorboard_and_wandb_offline(tiny_poli
 def rollout(tiny_policy):
     """A real GRPO rollout of the tiny policy: 2 drop clips, 4 answers each, MCQ rewards."""
     from embodied.config import GRPOConfig
-    from embodied.datasets import Example
+    from embodied.data.load import Example
     from embodied.rl.rewards import mcq_rewards
     from embodied.rl.rollout import sample_groups
     from embodied.tasks import arrow_of_time
@@ -169,7 +169,16 @@ def rollout(tiny_policy):
     world.close()
     model, processor = tiny_policy
     cfg = GRPOConfig(group_size=4, max_new_tokens=8)
-    return sample_groups(model, processor, examples, cfg, VideoConfig(), mcq_rewards(1.0, 0.5), [1, 2])
+    return sample_groups(
+        model,
+        processor,
+        examples,
+        VideoConfig(),
+        mcq_rewards(1.0, 0.5),
+        cfg.group_size,
+        cfg.max_new_tokens,
+        seeds=[1, 2],
+    )
 
 
 def test_rollout_samples_reach_tensorboard_wandb_and_jsonl(rollout, tmp_path, no_network):

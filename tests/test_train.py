@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from embodied.config import GRPOConfig, SFTConfig
-from embodied.datasets import Example
-from embodied.metrics import read_metrics
-from embodied.policy import load_policy
+from embodied.data.load import Example
+from embodied.policy.model import load_policy
+from embodied.policy.tiny import TinySpec, build_tiny_policy
 from embodied.tasks import arrow_of_time
-from embodied.tiny import TinySpec, build_tiny_policy
 from embodied.train.grpo import train_grpo
+from embodied.train.metrics import read_metrics
 from embodied.train.sft import train_sft
 from embodied.video import Clip, VideoConfig
 

@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 import torch
 
-from embodied.checkpoint import list_checkpoints, load_checkpoint, resolve_resume, save_checkpoint
 from embodied.config import GRPOConfig, SFTConfig
-from embodied.datasets import Example
-from embodied.metrics import read_metrics
-from embodied.policy import load_policy
+from embodied.data.load import Example
+from embodied.policy.model import load_policy
+from embodied.policy.tiny import TinySpec, build_tiny_policy
 from embodied.tasks import arrow_of_time
-from embodied.tiny import TinySpec, build_tiny_policy
-from embodied.train.grpo import train_grpo
+from embodied.train.checkpoint import list_checkpoints, load_checkpoint, resolve_resume, save_checkpoint
+from embodied.train.grpo import sampling_args, train_grpo
+from embodied.train.metrics import read_metrics
 from embodied.train.sft import train_sft
 from embodied.video import Clip, VideoConfig
 
@@ -143,7 +143,7 @@ def test_every_recipe_trains_and_logs(name, examples, tiny_path, tmp_path):
 
 
 def test_per_member_temperatures_score_each_sample_at_its_own(tiny_policy, examples):
-    from embodied.policy import completion_logprobs, encode_prompts, generate, repeat_batch
+    from embodied.policy.model import completion_logprobs, encode_prompts, generate, repeat_batch
 
     model, processor = tiny_policy
     batch = repeat_batch(
@@ -160,7 +160,7 @@ def test_per_member_temperatures_score_each_sample_at_its_own(tiny_policy, examp
 
 
 def test_seeded_sampler_draws_from_the_softmax_and_never_a_masked_token():
-    from embodied.policy import _RowSeededSampler
+    from embodied.policy.model import _RowSeededSampler
 
     p = torch.tensor([0.1, 0.2, 0.3, 0.4, 0.0])
     logits = torch.log(p).expand(2, -1).clone()  # two rows, the last token impossible (-inf)
@@ -183,19 +183,29 @@ def test_seeded_samples_do_not_depend_on_the_rest_of_the_batch(tiny_policy, exam
     model, processor = tiny_policy
     cfg = _grpo(temperatures=[0.7, 1.3])
     seeds = [11, 22, 33]
-    together = sample_groups(model, processor, examples[:3], cfg, VideoConfig(), varied_reward, seeds)
+    together = sample_groups(
+        model, processor, examples[:3], VideoConfig(), varied_reward, seeds=seeds, **sampling_args(cfg)
+    )
     G = cfg.group_size
     for i in range(3):
         torch.manual_seed(100 + i)  # the global RNG plays no part
         alone = sample_groups(
-            model, processor, [examples[i]], cfg, VideoConfig(), varied_reward, seeds[i : i + 1]
+            model,
+            processor,
+            [examples[i]],
+            VideoConfig(),
+            varied_reward,
+            seeds=seeds[i : i + 1],
+            **sampling_args(cfg),
         )
         rows = together.mask[i * G : (i + 1) * G]
         T = min(alone.ids.shape[1], together.ids.shape[1])  # the batch pads to its longest answer
         assert rows[:, T:].sum() == alone.mask[:, T:].sum() == 0
         assert torch.equal(alone.mask[:, :T], rows[:, :T])
         assert torch.equal((alone.ids * alone.mask)[:, :T], (together.ids[i * G : (i + 1) * G] * rows)[:, :T])
-    other = sample_groups(model, processor, examples[:1], cfg, VideoConfig(), varied_reward, [12])
+    other = sample_groups(
+        model, processor, examples[:1], VideoConfig(), varied_reward, seeds=[12], **sampling_args(cfg)
+    )
     assert not torch.equal(other.ids, together.ids[:G])  # another seed, other answers
 
 
@@ -207,7 +217,7 @@ def test_micro_batches_give_the_same_loss_and_gradient(examples, tiny_policy):
     model, processor = tiny_policy
     torch.manual_seed(0)
     cfg = _grpo(loss_agg="token-mean", entropy_coef=0.01, papo=True, kl_coef=0.0, overlong="hard")
-    ro = sample_groups(model, processor, examples[:2], cfg, VideoConfig(), varied_reward)
+    ro = sample_groups(model, processor, examples[:2], VideoConfig(), varied_reward, **sampling_args(cfg))
     adv = compute_advantages(ro.rewards, cfg.advantage).flatten()
     results = []
     for mb in (0, 3):  # the whole rollout (8 rows) vs uneven micro-batches of 3, 3, 2
@@ -250,7 +260,7 @@ class Crash(Exception):
 
 
 def test_grpo_resume_equals_uninterrupted_run(examples, tiny_path, tmp_path, monkeypatch):
-    import embodied.checkpoint as ckpt_mod
+    import embodied.train.checkpoint as ckpt_mod
 
     cfg = _grpo(steps=4, checkpoint_every=2, dynamic_sampling=True, max_sampling_rounds=2, kl_coef=0.04)
     torch.manual_seed(0)
@@ -311,10 +321,10 @@ KILLED_RUN = textwrap.dedent(
     """
     import os, signal, sys, torch
     sys.path.insert(0, {tests!r})
-    import embodied.checkpoint as ck
+    import embodied.train.checkpoint as ck
     from test_training_state import synthetic_examples
     from embodied.config import SFTConfig
-    from embodied.policy import load_policy
+    from embodied.policy.model import load_policy
     from embodied.train.sft import train_sft
     from embodied.video import VideoConfig
 
@@ -392,7 +402,7 @@ def test_recipe_comparison_experiment_end_to_end(tmp_path, monkeypatch):
 
 
 def test_papo_black_is_what_the_processor_makes_of_a_black_clip(tiny_policy):
-    from embodied.policy import encode_prompts
+    from embodied.policy.model import encode_prompts
     from embodied.rl.papo import black_value, masked_batch
 
     model, processor = tiny_policy

@@ -76,7 +76,7 @@ RECORD = {
 
 
 def _video_temporal_positions(model, processor, clip: Clip):
-    from embodied.policy import encode_prompts
+    from embodied.policy.model import encode_prompts
 
     batch = encode_prompts(processor, [RECORD], [clip], VideoConfig())
     ids = batch["input_ids"]

@@ -134,7 +134,7 @@ class MemorySampler:
 
 
 def run(cfg, out: Path, progress: bool = True) -> dict:
-    from embodied.generate import generate
+    from embodied.data.build import generate_dataset
 
     n = cfg.data.n_train
     data = dataclasses.replace(
@@ -154,7 +154,7 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
     raw_before = raw_render_fps(RAW_SECONDS)
     with MemorySampler() as mem:
         t0 = time.perf_counter()
-        manifest = generate(data, progress=progress)
+        manifest = generate_dataset(data, progress=progress)
         wall = time.perf_counter() - t0
     raw_after = raw_render_fps(RAW_SECONDS)
     shutil.rmtree(data.root, ignore_errors=True)

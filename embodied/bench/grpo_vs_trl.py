@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from embodied.datasets import Example
-from embodied.policy import encode_prompts, load_policy, resolve_policy_path
+from embodied.data.load import Example
+from embodied.policy.model import encode_prompts, load_policy, resolve_policy_path
 from embodied.rl.rewards import mcq_reward
 from embodied.tasks import arrow_of_time, format_question
 from embodied.video import Clip

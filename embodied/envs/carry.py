@@ -20,6 +20,8 @@ from embodied.envs import core
 
 NAME = "carry"
 NUMERIC = True  # the answer is numbers (False: a lettered option)
+VERSION = 1
+"""Bumped whenever what `make_episode` makes for a seed changes (the dataset manifest records it)."""
 # name: (rgba, friction, mass kg, strength N). Strength is the largest pad force the object survives.
 MATERIALS = {
     "foam": ((0.95, 0.85, 0.30, 1.0), 0.9, 0.05, 5.0),

@@ -31,10 +31,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from embodied.envs import env_reward, task
+from embodied.envs import task
 from embodied.envs.parity import answer_text
-from embodied.eval_stats import majority_vote, pass_at_k, resolve_k, wilson_interval
-from embodied.policy import decode, encode_prompts, generate, repeat_batch
+from embodied.eval.stats import majority_vote, pass_at_k, resolve_k, wilson_interval
+from embodied.policy.model import decode, encode_prompts, generate, repeat_batch
+from embodied.rl.rewards import env_reward
 
 
 @torch.no_grad()
@@ -55,7 +56,7 @@ def evaluate_env(
     temperature: float = 1.0,
     seed: int = 0,
 ) -> dict:
-    """Greedy answers to ``examples`` (``embodied.datasets.Example``), scored by simulation; with
+    """Greedy answers to ``examples`` (``embodied.data.load.Example``), scored by simulation; with
     ``samples`` > 0 also best-of-N and majority vote for each N in ``k`` (see the module docstring)."""
     ks = resolve_k(samples, k)
     if samples:

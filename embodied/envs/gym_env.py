@@ -3,14 +3,15 @@
 Each episode is a contextual bandit step: ``reset(seed)`` shows the clip and the question, ``step(answer)``
 executes the answer (the policy's text, or an already parsed action) and ends the episode with the
 physics reward and its named terms in ``info``. Useful for code written against the Gymnasium API;
-training uses the batched :func:`embodied.envs.env_reward` instead.
+training uses the batched :func:`embodied.rl.rewards.env_reward` instead.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from embodied.envs import env_reward, task
+from embodied.envs import task
+from embodied.rl.rewards import env_reward
 
 
 class TaskEnv:

@@ -22,6 +22,8 @@ from embodied.envs import core
 
 NAME = "place"
 NUMERIC = False  # the answer is a lettered option
+VERSION = 1
+"""Bumped whenever what `make_episode` makes for a seed changes (the dataset manifest records it)."""
 HALF = (0.06, 0.04, 0.025)  # block half-sizes (m), as in sim/place/scene.xml
 OFFSETS_CM = (-6.0, -3.0, 0.0, 3.0, 6.0)  # from the bottom block's centre
 MAX_SHIFT = 0.05  # m: largest sideways shift of a tower block on the one below

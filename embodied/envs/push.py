@@ -18,6 +18,8 @@ from embodied.envs import core
 
 NAME = "push"
 NUMERIC = True  # the answer is numbers (False: a lettered option)
+VERSION = 1
+"""Bumped whenever what `make_episode` makes for a seed changes (the dataset manifest records it)."""
 START_X = -0.35  # m, the puck's start (the black line in sim/push/scene.xml)
 MASS = 0.2  # kg, as in the scene
 FRICTION_RANGE = (0.1, 0.5)

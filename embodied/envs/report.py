@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from embodied.envs import task
-from embodied.metrics import read_metrics
+from embodied.train.metrics import read_metrics
 
 FAILURES = (
     "reward/toppled",

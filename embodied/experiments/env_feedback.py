@@ -35,50 +35,27 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from embodied.datasets import dataset_matches, generate_dataset, load_examples
-from embodied.envs import env_reward, is_interactive
-from embodied.envs.dataset import generate_episodes, matches
+from embodied.data.build import dataset_matches, generate_dataset
+from embodied.data.episodes import generate_episodes, matches
+from embodied.data.load import load_examples
 from embodied.envs.evaluate import best_constant, evaluate_env, rollout_video
 from embodied.envs.report import write_report
-from embodied.evaluate import evaluate
+from embodied.eval.loop import evaluate
 from embodied.experiments.reuse import reuse_or_run
-from embodied.metrics import plot_curves, read_metrics
-from embodied.policy import load, load_policy, save_policy
-from embodied.rl.rewards import mcq_reward
+from embodied.policy.model import load, load_policy, save_policy
+from embodied.rl.rewards import routed_rewards
 from embodied.train.common import seed_everything
 from embodied.train.grpo import train_grpo
+from embodied.train.metrics import plot_curves, read_metrics
 from embodied.train.sft import train_sft
 
 ARMS = ("mcq", "sim", "mixed")
 
 
 def routed_reward(cfg):
-    """One batch reward for any mix of records: physics for interactive ones, rules for MCQs.
-
-    Interactive completions of a call are executed together (one Warp batch per task on `warp`).
-    """
-
-    def reward_fn(texts: list[str], records: list[dict]) -> list[dict[str, float]]:
-        env_idx = [i for i, r in enumerate(records) if is_interactive(r)]
-        out: list[dict[str, float]] = [{} for _ in texts]
-        sim = (
-            env_reward(
-                [texts[i] for i in env_idx],
-                [records[i] for i in env_idx],
-                cfg.env.backend,
-                cfg.env.format_weight,
-            )
-            if env_idx
-            else []
-        )
-        for i, terms in zip(env_idx, sim):
-            out[i] = terms
-        for i, (text, rec) in enumerate(zip(texts, records)):
-            if not is_interactive(rec):
-                out[i] = mcq_reward(text, rec["answer"], cfg.grpo.accuracy_weight, cfg.grpo.format_weight)
-        return out
-
-    return reward_fn
+    """The arms' reward: physics for interactive records, rules for MCQs (`rl.rewards.routed_rewards`)."""
+    g = cfg.grpo
+    return routed_rewards(cfg.env.backend, cfg.env.format_weight, g.accuracy_weight, g.format_weight)
 
 
 def benchmark_config(cfg):

@@ -18,32 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-
-
-@dataclass
-class RecipesConfig:
-    """The recipe comparison (`embodied experiment recipes`)."""
-
-    arms: list[str] = field(
-        default_factory=lambda: [
-            "configs/recipes/grpo.yaml",
-            "configs/recipes/dapo.yaml",
-            "configs/recipes/drgrpo.yaml",
-            "configs/recipes/papo.yaml",
-        ]
-    )
-    """Preset YAML files, each layered on the run's config for its arm (paths relative to the working dir)."""
-    start: str = ""
-    """Starting policy folder; empty: train one with `sft_steps` of SFT (cached in run_dir/start_model)."""
-    sft_steps: int = 650
-    steps: int = 60
-    """GRPO steps per arm (equal for all arms)."""
-    eval_every: int = 5
-    eval_examples: int = 200
-    target: float = 0.9
-    """Report the first step at which validation accuracy reaches this."""
 
 
 def steps_to(curve: list[tuple[int, float]], target: float) -> int | None:
@@ -52,7 +27,7 @@ def steps_to(curve: list[tuple[int, float]], target: float) -> int | None:
 
 
 def _start_policy(cfg, out: Path, train, val, progress: bool) -> Path:
-    from embodied.policy import load, save_policy
+    from embodied.policy.model import load, save_policy
     from embodied.train.sft import train_sft
 
     if cfg.recipes.start:
@@ -73,20 +48,20 @@ def _start_policy(cfg, out: Path, train, val, progress: bool) -> Path:
 
 def run(cfg, out: Path, progress: bool = True) -> dict:
     from embodied.config import load_config
-    from embodied.datasets import dataset_matches, generate_dataset
-    from embodied.evaluate import evaluate
-    from embodied.metrics import read_metrics
-    from embodied.policy import load_policy
-    from embodied.run import _examples
+    from embodied.data.build import dataset_matches, generate_dataset
+    from embodied.data.load import load_split
+    from embodied.eval.loop import evaluate
+    from embodied.policy.model import load_policy
     from embodied.train.common import seed_everything
     from embodied.train.grpo import train_grpo
+    from embodied.train.metrics import read_metrics
 
     rc = cfg.recipes
     if not dataset_matches(cfg.data):
         generate_dataset(cfg.data, progress=progress)
-    train, _ = _examples(cfg, "train", progress)
-    val, _ = _examples(cfg, "val", progress)
-    test, _ = _examples(cfg, "test", progress)
+    train = load_split(cfg.data.root, "train", cfg.video, progress)
+    val = load_split(cfg.data.root, "val", cfg.video, progress)
+    test = load_split(cfg.data.root, "test", cfg.video, progress)
     val = val[: rc.eval_examples]
     start = _start_policy(cfg, out, train, val, progress)
     model, processor = load_policy(start, cfg.policy.dtype, cfg.policy.device)
@@ -132,13 +107,13 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
         "arms": rows,
     }
     (out / "recipes.json").write_text(json.dumps(result, indent=2))
-    (out / "recipes.md").write_text(markdown_table(result))
-    plot_curves(rows, out / "recipes.png", rc.target)
-    print(markdown_table(result))
+    (out / "recipes.md").write_text(recipes_table(result))
+    plot_recipe_curves(rows, out / "recipes.png", rc.target)
+    print(recipes_table(result))
     return result
 
 
-def markdown_table(result: dict) -> str:
+def recipes_table(result: dict) -> str:
     t = result["target"]
     lines = [
         f"Start: validation accuracy {result['start']['val_accuracy']:.3f}, test "
@@ -160,7 +135,7 @@ def markdown_table(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_curves(rows: list[dict], path: Path, target: float) -> None:
+def plot_recipe_curves(rows: list[dict], path: Path, target: float) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

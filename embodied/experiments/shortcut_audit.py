@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from embodied.baselines import VIDEO_BASELINES, model_free_eval
 from embodied.config import Config
-from embodied.datasets import load_examples
-from embodied.eval_stats import markdown_table, resolve_k, wilson_interval
-from embodied.evaluate import evaluate
-from embodied.policy import load
+from embodied.data.load import load_examples
+from embodied.eval.baselines import VIDEO_BASELINES, model_free_eval
+from embodied.eval.loop import evaluate
+from embodied.eval.stats import markdown_table, resolve_k, wilson_interval
+from embodied.policy.model import load
 
 RUNS = ("none", *VIDEO_BASELINES, "random", "majority")
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -33,26 +32,9 @@ import numpy as np
 from embodied.experiments.reuse import reuse_or_run
 
 
-@dataclass
-class ZeroLabelConfig:
-    """`embodied experiment zero-label`."""
-
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    starts: list[str] = field(default_factory=lambda: ["format", "half"])
-    """format (never saw a right answer) | half (format + `half_steps` of labelled SFT)."""
-    format_steps: int = 200
-    """SFT steps with random-letter targets: the answer format only."""
-    half_steps: int = 12
-    """Labelled SFT steps on top of the format start, for the half-solving start."""
-    eval_every: int = 25
-    eval_examples: int = 200
-    target: float = 0.9
-    """Report the first step and second at which validation accuracy reaches this."""
-
-
 def _start(cfg, train, val, start: str, seed: int, out: Path, progress: bool):
     """The starting policy of one run: `(model, processor)` after the start's SFT stages."""
-    from embodied.policy import load
+    from embodied.policy.model import load
     from embodied.train.common import seed_everything
     from embodied.train.sft import train_sft
 
@@ -108,9 +90,9 @@ def one_run(cfg, data: dict, start: str, seed: int, out: Path, progress: bool) -
 
 
 def _one_run(cfg, data: dict, start: str, seed: int, run_out: Path, progress: bool) -> dict:
-    from embodied.evaluate import evaluate
-    from embodied.metrics import read_metrics
+    from embodied.eval.loop import evaluate
     from embodied.train.grpo import train_grpo
+    from embodied.train.metrics import read_metrics
 
     zc = cfg.zero_label
     (run_out / "metrics.jsonl").unlink(missing_ok=True)
@@ -146,7 +128,8 @@ def _one_run(cfg, data: dict, start: str, seed: int, run_out: Path, progress: bo
 
 
 def run(cfg, out: Path, progress: bool = True) -> dict:
-    from embodied.datasets import ensure_dataset, load_split
+    from embodied.data.build import ensure_dataset
+    from embodied.data.load import load_split
 
     zc = cfg.zero_label
     t0 = time.perf_counter()

@@ -5,6 +5,8 @@ Shapes: B sequences, T completion tokens. `mask` is 1 on real completion tokens 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 
@@ -142,26 +144,34 @@ def kl_cov_select(cov: torch.Tensor, mask: torch.Tensor, ratio: float) -> torch.
     return out.view_as(cov)
 
 
+@dataclass(frozen=True)
+class LossSpec:
+    """The switches of `grpo_loss`: one value per recipe choice, fixed for a run (`GRPOConfig` fields of the
+    same names; `kl_kind` is `grpo.kl_estimator`, `agg` is `grpo.loss_agg`, `agg_norm` its normaliser)."""
+
+    clip_eps: float = 0.2
+    clip_eps_high: float | None = None
+    dual_clip: float | None = None
+    kl_coef: float = 0.0
+    kl_kind: str = "k3"
+    agg: str = "seq-mean-token-mean"
+    agg_norm: float | None = None
+    ratio_level: str = "token"
+    entropy_coef: float = 0.0
+    cov_mode: str = "none"
+    cov_ratio: float = 2e-4
+    clip_cov_bounds: tuple[float, float] = (1.0, 5.0)
+    kl_cov_coef: float = 1.0
+
+
 def grpo_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
     ref_logprobs: torch.Tensor | None = None,
-    clip_eps: float = 0.2,
-    kl_coef: float = 0.0,
-    clip_eps_high: float | None = None,
-    dual_clip: float | None = None,
-    kl_kind: str = "k3",
-    agg: str = "seq-mean-token-mean",
-    agg_norm: float | None = None,
-    ratio_level: str = "token",
+    spec: LossSpec = LossSpec(),
     entropy: torch.Tensor | None = None,
-    entropy_coef: float = 0.0,
-    cov_mode: str = "none",
-    cov_ratio: float = 2e-4,
-    clip_cov_bounds: tuple[float, float] = (1.0, 5.0),
-    kl_cov_coef: float = 1.0,
     generator: torch.Generator | None = None,
     num_seqs: int | None = None,
     num_tokens: int | None = None,
@@ -170,7 +180,8 @@ def grpo_loss(
 
     Per token: -min(rho * A, clip(rho, 1 - eps_low, 1 + eps_high) * A) + beta * KL, with the ratio
     rho = exp(logprobs - old_logprobs) against the policy that sampled the tokens (per token, or GSPO's
-    per-sequence ratio with `ratio_level="sequence"`). `clip_eps_high` (default: `clip_eps`) gives DAPO's
+    per-sequence ratio with `ratio_level="sequence"`). The switches are `spec`'s (a `LossSpec`).
+    `clip_eps_high` (default: `clip_eps`) gives DAPO's
     clip-higher (Yu et al. 2025: 0.2 / 0.28). `dual_clip` = c > 1 caps the loss of negative-advantage tokens
     at -c * A (dual-clip PPO, Ye et al. 2020). The per-token loss is reduced by
     `aggregate(..., agg, agg_norm)`; the default is the paper's 1/G sum_i 1/|o_i| sum_t.
@@ -192,8 +203,11 @@ def grpo_loss(
         Scalar loss and detached metrics (`loss/policy`, `loss/kl`, `loss/entropy`, `clip/fraction`,
         `clip/cov_fraction`).
     """
-    eps_high = clip_eps if clip_eps_high is None else clip_eps_high
-    ratio = torch.exp(log_ratio(logprobs, old_logprobs, mask, ratio_level))
+    s = spec
+    clip_eps, kl_coef, agg, agg_norm = s.clip_eps, s.kl_coef, s.agg, s.agg_norm
+    eps_high = clip_eps if s.clip_eps_high is None else s.clip_eps_high
+    dual_clip, cov_mode = s.dual_clip, s.cov_mode
+    ratio = torch.exp(log_ratio(logprobs, old_logprobs, mask, s.ratio_level))
     adv = advantages.unsqueeze(1)
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + eps_high) * adv
@@ -207,12 +221,12 @@ def grpo_loss(
     if cov_mode != "none":
         cov = token_covariance(logprobs, advantages, mask)
         if cov_mode == "clip_cov":
-            lo, hi = clip_cov_bounds
-            selected = clip_cov_select(cov, mask, is_clipped, cov_ratio, lo, hi, generator)
+            lo, hi = s.clip_cov_bounds
+            selected = clip_cov_select(cov, mask, is_clipped, s.cov_ratio, lo, hi, generator)
             per_token = per_token.masked_fill(selected, 0.0)
         elif cov_mode == "kl_cov":
-            selected = kl_cov_select(cov, mask, cov_ratio)
-            penalty = kl_cov_coef * (logprobs - old_logprobs).abs()
+            selected = kl_cov_select(cov, mask, s.cov_ratio)
+            penalty = s.kl_cov_coef * (logprobs - old_logprobs).abs()
             per_token = torch.where(selected, -unclipped + penalty, -unclipped)
             is_clipped = torch.zeros_like(is_clipped)
         else:
@@ -224,10 +238,10 @@ def grpo_loss(
     if kl_coef > 0:
         if ref_logprobs is None:
             raise ValueError("kl_coef > 0 needs ref_logprobs")
-        kl = aggregate(kl_estimate(logprobs, ref_logprobs, kl_kind), mask, agg, agg_norm, **sizes)
+        kl = aggregate(kl_estimate(logprobs, ref_logprobs, s.kl_kind), mask, agg, agg_norm, **sizes)
     if entropy is not None:
         ent = aggregate(entropy, mask, agg, agg_norm, **sizes)
-    loss = policy_loss + kl_coef * kl - entropy_coef * ent
+    loss = policy_loss + kl_coef * kl - s.entropy_coef * ent
     return loss, {
         "loss/policy": policy_loss.detach(),
         "loss/kl": kl.detach(),

@@ -1,37 +1,32 @@
-"""Rule-based rewards for multiple-choice answers (Cosmos-Reason1 format).
+"""Every reward: the rules for multiple-choice answers, the simulator for interactive answers, the routing
+between them, DAPO's overlong shaping, and `score`, which checks any reward function's output.
 
-A response must look like `<think>...</think><answer>X</answer>`. The accuracy reward is an exact
-match of the letter inside the single `<answer>` block; an empty, missing or duplicated `<answer>`
-earns nothing, so the policy cannot hedge by listing several letters.
+A response must look like `<think>...</think><answer>X</answer>` (Cosmos-Reason1). The accuracy reward is an
+exact match of the letter inside the single `<answer>` block; an empty, missing or duplicated `<answer>`
+earns nothing, so the policy cannot hedge by listing several letters. An interactive answer is parsed by its
+task, executed in MuJoCo and scored by the physical outcome as named terms.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 
 import torch
 
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
+from embodied.envs import is_interactive, task
+from embodied.tasks import parse_answer
+
 # One think block, then one answer block, nothing else but whitespace; no nested or repeated tags.
 _FORMAT = re.compile(
     r"\s*<think>(?:(?!</?think>|</?answer>).)*</think>\s*<answer>(?:(?!</?answer>|</?think>).)*</answer>\s*",
     re.S,
 )
-
-
-def parse_answer(text: str) -> str | None:
-    """The stripped content of the one `<answer>` block, or None if there is not exactly one non-empty one."""
-    if text.count("<answer>") != 1 or text.count("</answer>") != 1:
-        return None
-    m = _ANSWER.search(text)
-    if m is None:
-        return None
-    content = m.group(1).strip()
-    return content or None
 
 
 def accuracy_reward(text: str, answer: str) -> float:
@@ -57,6 +52,13 @@ def mcq_reward(
     }
 
 
+ENV_FORMAT_WEIGHT = 0.2
+"""Weight of ``reward/format`` (the ``<think>...</think><answer>...</answer>`` layout) in the total."""
+UNPARSEABLE_PENALTY = 1.5
+"""``reward/total`` of an unparseable answer is minus this: below the worst executed outcome of every
+task (place -0.5, carry -1.25, push -0.25), so that not answering never beats a bad action."""
+
+
 # --- reward functions over a batch of completions ----------------------------------------------------
 
 RewardFn = Callable[[list[str], list[dict]], list[dict[str, float]]]
@@ -76,6 +78,119 @@ def mcq_rewards(accuracy_weight: float = 1.0, format_weight: float = 0.5) -> Rew
 
     def reward_fn(texts: list[str], records: list[dict]) -> list[dict[str, float]]:
         return [mcq_reward(t, r["answer"], accuracy_weight, format_weight) for t, r in zip(texts, records)]
+
+    return reward_fn
+
+
+OUTCOME_CACHE_SIZE = 200_000
+_outcomes: OrderedDict = OrderedDict()
+"""Physics terms by (backend, task, episode meta, parsed action). A backend is deterministic for a given
+model, state and control schedule, so a repeated answer to the same episode (common within a GRPO group
+and across steps) is looked up instead of simulated again; bounded, least recently used first out."""
+
+
+def _outcome_key(record: dict, action, backend: str) -> str:
+    return json.dumps([backend, record["task"], record["meta"], action], sort_keys=True)
+
+
+def clear_outcome_cache() -> None:
+    """Forget every stored physics outcome (for timings that must simulate everything)."""
+    _outcomes.clear()
+
+
+def cached_outcomes() -> int:
+    """How many physics outcomes are stored."""
+    return len(_outcomes)
+
+
+def env_reward(
+    texts: Sequence[str],
+    records: Sequence[dict],
+    backend: str = "cpu",
+    format_weight: float = ENV_FORMAT_WEIGHT,
+) -> list[dict[str, float]]:
+    """Named reward terms for each completion ``texts[i]`` answering ``records[i]``.
+
+    Every term of every task is present in every dict (0 where it does not apply), so that means over a
+    batch are well defined; ``reward/unparseable`` is 1 for an answer that could not be parsed (nothing
+    is executed, no format reward, ``reward/total`` is ``-UNPARSEABLE_PENALTY``). An error inside a
+    simulation propagates, naming task and seed.
+    """
+    from embodied.envs.backend import run_jobs
+    from embodied.envs.core import EnvError
+
+    if len(texts) != len(records):
+        raise ValueError(f"env_reward: {len(texts)} texts for {len(records)} records")
+    actions, jobs, owners = [], [], {}
+    out: list[dict[str, float]] = [{} for _ in texts]
+    for i, (text, rec) in enumerate(zip(texts, records)):
+        mod = task(rec["task"])
+        action = mod.parse_action(text)
+        actions.append(action)
+        if action is None:
+            continue
+        key = _outcome_key(rec, action, backend)
+        if key in _outcomes:
+            _outcomes.move_to_end(key)
+            out[i] = dict(_outcomes[key])
+        elif key in owners:  # the same answer twice in this call: simulated once
+            owners[key].append(i)
+        else:
+            try:
+                jobs.append(mod.job(rec, action))
+            except Exception as e:
+                seed = rec.get("meta", {}).get("seed")
+                raise EnvError(f"task {rec['task']}, seed {seed}: building the episode failed: {e}") from e
+            owners[key] = [i]
+    traces = run_jobs(jobs, backend) if jobs else []
+    for (key, idx), trace in zip(owners.items(), traces):
+        rec = records[idx[0]]
+        terms = task(rec["task"]).outcome(rec, actions[idx[0]], trace)
+        _outcomes[key] = terms
+        for i in idx:
+            out[i] = dict(terms)
+    while len(_outcomes) > OUTCOME_CACHE_SIZE:
+        _outcomes.popitem(last=False)
+    keys = {"reward/total", "reward/success"}
+    for name in {rec["task"] for rec in records}:
+        keys |= set(task(name).WEIGHTS)
+    for i, text in enumerate(texts):
+        parsed = actions[i] is not None
+        terms = {k: out[i].get(k, 0.0) for k in keys}
+        terms["reward/format"] = format_reward(text) if parsed else 0.0
+        terms["reward/unparseable"] = 0.0 if parsed else 1.0
+        if parsed:
+            terms["reward/total"] += format_weight * terms["reward/format"]
+        else:
+            terms["reward/total"] = -UNPARSEABLE_PENALTY
+        out[i] = terms
+    return out
+
+
+def routed_rewards(
+    backend: str = "cpu",
+    env_format_weight: float = ENV_FORMAT_WEIGHT,
+    accuracy_weight: float = 1.0,
+    format_weight: float = 0.5,
+) -> RewardFn:
+    """One batch reward for any mix of records: physics (`env_reward`) for interactive ones, rules
+    (`mcq_reward`) for MCQs. Interactive completions of a call are executed together (one Warp batch per
+    task on `warp`)."""
+
+    def reward_fn(texts: list[str], records: list[dict]) -> list[dict[str, float]]:
+        env_idx = [i for i, r in enumerate(records) if is_interactive(r)]
+        out: list[dict[str, float]] = [{} for _ in texts]
+        sim = (
+            env_reward([texts[i] for i in env_idx], [records[i] for i in env_idx], backend, env_format_weight)
+            if env_idx
+            else []
+        )
+        for i, terms in zip(env_idx, sim):
+            out[i] = terms
+        for i, (text, rec) in enumerate(zip(texts, records)):
+            if not is_interactive(rec):
+                out[i] = mcq_reward(text, rec["answer"], accuracy_weight, format_weight)
+        return out
 
     return reward_fn
 
@@ -132,3 +247,27 @@ def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int = 0) -> to
     start = max_len - buffer
     soft = (start - lengths) / buffer if buffer else torch.zeros_like(lengths)
     return torch.where(lengths <= start, 0.0, torch.where(lengths <= max_len, soft, -1.0))
+
+
+Shaping = Callable[[list[dict[str, float]], torch.Tensor, torch.Tensor], None]
+"""`shaping(terms, lengths, truncated)` adds its named terms to each completion's terms (and to its
+`reward/total`) in place, from the `(B,)` completion lengths and truncation flags."""
+
+
+def overlong_shaping(max_len: int, mode: str = "off", buffer: int = 0, weight: float = 1.0) -> Shaping | None:
+    """DAPO's overlong shaping as a `Shaping` (`reward/overlong`, weighted by `weight`): `hard` gives every
+    truncated answer -1, `soft` also ramps down over the last `buffer` tokens; `off` gives None."""
+    if mode == "off":
+        return None
+    if mode not in ("hard", "soft"):
+        raise ValueError(f"overlong mode {mode!r}; choose off, hard or soft")
+
+    def shaping(terms: list[dict[str, float]], lengths: torch.Tensor, truncated: torch.Tensor) -> None:
+        # a truncated answer would have gone on: it counts as longer than the budget
+        lengths = torch.where(truncated, max_len + 1, lengths)
+        penalty = overlong_penalty(lengths, max_len, buffer if mode == "soft" else 0).tolist()
+        for t, p in zip(terms, penalty):
+            t["reward/overlong"] = p
+            t["reward/total"] += weight * p
+
+    return shaping

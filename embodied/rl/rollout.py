@@ -1,4 +1,4 @@
-"""Rollouts: G sampled answers per prompt, scored, with DAPO's dynamic sampling and overlong shaping.
+"""Rollouts: G sampled answers per prompt, scored (reward shaping included), with DAPO's dynamic sampling.
 
 A `Rollout` is flat and prompt-major: row `p * G + g` is answer `g` to prompt `p`. Everything the update
 needs travels with it (prompt batch, completions, per-row temperatures, rewards, truncation flags), so
@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from embodied.datasets import Example
-from embodied.policy import decode, encode_prompts, eos_token_ids, generate, repeat_batch
-from embodied.rl.rewards import RewardFn, overlong_penalty, score
+from embodied.data.load import Example
+from embodied.policy.model import decode, encode_prompts, eos_token_ids, generate, repeat_batch
+from embodied.rl.rewards import RewardFn, Shaping, score
 from embodied.video import VideoConfig
 
 
@@ -65,41 +65,38 @@ def sample_groups(
     model,
     processor,
     examples: Sequence[Example],
-    cfg,
     video: VideoConfig,
     reward_fn: RewardFn,
+    group_size: int,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    temperatures: Sequence[float] = (),
     seeds: Sequence[int] | None = None,
+    shaping: Shaping | None = None,
+    timeout_s: float | None = 60.0,
 ) -> Rollout:
-    """Sample `cfg.group_size` answers per example and score them (`cfg` is a `GRPOConfig`).
+    """Sample `group_size` answers per example, at most `max_new_tokens` each, and score them.
 
-    With `seeds` (one per example), answer g to example i is drawn with `sampling_seed(seeds[i], g)`: a
-    function of that seed and the prompt alone, so splitting prompts across processes changes nothing.
-
-    With `cfg.overlong` "hard" or "soft", DAPO's overlong penalty (`reward/overlong`, weighted by
-    `cfg.overlong_weight`) joins the reward: hard gives truncated answers -1; soft also ramps down over the
-    last `cfg.overlong_buffer` tokens of the budget.
+    Member g of every group samples at `temperatures[g % len]` (all at `temperature` when empty). With
+    `seeds` (one per example), answer g to example i is drawn with `sampling_seed(seeds[i], g)`: a function
+    of that seed and the prompt alone, so splitting prompts across processes changes nothing. `shaping`
+    (e.g. `rewards.overlong_shaping`) adds its terms to the reward; `timeout_s` bounds one reward call.
     """
-    G = cfg.group_size
+    G = group_size
     device = next(model.parameters()).device
     records = [e.record for e in examples]
     prompts = encode_prompts(processor, records, [e.clip for e in examples], video, device)
     batch = repeat_batch(prompts, G)
-    temps = member_temperatures(cfg.temperature, cfg.temperatures, len(examples), G).to(device)
+    temps = member_temperatures(temperature, list(temperatures), len(examples), G).to(device)
     model.eval()
     rows = None if seeds is None else [sampling_seed(s, g) for s in seeds for g in range(G)]
-    ids, mask = generate(model, processor, batch, cfg.max_new_tokens, temps, seeds=rows)
+    ids, mask = generate(model, processor, batch, max_new_tokens, temps, seeds=rows)
     texts = decode(processor, ids, mask)
     ended = torch.isin(ids, torch.tensor(eos_token_ids(model, processor), device=ids.device)).any(1)
     truncated = ~ended
-    terms = score(reward_fn, texts, [records[i // G] for i in range(len(texts))], cfg.reward_timeout_s)
-    if cfg.overlong != "off":
-        # a truncated answer would have gone on: it counts as longer than the budget
-        lengths = torch.where(truncated, cfg.max_new_tokens + 1, mask.sum(1))
-        buffer = cfg.overlong_buffer if cfg.overlong == "soft" else 0
-        penalty = overlong_penalty(lengths.cpu(), cfg.max_new_tokens, buffer).tolist()
-        for t, p in zip(terms, penalty):
-            t["reward/overlong"] = p
-            t["reward/total"] += cfg.overlong_weight * p
+    terms = score(reward_fn, texts, [records[i // G] for i in range(len(texts))], timeout_s)
+    if shaping is not None:
+        shaping(terms, mask.sum(1).cpu(), truncated.cpu())
     rewards = torch.tensor([t["reward/total"] for t in terms], device=device).view(len(examples), G)
     return Rollout(list(examples), batch, ids, mask, temps, texts, terms, rewards, truncated)
 

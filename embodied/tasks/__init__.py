@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import re
 import string
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 
@@ -94,16 +95,18 @@ def format_response(reasoning: str, letter: str) -> str:
     return f"<think>{reasoning}</think><answer>{letter}</answer>"
 
 
-def tokenizer_corpus() -> Iterator[str]:
-    """Every fixed phrase the families write, for training the tiny model's tokenizer.
+ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
 
-    Only arrow-of-time phrases: adding the other families' phrases would change the tiny model's
-    tokenizer (and its cache key); byte-level BPE encodes their text anyway.
-    """
-    from embodied.tasks import arrow_of_time
 
-    yield INSTRUCTION
-    yield from arrow_of_time.phrases()
+def parse_answer(text: str) -> str | None:
+    """The stripped content of the one `<answer>` block, or None if there is not exactly one non-empty one."""
+    if text.count("<answer>") != 1 or text.count("</answer>") != 1:
+        return None
+    m = ANSWER_TAG.search(text)
+    if m is None:
+        return None
+    content = m.group(1).strip()
+    return content or None
 
 
 def sft_target(record: dict, rationale: bool = False) -> str:
@@ -217,27 +220,14 @@ def changed_area(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def reset_world(world, rng: np.random.Generator, tier: str, **options) -> dict:
-    """`world.reset(rng, difficulty=tier, **options)`, passing only the options the world accepts
-    (DropWorld takes none); returns `info`."""
-    import inspect
-
-    params = inspect.signature(world.reset).parameters
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    wanted = {"difficulty": tier, **options}
-    kwargs = {k: v for k, v in wanted.items() if takes_any or k in params}
-    missing = set(options) - set(kwargs)
-    if missing:
-        raise TypeError(f"{type(world).__name__}.reset does not take {sorted(missing)}")
-    _, info = world.reset(rng, **kwargs)
+    """`world.reset(rng, difficulty=tier, **options)` (every world is a `SceneWorld`); returns `info`."""
+    _, info = world.reset(rng, difficulty=tier, **options)
     return info
 
 
-def window_start(info: dict, duration: float, rng: np.random.Generator, max_start: float) -> float:
+def window_start(info: dict, duration: float, rng: np.random.Generator) -> float:
     """Start (s) of a clip of `duration` inside the world's irreversible motion `info["motion"] = (t0, t1)`:
-    uniform over the starts that keep the clip inside it (at t0 when the clip is longer). Worlds without
-    `motion` (drop) start uniformly in `[0, max_start]`, right after release."""
-    if "motion" not in info:
-        return float(rng.uniform(0.0, max_start))
+    uniform over the starts that keep the clip inside it (at t0 when the clip is longer)."""
     t0, t1 = (float(x) for x in info["motion"])
     return float(rng.uniform(t0, max(t0, t1 - duration)))
 

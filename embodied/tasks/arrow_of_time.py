@@ -18,8 +18,6 @@ from embodied.tasks import LETTERS, reset_world, scene_meta, window_start
 NAME = "arrow_of_time"
 VERSION = 2
 """2: simulated scenes from the world registry, difficulty tiers, clips cut from real footage."""
-HARD_MAX_START = 1.5
-"""Hard tier on worlds without `info["motion"]`: the window may start this late, in slower motion."""
 QUESTION = "Is this video playing forward or reversed in time?"
 OPTIONS = ("forward", "reversed")
 # Short rationales for SFT targets: what a physicist would point at, tied to the label.
@@ -109,16 +107,16 @@ def make(
     """One clip of a simulated scene, forward (`answer` 0) or reversed (1): `(record, frames (T, H, W, 3))`.
 
     Easy: the window starts right where the irreversible motion starts (drop: within `clip.max_start` s of
-    release). Hard: anywhere inside the motion (drop: within 1.5 s), where the motion is slower and subtler.
+    release). Hard: anywhere inside the motion (drop: its first 2.5 s), where it is slower and subtler.
     """
     info = reset_world(world, rng, tier)
     n = fam.num_frames or clip.num_frames
     duration = (n - 1) / clip.fps
-    if tier == "easy" and "motion" in info:
+    if tier == "easy":
         t0 = float(info["motion"][0])
         start = float(rng.uniform(t0, t0 + clip.max_start))
     else:
-        start = window_start(info, duration, rng, clip.max_start if tier == "easy" else HARD_MAX_START)
+        start = window_start(info, duration, rng)
     frames = world.record(start + np.arange(n) / clip.fps)
     meta = {
         "direction": OPTIONS[answer],

@@ -86,7 +86,7 @@ def make(world, rng: np.random.Generator, answer: int, tier: str, fam, clip) -> 
     n = num_frames(tier)
     for attempt in range(MAX_TRIES):
         info = reset_world(world, rng, tier)
-        start = window_start(info, (n - 1) / clip.fps, rng, clip.max_start)
+        start = window_start(info, (n - 1) / clip.fps, rng)
         frames = world.record(start + np.arange(n) / clip.fps)
         try:
             fields, shuffled = shuffle_clip(frames, rng, answer, tier)

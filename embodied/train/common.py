@@ -89,7 +89,7 @@ def shard(model: torch.nn.Module, mixed_precision: str = "no") -> torch.nn.Modul
     float32."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    from embodied.lora import has_lora
+    from embodied.policy.lora import has_lora
 
     if has_lora(model):
         raise ValueError("LoRA under FSDP is not supported yet: use distributed=ddp with policy.lora_rank")
@@ -193,8 +193,8 @@ class Processes:
         return weights, optim
 
     def save_checkpoint(self, root, step, model, optimizer, scheduler, state, config_yaml, keep) -> None:
-        """Every process calls this; the first writes (`embodied.checkpoint.save_checkpoint`)."""
-        from embodied.checkpoint import save_checkpoint
+        """Every process calls this; the first writes (`embodied.train.checkpoint.save_checkpoint`)."""
+        from embodied.train.checkpoint import save_checkpoint
 
         weights, optim = self.full_state(model, optimizer) if self.fsdp else (None, None)
         if self.main:
@@ -203,7 +203,7 @@ class Processes:
 
     def load_checkpoint(self, path, model, optimizer, scheduler=None) -> dict:
         """Restore a checkpoint into this process's (possibly sharded) model and optimizer."""
-        from embodied.checkpoint import load_checkpoint, restore_state
+        from embodied.train.checkpoint import load_checkpoint, restore_state
 
         if not self.fsdp:
             return load_checkpoint(path, model, optimizer, scheduler)

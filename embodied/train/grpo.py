@@ -10,29 +10,29 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
-from embodied.checkpoint import resolve_resume
-from embodied.datasets import Example
-from embodied.evaluate import evaluate
-from embodied.metrics import MetricsLog
-from embodied.policy import completion_logprobs, decode, generate, select_rows
+from embodied.data.load import Example
+from embodied.eval.loop import evaluate
+from embodied.policy.model import completion_logprobs, decode, generate, select_rows
 from embodied.rl.advantages import ESTIMATORS, compute_advantages
 from embodied.rl.losses import (
     COV_MODES,
     LOSS_AGGREGATIONS,
     RATIO_LEVELS,
+    LossSpec,
     grpo_loss,
     masked_mean,
     perception_loss,
 )
 from embodied.rl.papo import masked_batch
-from embodied.rl.rewards import RewardFn, mcq_rewards, mean_terms, score
+from embodied.rl.rewards import RewardFn, mcq_rewards, mean_terms, overlong_shaping, score
 from embodied.rl.rollout import Rollout, dynamic_sample, sample_groups, sampling_seed
+from embodied.train.checkpoint import resolve_resume
 from embodied.train.common import (
     NonFiniteGuard,
     Processes,
@@ -41,6 +41,7 @@ from embodied.train.common import (
     param_groups,
     skip_batches,
 )
+from embodied.train.metrics import MetricsLog
 from embodied.video import VideoConfig
 
 CHOICES = {
@@ -80,16 +81,49 @@ def micro_batches(rows: int, size: int) -> list[list[int]]:
     return [list(range(start, min(start + size, rows))) for start in range(0, rows, size)]
 
 
+def loss_spec(cfg) -> LossSpec:
+    """The loss switches of a `GRPOConfig`."""
+    return LossSpec(
+        clip_eps=cfg.clip_eps,
+        clip_eps_high=cfg.clip_eps_high,
+        dual_clip=cfg.dual_clip,
+        kl_coef=cfg.kl_coef,
+        kl_kind=cfg.kl_estimator,
+        agg=cfg.loss_agg,
+        agg_norm=cfg.max_new_tokens,
+        ratio_level=cfg.ratio_level,
+        entropy_coef=cfg.entropy_coef,
+        cov_mode=cfg.cov_mode,
+        cov_ratio=cfg.cov_ratio,
+        clip_cov_bounds=(cfg.clip_cov_low, cfg.clip_cov_high),
+        kl_cov_coef=cfg.kl_cov_coef,
+    )
+
+
+def sampling_args(cfg) -> dict:
+    """`sample_groups`' sampling and shaping arguments from a `GRPOConfig`."""
+    shaping = overlong_shaping(cfg.max_new_tokens, cfg.overlong, cfg.overlong_buffer, cfg.overlong_weight)
+    return {
+        "group_size": cfg.group_size,
+        "max_new_tokens": cfg.max_new_tokens,
+        "temperature": cfg.temperature,
+        "temperatures": cfg.temperatures,
+        "shaping": shaping,
+        "timeout_s": cfg.reward_timeout_s,
+    }
+
+
 def update(
     model, ref, processor, ro: Rollout, advantages: torch.Tensor, old_logp, cfg, gen, procs=None
 ) -> dict:
-    """Accumulate the loss's gradient over micro-batches of the rollout (no optimizer step).
+    """Accumulate the loss's gradient over micro-batches of the rollout (no optimizer step); `cfg` is the
+    `GRPOConfig`, whose loss switches go to `grpo_loss` as one `LossSpec`.
 
     Every micro-batch loss is normalised by whole-rollout sizes (summed over processes), so the summed
     gradient equals the whole-batch one. Returns this process's share of the detached metrics, summed the
     same way (clip fractions token-weighted); summing them over processes gives the global values.
     """
-    procs = procs or Processes()
+    procs, spec = procs or Processes(), loss_spec(cfg)
     mask = ro.mask * (~ro.truncated).unsqueeze(1) if cfg.mask_truncated else ro.mask
     local_rows = mask.shape[0]
     rows = int(procs.sum(torch.tensor(local_rows)))
@@ -106,27 +140,9 @@ def update(
             with torch.no_grad():
                 ref_logp = completion_logprobs(ref, sub, ids, m, temp)
         sizes = {"num_seqs": rows, "num_tokens": tokens, "agg": cfg.loss_agg, "agg_norm": cfg.max_new_tokens}
-        loss, terms = grpo_loss(
-            logp,
-            logp.detach() if old_logp is None else old_logp[idx],
-            advantages[idx],
-            m,
-            ref_logp,
-            cfg.clip_eps,
-            cfg.kl_coef,
-            clip_eps_high=cfg.clip_eps_high,
-            dual_clip=cfg.dual_clip,
-            kl_kind=cfg.kl_estimator,
-            ratio_level=cfg.ratio_level,
-            entropy=entropy if cfg.entropy_coef > 0 else None,
-            entropy_coef=cfg.entropy_coef,
-            cov_mode=cfg.cov_mode,
-            cov_ratio=cfg.cov_ratio,
-            clip_cov_bounds=(cfg.clip_cov_low, cfg.clip_cov_high),
-            kl_cov_coef=cfg.kl_cov_coef,
-            generator=gen,
-            **sizes,
-        )
+        old = logp.detach() if old_logp is None else old_logp[idx]
+        ent = entropy if cfg.entropy_coef > 0 else None
+        loss, terms = grpo_loss(logp, old, advantages[idx], m, ref_logp, spec, ent, gen, rows, tokens)
         if cfg.papo:
             masked = masked_batch(sub, processor, cfg.papo_mask_prob, cfg.papo_consistent, gen)
             with torch.set_grad_enabled(cfg.papo_masked_grad):
@@ -198,121 +214,133 @@ def train_grpo(
     config_yaml: str = "",
     procs: Processes | None = None,
 ) -> dict:
-    """Run `cfg.steps` GRPO steps (`cfg` is a `GRPOConfig`); metrics go to `out_dir/metrics.jsonl`.
-
-    `reward_fn(texts, records)` scores a batch of completions (default: the rule-based MCQ reward); see
-    `embodied.rl.rewards.RewardFn`. If it raises or times out the run stops with a `RewardError`.
-    Checkpoints go to `out_dir/checkpoints/grpo`; `resume` is "", "auto" or a checkpoint folder.
-    Under several processes (`procs`) each samples and trains on its share of every step's prompts (whole
-    groups, so group advantages are exact; REINFORCE++'s batch std is taken over all processes); only the
-    first logs, evaluates and writes checkpoints.
-    """
+    """Run `cfg.steps` GRPO steps (`cfg` is a `GRPOConfig`): rollout -> advantages -> loss -> step ->
+    log/eval/checkpoint; metrics go to `out_dir/metrics.jsonl`, checkpoints to `out_dir/checkpoints/grpo`
+    (`resume`: "", "auto" or a checkpoint folder). `reward_fn(texts, records)` scores a batch (default: the
+    MCQ rules; a failing one stops the run with a `RewardError`). Under several processes (`procs`) each
+    samples and trains on its share of every step's prompts (whole groups, so advantages are exact); only
+    the first logs, evaluates and writes checkpoints."""
     check_config(cfg)
     procs = procs or Processes()
     if procs.world > 1 and cfg.dynamic_sampling:
         raise ValueError("grpo.dynamic_sampling with several processes is not supported yet: run it in one")
-    ref = copy.deepcopy(model).eval().requires_grad_(False) if cfg.kl_coef > 0 else None
-    ref = procs.wrap_frozen(ref) if ref is not None else None
-    net = procs.wrap(model)
-    out_dir = Path(out_dir)
+    ref = procs.wrap_frozen(copy.deepcopy(model).eval().requires_grad_(False)) if cfg.kl_coef > 0 else None
+    net, out_dir = procs.wrap(model), Path(out_dir)
     optimizer = torch.optim.AdamW(
         param_groups(model, cfg.lr, cfg.vision_lr_scale), lr=cfg.lr, weight_decay=0.0
     )
     reward_fn = reward_fn or mcq_rewards(cfg.accuracy_weight, cfg.format_weight)
-    log = MetricsLog(out_dir / "metrics.jsonl", "grpo")
+    log, guard = MetricsLog(out_dir / "metrics.jsonl", "grpo"), NonFiniteGuard()
     ckpt_dir = out_dir / "checkpoints" / "grpo"
-    guard = NonFiniteGuard()
-    order, drawn, start, empty_steps = index_batches(len(train), cfg.prompts_per_step, seed), 0, 1, 0
+    state = {"drawn": 0, "empty_steps": 0}
+    order, start = index_batches(len(train), cfg.prompts_per_step, seed), 1
     if path := resolve_resume(resume, ckpt_dir):
-        state = procs.load_checkpoint(path, model, optimizer)
-        start, drawn, empty_steps = state["step"] + 1, state["drawn"], state["empty_steps"]
-        guard.total, guard.in_row = state["skipped"], state["in_row"]
-        order = skip_batches(order, drawn)
-        log.truncate(state["step"])
-        print(f"resuming GRPO from {path} (step {state['step']})")
+        start, order = resume_state(path, procs, model, optimizer, guard, state, order, log)
+    sampling = sampling_args(cfg)
 
     def draw() -> Rollout:
-        nonlocal drawn
-        drawn += 1
+        state["drawn"] += 1
         idx = procs.shard(next(order))
         # each prompt's answers are seeded by (run seed, draw, prompt): the same whatever the process count
-        seeds = [sampling_seed(seed, drawn, i) for i in idx]
-        return sample_groups(model, processor, [train[i] for i in idx], cfg, video, reward_fn, seeds)
+        seeds = [sampling_seed(seed, state["drawn"], i) for i in idx]
+        return sample_groups(
+            model, processor, [train[i] for i in idx], video, reward_fn, seeds=seeds, **sampling
+        )
 
     bar = tqdm(range(start, cfg.steps + 1), desc="grpo", unit="step", disable=not progress)
     t_start = time.perf_counter()
     for step in bar:
         t0 = time.perf_counter()
-        # Rollout: G samples per prompt from the current policy, scored.
-        sampling = {}
-        if cfg.dynamic_sampling:
-            ro, sampling = dynamic_sample(
-                draw, cfg.prompts_per_step, cfg.max_sampling_rounds, processor, video
-            )
-        else:
-            ro = draw()
-        t_rollout = time.perf_counter() - t0
-        metrics: dict = {}
+        ro, sampled = rollout(draw, cfg, processor, video)
+        t_rollout, metrics = time.perf_counter() - t0, {}
         if ro is None:  # every group drawn had equal rewards: nothing to learn from this step
-            empty_steps += 1
+            state["empty_steps"] += 1
         else:
-            # Advantages within each group; then mu updates against the sampling policy's log-probs.
-            all_sum = procs.sum if procs.world > 1 else None
-            advantages = compute_advantages(ro.rewards, cfg.advantage, all_sum).flatten()
-            model.train()
-            # mu = 1: the sampling policy is the current one, so its log-probs are the detached current ones
-            old_logp = (
-                rollout_logprobs(model, ro, cfg.micro_batch_size) if cfg.updates_per_rollout > 1 else None
-            )
-            gen = _generator(seed, step, 1)
-            for _ in range(cfg.updates_per_rollout):
-                metrics = update(net, ref, processor, ro, advantages, old_logp, cfg, gen, procs)
-                metrics["optim/grad_norm"] = apply_gradients(
-                    model, optimizer, torch.tensor(metrics["loss/total"]), cfg.grad_clip, guard, step
-                )
-            model.eval()
+            metrics = learn(net, ref, model, processor, ro, cfg, optimizer, guard, procs, seed, step)
         if step % cfg.log_every == 0 or step == cfg.steps:
-            metrics |= {**sampling, "train/skipped_steps": guard.total, "train/empty_steps": empty_steps}
-            if ro is not None:
-                metrics |= {
-                    **mean_terms(ro.terms),
-                    "reward/group_spread": (ro.rewards.std(dim=1) > 0).float().mean(),
-                    "rollout/len": ro.mask.sum(1).float().mean(),
-                    "rollout/truncated": ro.truncated.float().mean(),
-                }
-                metrics = procs.reduce_metrics(metrics, summed=UPDATE_SUMS)
-            if procs.all_forward and ro is not None and cfg.papo:
-                metrics |= masked_input_accuracy(
-                    model, processor, ro, cfg, reward_fn, _generator(seed, step, 2)
-                )
+            counts = {"train/skipped_steps": guard.total, "train/empty_steps": state["empty_steps"]}
+            metrics = step_metrics(
+                metrics | sampled | counts, ro, model, processor, cfg, reward_fn, procs, seed, step
+            )
             if ro is not None:
                 bar.set_postfix(r=f"{metrics['reward/total']:.2f}")
-            metrics |= {"time/step": time.perf_counter() - t0, "time/rollout": t_rollout}
             if procs.main:
-                log.log(step, metrics)
+                log.log(step, metrics | {"time/step": time.perf_counter() - t0, "time/rollout": t_rollout})
         if procs.main:
             log.log_rollout(step, ro)  # every log.samples_every steps: frames, answers, rewards, truth
         if procs.all_forward and cfg.eval_every and val and step % cfg.eval_every == 0:
-            res = evaluate(model, processor, val[: cfg.eval_examples], video, choice=False, progress=False)
-            if procs.main:
-                log.log(
-                    step,
-                    {
-                        "eval/accuracy": res["accuracy"],
-                        "eval/unparseable": res["unparseable"],
-                        "time/elapsed": time.perf_counter() - t_start,
-                    },
-                )
+            validate(model, processor, val[: cfg.eval_examples], video, log, step, t_start, procs)
         if cfg.checkpoint_every and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
-            state = {
-                "drawn": drawn,
-                "empty_steps": empty_steps,
-                "skipped": guard.total,
-                "in_row": guard.in_row,
-            }
+            counters = state | {"skipped": guard.total, "in_row": guard.in_row}
             procs.save_checkpoint(
-                ckpt_dir, step, model, optimizer, None, state, config_yaml, cfg.keep_checkpoints
+                ckpt_dir, step, model, optimizer, None, counters, config_yaml, cfg.keep_checkpoints
             )
     procs.barrier()
     model.eval()
     return {"steps": cfg.steps, "wall_s": time.perf_counter() - t_start, "skipped_steps": guard.total}
+
+
+def resume_state(path: Path, procs, model, optimizer, guard, state: dict, order, log) -> tuple[int, Iterator]:
+    """Load a GRPO checkpoint into the model, optimizer, guard and counters; returns the first step to run
+    and the batch order past the batches already drawn."""
+    saved = procs.load_checkpoint(path, model, optimizer)
+    state |= {"drawn": saved["drawn"], "empty_steps": saved["empty_steps"]}
+    guard.total, guard.in_row = saved["skipped"], saved["in_row"]
+    log.truncate(saved["step"])
+    print(f"resuming GRPO from {path} (step {saved['step']})")
+    return saved["step"] + 1, skip_batches(order, saved["drawn"])
+
+
+def rollout(draw, cfg, processor, video: VideoConfig) -> tuple[Rollout | None, dict]:
+    """This step's rollout: one draw, or DAPO's dynamic sampling (with its statistics)."""
+    if cfg.dynamic_sampling:
+        return dynamic_sample(draw, cfg.prompts_per_step, cfg.max_sampling_rounds, processor, video)
+    return draw(), {}
+
+
+def learn(
+    net, ref, model, processor, ro: Rollout, cfg, optimizer, guard, procs, seed: int, step: int
+) -> dict:
+    """Advantages within each group, then `cfg.updates_per_rollout` optimizer steps against the sampling
+    policy's log-probs (masks and token picks drawn from `(seed, step)`); the last update's metrics."""
+    gen = _generator(seed, step, 1)
+    advantages = compute_advantages(
+        ro.rewards, cfg.advantage, procs.sum if procs.world > 1 else None
+    ).flatten()
+    model.train()
+    # mu = 1: the sampling policy is the current one, so its log-probs are the detached current ones
+    old_logp = rollout_logprobs(model, ro, cfg.micro_batch_size) if cfg.updates_per_rollout > 1 else None
+    for _ in range(cfg.updates_per_rollout):
+        metrics = update(net, ref, processor, ro, advantages, old_logp, cfg, gen, procs)
+        loss = torch.tensor(metrics["loss/total"])
+        metrics["optim/grad_norm"] = apply_gradients(model, optimizer, loss, cfg.grad_clip, guard, step)
+    model.eval()
+    return metrics
+
+
+def step_metrics(
+    metrics: dict, ro: Rollout | None, model, processor, cfg, reward_fn, procs, seed, step
+) -> dict:
+    """A logged step's metrics: the update's and the rollout's, reduced over processes, plus PAPO's
+    masked-input accuracy (its masks drawn from `(seed, step)`)."""
+    if ro is not None:
+        metrics |= {
+            **mean_terms(ro.terms),
+            "reward/group_spread": (ro.rewards.std(dim=1) > 0).float().mean(),
+            "rollout/len": ro.mask.sum(1).float().mean(),
+            "rollout/truncated": ro.truncated.float().mean(),
+        }
+        metrics = procs.reduce_metrics(metrics, summed=UPDATE_SUMS)
+    if procs.all_forward and ro is not None and cfg.papo:
+        metrics |= masked_input_accuracy(model, processor, ro, cfg, reward_fn, _generator(seed, step, 2))
+    return metrics
+
+
+def validate(
+    model, processor, val: Sequence[Example], video: VideoConfig, log, step: int, t_start: float, procs
+):
+    """Greedy accuracy on the validation examples, logged as `eval/*`."""
+    res = evaluate(model, processor, val, video, choice=False, progress=False)
+    if procs.main:
+        metrics = {"eval/accuracy": res["accuracy"], "eval/unparseable": res["unparseable"]}
+        log.log(step, metrics | {"time/elapsed": time.perf_counter() - t_start})

@@ -15,13 +15,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from embodied.checkpoint import resolve_resume
-from embodied.datasets import Example
+from embodied.data.load import Example
 from embodied.envs import is_interactive, random_answer
-from embodied.evaluate import evaluate
-from embodied.metrics import MetricsLog
-from embodied.policy import completion_logprobs, encode_completions, encode_prompts
+from embodied.eval.loop import evaluate
+from embodied.policy.model import completion_logprobs, encode_completions, encode_prompts
 from embodied.tasks import LETTERS, sft_target
+from embodied.train.checkpoint import resolve_resume
 from embodied.train.common import (
     NonFiniteGuard,
     Processes,
@@ -30,6 +29,7 @@ from embodied.train.common import (
     param_groups,
     skip_batches,
 )
+from embodied.train.metrics import MetricsLog
 from embodied.video import VideoConfig
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import colorsys
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import mujoco
@@ -49,9 +49,12 @@ def check_difficulty(difficulty: str) -> str:
     return difficulty
 
 
-def sample_camera(rng: np.random.Generator, difficulty: str) -> dict[str, list[float]]:
-    """Static per-episode offset of camera ``cam`` around its nominal pose in the scene XML."""
-    dpos, drot = CAMERA_JITTER[difficulty]
+def sample_camera(
+    rng: np.random.Generator, difficulty: str = "easy", ranges: tuple[float, float] | None = None
+) -> dict[str, list[float]]:
+    """Static per-episode offset of camera ``cam`` around its nominal pose in the scene XML, within
+    ``ranges`` (position m, rotation deg) or else the difficulty's :data:`CAMERA_JITTER`."""
+    dpos, drot = ranges or CAMERA_JITTER[difficulty]
     return {
         "pos_offset": rng.uniform(-dpos, dpos, size=3).tolist(),
         "rot_offset_deg": rng.uniform(-drot, drot, size=3).tolist(),  # about camera x, y, z
@@ -70,10 +73,14 @@ def jitter_camera(model: mujoco.MjModel, camera: dict[str, Any]) -> None:
     cam.quat[:] = out
 
 
-def colours(n: int, rng: np.random.Generator, avoid_hue: float | None = None) -> list[list[float]]:
-    """``n`` saturated RGBA colours with hues spread around the wheel (optionally away from one)."""
+def colours(
+    n: int, rng: np.random.Generator, avoid_hue: float | None = None, spread: float = 0.05
+) -> list[list[float]]:
+    """``n`` saturated RGBA colours with hues spread around the wheel (optionally away from one), each
+    hue jittered by up to ``spread``."""
     start = rng.uniform(0.0, 1.0) if avoid_hue is None else avoid_hue + 0.5 / max(n, 1) + 0.5 / (n + 1)
-    hues = [(start + k / (n + (avoid_hue is not None)) + rng.uniform(-0.05, 0.05)) % 1.0 for k in range(n)]
+    step = n + (avoid_hue is not None)
+    hues = [(start + k / step + rng.uniform(-spread, spread)) % 1.0 for k in range(n)]
     return [[*colorsys.hsv_to_rgb(h, rng.uniform(0.75, 1.0), rng.uniform(0.8, 1.0)), 1.0] for h in hues]
 
 
@@ -175,6 +182,7 @@ class SceneWorld:
     scene: str = ""  # folder under sim/
     horizon: float = 4.0  # s simulated (and cached) at reset
     rest_speed: float = 0.02  # m/s
+    frame_lag: int = 0  # physics steps between a frame's time and the state it shows
 
     def __init__(self, width: int = 128, height: int = 128, difficulty: str = "easy") -> None:
         self.width, self.height = width, height
@@ -187,6 +195,7 @@ class SceneWorld:
         self.info: dict[str, Any] = {}
         # rollout traces, one row per chunk boundary k (time k * CONTROL_DT)
         self._states = self._qpos = self._qvel = self._mocap = self._speeds = np.zeros((0, 0))
+        self._interval = (0.0, 0.0)  # measured [first moving time, time at rest]
 
     # --- hooks ----------------------------------------------------------------------------------
     def sample_params(self, rng: np.random.Generator, difficulty: str, **options: Any) -> dict[str, Any]:
@@ -213,6 +222,10 @@ class SceneWorld:
         """Family-specific info from the rollout traces (``self._qpos``, ``self._qvel``, ...)."""
         return {}
 
+    def motion(self) -> list[float]:
+        """``info["motion"]``: the interval clip windows are drawn within; default: the measured one."""
+        return list(self._interval)
+
     # --- episode --------------------------------------------------------------------------------
     def reset(self, seed: int | np.random.Generator, **options: Any) -> tuple[dict, dict]:
         """New episode; same seed and options -> same params, states and frames.
@@ -238,8 +251,8 @@ class SceneWorld:
         self._renderer.set_model(self.model)
         self._rollout()
         self.data = self._data_at(0)
-        t0, t1 = motion_interval(self._speeds, CONTROL_DT, self.rest_speed)
-        self.info = {"params": self.params, "motion": [t0, t1], **self.extra_info()}
+        self._interval = motion_interval(self._speeds, CONTROL_DT, self.rest_speed)
+        self.info = {"params": self.params, "motion": self.motion(), **self.extra_info()}
         return self._obs(), self.info
 
     def _rollout(self) -> None:
@@ -282,7 +295,7 @@ class SceneWorld:
         t = round(self.data.time, 6)
         self.apply_events(self.model, self.data, t)
         mujoco.mj_forward(self.model, self.data)  # poses of the new state (for obs and render)
-        t_rest = self.info["motion"][1]
+        t_rest = self._interval[1]
         terminated = t_rest < self.horizon and t >= t_rest - 1e-9
         truncated = not terminated and t >= self.horizon - 1e-9
         speed = float(self.speeds(self.data.qpos[None], self.data.qvel[None])[0])
@@ -300,6 +313,13 @@ class SceneWorld:
         Each frame restores the cached state at or before its time and steps the remainder, so
         the episode's own state (``step``) is untouched. Times past the horizon extend the cache.
         """
+        return self.record_observed(times)[0]
+
+    def record_observed(
+        self, times: Sequence[float], observe: Callable[[mujoco.MjModel, mujoco.MjData], Any] | None = None
+    ) -> tuple[np.ndarray, list]:
+        """`record`, plus `observe(model, data)` at each frame's state (the simulator's ground truth for
+        what the frame shows); the list is empty without `observe`."""
         if self.model is None:
             raise RuntimeError("call reset() before record()")
         t = np.asarray(times, dtype=float)
@@ -309,8 +329,9 @@ class SceneWorld:
         n_sub = round(CONTROL_DT / model_dt)
         frames = np.empty((t.size, self.height, self.width, 3), dtype=np.uint8)
         data = mujoco.MjData(model)
+        seen: list = []
         for i, ti in enumerate(t):
-            target = round(ti / model_dt)  # physics steps since t = 0
+            target = max(0, round(ti / model_dt) - self.frame_lag)  # physics steps since t = 0
             k = target // n_sub
             if k >= len(self._states):
                 self._extend(k)
@@ -320,7 +341,9 @@ class SceneWorld:
             mujoco.mj_kinematics(model, data)  # poses of exactly this state, not the pre-step ones
             mujoco.mj_camlight(model, data)
             frames[i] = self._renderer.render(data, "cam")
-        return frames
+            if observe is not None:
+                seen.append(observe(model, data))
+        return frames, seen
 
     def _extend(self, k: int) -> None:
         """Continue the cached rollout past the horizon up to chunk ``k`` (events still fire)."""

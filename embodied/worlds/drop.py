@@ -32,15 +32,13 @@ We therefore fix ``timeconst = 0.02`` and draw ``dampratio`` from :data:`DAMPRAT
 
 from __future__ import annotations
 
-import colorsys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import mujoco
 import numpy as np
 
-from embodied.worlds import scene_path
-from embodied.worlds.render import FrameRenderer
+from embodied.worlds.base import REST_WINDOW, SceneWorld, colours, jitter_camera, sample_camera
 
 # Ellipsoids were tried and dropped: they keep rocking on the floor for 4+ s (MuJoCo's soft
 # contact on a curved, non-spherical surface), which breaks the "at rest by ~2.5 s" contract.
@@ -49,12 +47,12 @@ TIMECONST = 0.02
 DAMPRATIO_RANGE = (0.15, 0.5)
 DROP_HEIGHT_RANGE = (0.5, 1.0)  # metres from floor to the object's lowest point
 SIZE_RANGE = (0.08, 0.11)  # characteristic radius, metres
-CONTROL_DT = 0.02  # one step() call
 REST_SPEED = 0.02  # m/s: below this, an object counts as at rest
-REST_WINDOW = 0.1  # s: speed must stay low this long (an apex is momentarily still)
 # Every episode is at rest by then (tests/test_worlds.py checks 20 seeds). Reported as
-# info["motion"] = [0, REST_BOUND]: an upper bound, not measured per episode (reset simulates nothing).
+# info["motion"] = [0, REST_BOUND]: a bound that clip windows are drawn within, the same for every episode.
 REST_BOUND = 2.5
+CAMERA_JITTER = (0.08, 3.0)  # position offset m, rotation offset deg: uniform in +-range
+HUE_JITTER = 0.08
 FRICTION = (0.9, 0.02, 0.02)  # slide, torsion, roll: rolling friction stops rolling balls
 # Viscous damping on the rotational dofs only (N m s/rad): stops edge-rolling cylinders and long
 # spins; it can only remove energy, and leaves the vertical bounce (the calibration) untouched.
@@ -88,13 +86,6 @@ def _bound_radius(shape: str, size: list[float]) -> float:
     return max(size)
 
 
-def _colours(n: int, rng: np.random.Generator) -> list[list[float]]:
-    """Saturated colours with hues spread around the wheel so objects are told apart."""
-    start = rng.uniform(0.0, 1.0)
-    hues = [(start + k / n + rng.uniform(-0.08, 0.08)) % 1.0 for k in range(n)]
-    return [[*colorsys.hsv_to_rgb(h, rng.uniform(0.75, 1.0), rng.uniform(0.8, 1.0)), 1.0] for h in hues]
-
-
 def _place(radii: list[float], rng: np.random.Generator) -> list[list[float]]:
     """Release centres whose bounding spheres do not overlap (rejection sampling in 3-D).
 
@@ -123,7 +114,7 @@ def sample_params(rng: np.random.Generator, max_objects: int = 4) -> dict[str, A
     sizes = [_size(s, float(rng.uniform(*SIZE_RANGE)), rng) for s in shapes]
     radii = [_bound_radius(s, z) for s, z in zip(shapes, sizes, strict=True)]
     pos = _place(radii, rng)
-    colours = _colours(n, rng)
+    rgba = colours(n, rng, spread=HUE_JITTER)
     objects = []
     for i in range(n):
         quat = rng.normal(size=4)
@@ -131,7 +122,7 @@ def sample_params(rng: np.random.Generator, max_objects: int = 4) -> dict[str, A
             {
                 "shape": shapes[i],
                 "size": [float(v) for v in sizes[i]],
-                "rgba": [float(v) for v in colours[i]],
+                "rgba": [float(v) for v in rgba[i]],
                 "pos": pos[i],
                 "quat": (quat / np.linalg.norm(quat)).tolist(),
                 "linvel": [*rng.uniform(-0.2, 0.2, size=2).tolist(), 0.0],
@@ -140,21 +131,14 @@ def sample_params(rng: np.random.Generator, max_objects: int = 4) -> dict[str, A
                 "density": float(rng.uniform(400.0, 1200.0)),
             }
         )
-    camera = {
-        "pos_offset": rng.uniform(-0.08, 0.08, size=3).tolist(),
-        "rot_offset_deg": rng.uniform(-3.0, 3.0, size=3).tolist(),  # about camera x, y, z
-    }
+    camera = sample_camera(rng, ranges=CAMERA_JITTER)
     return {"n_objects": n, "objects": objects, "camera": camera, "timeconst": TIMECONST}
 
 
-def build_model(
-    base: mujoco.MjSpec, params: dict[str, Any], width: int = 128, height: int = 128
-) -> mujoco.MjModel:
-    """Compile the base scene plus this episode's objects; MuJoCo derives mass and inertia."""
-    spec = base.copy()
-    spec.geom("floor").solmix = 0.0  # object solref wins on floor contacts (calibrated)
-    spec.visual.global_.offwidth = max(width, spec.visual.global_.offwidth)
-    spec.visual.global_.offheight = max(height, spec.visual.global_.offheight)
+def add_objects(spec: mujoco.MjSpec, params: dict[str, Any]) -> None:
+    """This episode's objects, each a free body with its calibrated contact (the floor's solmix = 0 lets the
+    object's solref win on floor contacts)."""
+    spec.geom("floor").solmix = 0.0
     for i, obj in enumerate(params["objects"]):
         body = spec.worldbody.add_body(name=f"obj{i}", pos=obj["pos"], quat=obj["quat"])
         body.add_freejoint(name=f"obj{i}")
@@ -169,31 +153,26 @@ def build_model(
             solref=[params["timeconst"], obj["dampratio"]],
             solmix=1.0,
         )
+
+
+def damp_rotation(model: mujoco.MjModel) -> None:
+    """Viscous damping on every object's rotational dofs (6 dofs per free object: 3 linear, 3 angular)."""
+    model.dof_damping[:] = np.tile([0.0, 0.0, 0.0, *[ANGULAR_DAMPING] * 3], model.nv // 6)
+
+
+def build_model(
+    base: mujoco.MjSpec, params: dict[str, Any], width: int = 128, height: int = 128
+) -> mujoco.MjModel:
+    """Compile the base scene plus this episode's objects (as `DropWorld.reset` does, for calibration and
+    tests); MuJoCo derives mass and inertia."""
+    spec = base.copy()
+    spec.visual.global_.offwidth = max(width, spec.visual.global_.offwidth)
+    spec.visual.global_.offheight = max(height, spec.visual.global_.offheight)
+    add_objects(spec, params)
     model = spec.compile()
-    n = len(params["objects"])
-    model.dof_damping[:] = np.tile([0.0, 0.0, 0.0, *[ANGULAR_DAMPING] * 3], n)
-    _jitter_camera(model, params["camera"])
+    damp_rotation(model)
+    jitter_camera(model, params["camera"])
     return model
-
-
-def _jitter_camera(model: mujoco.MjModel, camera: dict[str, Any]) -> None:
-    """Offset camera ``cam`` around its nominal pose from the XML (static within an episode)."""
-    cam = model.camera("cam")
-    cam.pos += np.asarray(camera["pos_offset"])
-    rotvec = np.deg2rad(np.asarray(camera["rot_offset_deg"]))
-    delta = np.zeros(4)
-    mujoco.mju_axisAngle2Quat(
-        delta, rotvec / max(np.linalg.norm(rotvec), 1e-12), float(np.linalg.norm(rotvec))
-    )
-    out = np.zeros(4)
-    mujoco.mju_mulQuat(out, cam.quat.copy(), delta)  # right-multiply: rotate in camera frame
-    cam.quat[:] = out
-
-
-def object_speeds(model: mujoco.MjModel, data: mujoco.MjData) -> np.ndarray:
-    """Translational speed (m/s) of each dropped object; free joints' first 3 dofs are linear."""
-    del model  # objects are the only bodies with dofs: 6 per object
-    return np.linalg.norm(data.qvel.reshape(-1, 6)[:, :3], axis=1)
 
 
 def total_energy(model: mujoco.MjModel, data: mujoco.MjData) -> float:
@@ -295,101 +274,45 @@ def measure_rebound(
     return apex / height
 
 
-class DropWorld:
-    """Gymnasium-shaped drop scene; physics in ``step``/``record``, pixels in ``render``."""
+class DropWorld(SceneWorld):
+    """1-4 objects dropped onto a floor; ``reset(seed)`` (a ``difficulty`` option changes nothing here).
 
-    def __init__(self, width: int = 128, height: int = 128, max_objects: int = 4) -> None:
+    ``info["motion"]`` is ``[0, REST_BOUND]`` for every episode, and each frame shows the poses of the
+    physics step before its time: that is how drop clips have always been rendered (the poses MuJoCo
+    computed inside its last step), and the shipped tiny base was pretrained on exactly those frames.
+    """
+
+    scene = "drop"
+    horizon = REST_BOUND + 2 * REST_WINDOW  # s simulated at reset: past the rest bound, so rest is measured
+    rest_speed = REST_SPEED
+    frame_lag = 1
+
+    def __init__(self, width: int = 128, height: int = 128, max_objects: int = 4, difficulty: str = "easy"):
         if not 1 <= max_objects <= 4:
             raise ValueError("max_objects must be in 1..4 (the drop area fits four objects)")
-        self.width, self.height, self.max_objects = width, height, max_objects
-        self._base = mujoco.MjSpec.from_file(str(scene_path("drop")))
-        self._renderer = FrameRenderer(width, height)
-        self.model: mujoco.MjModel | None = None
-        self.data: mujoco.MjData | None = None
-        self.params: dict[str, Any] = {}
-        self._quiet_time = 0.0
+        super().__init__(width, height, difficulty)
+        self.max_objects = max_objects
 
-    def reset(self, seed: int | np.random.Generator) -> tuple[dict, dict]:
-        """Start a new episode; the same seed gives the same scene, state and frames."""
-        rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-        self.params = sample_params(rng, self.max_objects)
-        self.model = build_model(self._base, self.params, self.width, self.height)
-        self.data = self._initial_data()
-        self._renderer.set_model(self.model)
-        self._quiet_time = 0.0
-        return self._obs(), {"params": self.params, "motion": [0.0, REST_BOUND]}
+    def sample_params(self, rng: np.random.Generator, difficulty: str, **options: Any) -> dict[str, Any]:
+        if options:
+            raise TypeError(f"unknown drop options {sorted(options)}")
+        return sample_params(rng, self.max_objects)
 
-    def _initial_data(self) -> mujoco.MjData:
-        """Fresh MjData at the release state (t = 0) with the sampled velocities."""
-        assert self.model is not None
-        data = mujoco.MjData(self.model)
-        for i, obj in enumerate(self.params["objects"]):
+    def build(self, spec: mujoco.MjSpec, params: dict[str, Any]) -> None:
+        add_objects(spec, params)
+
+    def finalize(self, model: mujoco.MjModel, params: dict[str, Any]) -> None:
+        damp_rotation(model)
+
+    def init_state(self, model: mujoco.MjModel, data: mujoco.MjData, params: dict[str, Any]) -> None:
+        for i, obj in enumerate(params["objects"]):
             # Free-joint velocity: linear in world frame, angular in the body frame.
             data.qvel[6 * i : 6 * i + 6] = [*obj["linvel"], *obj["angvel"]]
-        mujoco.mj_forward(self.model, data)
-        return data
 
-    def _obs(self) -> dict[str, Any]:
-        assert self.data is not None
-        return {
-            "qpos": self.data.qpos.copy(),
-            "qvel": self.data.qvel.copy(),
-            "time": float(self.data.time),
-        }
+    def speeds(self, qpos: np.ndarray, qvel: np.ndarray) -> np.ndarray:
+        """Fastest object's translational speed per row (rotation alone does not count as moving)."""
+        del qpos
+        return np.linalg.norm(qvel.reshape(len(qvel), -1, 6)[:, :, :3], axis=2).max(axis=1)
 
-    def step(self, action: Any = None) -> tuple[dict, float, bool, bool, dict]:
-        """Advance CONTROL_DT seconds; terminated once every object stayed still REST_WINDOW s."""
-        del action  # passive scene
-        if self.model is None or self.data is None:
-            raise RuntimeError("call reset() before step()")
-        n_sub = round(CONTROL_DT / self.model.opt.timestep)
-        mujoco.mj_step(self.model, self.data, nstep=n_sub)
-        speeds = object_speeds(self.model, self.data)
-        still = bool(np.all(speeds < REST_SPEED))
-        self._quiet_time = self._quiet_time + CONTROL_DT if still else 0.0
-        terminated = self._quiet_time >= REST_WINDOW - 1e-9
-        info = {"max_speed": float(speeds.max())}
-        return self._obs(), 0.0, terminated, False, info
-
-    def render(self) -> np.ndarray:
-        """(H, W, 3) uint8 frame of the current state from camera ``cam``."""
-        if self.model is None or self.data is None:
-            raise RuntimeError("call reset() before render()")
-        return self._renderer.render(self.data, "cam")
-
-    def record(self, times: Sequence[float]) -> np.ndarray:
-        """Frames at ``times`` (s after release, ascending), replayed from the reset state.
-
-        Only the requested frames are rendered; physics alone runs in between. The episode's
-        own state (``step``) is not disturbed.
-        """
-        return self.record_observed(times)[0]
-
-    def record_observed(
-        self, times: Sequence[float], observe: Callable[[mujoco.MjModel, mujoco.MjData], Any] | None = None
-    ) -> tuple[np.ndarray, list]:
-        """`record`, plus `observe(model, data)` taken at each frame's state (the simulator's ground truth
-        for what the frame shows, e.g. `object_states`); the list is empty without `observe`."""
-        if self.model is None:
-            raise RuntimeError("call reset() before record()")
-        t = np.asarray(times, dtype=float)
-        if t.ndim != 1 or (t.size and (t[0] < 0 or np.any(np.diff(t) < 0))):
-            raise ValueError("times must be a 1-D ascending sequence of non-negative seconds")
-        data = self._initial_data()
-        frames = np.empty((t.size, self.height, self.width, 3), dtype=np.uint8)
-        seen: list = []
-        done = 0
-        for k, tk in enumerate(t):
-            target = round(tk / self.model.opt.timestep)
-            if target > done:
-                mujoco.mj_step(self.model, data, nstep=target - done)
-                done = target
-            frames[k] = self._renderer.render(data, "cam")
-            if observe is not None:
-                seen.append(observe(self.model, data))
-        return frames, seen
-
-    def close(self) -> None:
-        """Release model-bound GL resources (the process-wide GL context is kept for reuse)."""
-        self._renderer.close()
-        self.model = self.data = None
+    def motion(self) -> list[float]:
+        return [0.0, REST_BOUND]

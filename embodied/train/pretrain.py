@@ -9,11 +9,9 @@ the whole tiny Qwen2.5-VL (vision tower and language model) to caption them from
     3 objects: red box, blue sphere, green capsule.
     frame 1: red high, blue high, green low. frame 2: red floor, blue low, green floor. ...
 
-Objects are listed left to right in the first frame shown; heights are binned from each object's lowest
-point (`high` >= 0.3 m, `low`, `floor` < 0.03 m). Clips are shown forward, reversed or with shuffled
-frames (one third each) and start anywhere in the first second, so the frame index tells nothing about the
-height and the model must look. The captions never say which way time runs: the base has never been told
-an arrow-of-time answer, so reinforcement learning on top of it starts from zero labels.
+The captions (`embodied.tasks.caption`) never say which way time runs: the base has never been told an
+arrow-of-time answer, so reinforcement learning on top of it starts from zero labels. The clips come from
+the data engine's workers and stay in memory.
 
 The result is an ordinary Hugging Face folder. `policy.path=tiny-base` (the default) loads the copy shipped
 in `embodied/assets/tiny_base`, which `embodied pretrain` rebuilds to within 1e-4 on a 2-core CPU
@@ -22,10 +20,8 @@ in `embodied/assets/tiny_base`, which `embodied pretrain` rebuilds to within 1e-
 
 from __future__ import annotations
 
-import colorsys
 import dataclasses
 import json
-import multiprocessing as mp
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,26 +29,10 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from embodied.data.engine import Source, make_all
+from embodied.data.load import Example
+from embodied.tasks.caption import QUESTION, make_clip
 from embodied.video import Clip
-
-SHIPPED = Path(__file__).parent / "assets" / "tiny_base"
-"""The pretrained tiny base shipped with the package (`policy.path=tiny-base`)."""
-QUESTION = "Describe the video: the objects, then how high each one is in every frame."
-HEIGHTS = ((0.03, "floor"), (0.3, "low"), (float("inf"), "high"))
-"""Upper bounds (m, lowest point above the floor) of the height words."""
-COLOURS = (
-    (0.04, "red"),
-    (0.11, "orange"),
-    (0.19, "yellow"),
-    (0.45, "green"),
-    (0.54, "cyan"),
-    (0.72, "blue"),
-    (0.85, "purple"),
-    (0.93, "pink"),
-    (1.01, "red"),
-)
-"""Upper bounds of hue (0-1) of the colour words."""
-ORDERS = ("forward", "reversed", "shuffled")
 
 
 @dataclass
@@ -82,103 +62,29 @@ class PretrainConfig:
     """Processes that simulate and render the clips (0 = this one)."""
 
 
-def colour_name(rgba) -> str:
-    hue = colorsys.rgb_to_hsv(*rgba[:3])[0]
-    return next(name for bound, name in COLOURS if hue < bound)
-
-
-def height_word(z: float) -> str:
-    return next(name for bound, name in HEIGHTS if z < bound)
-
-
-def caption(shapes: list[str], colours: list[str], heights: np.ndarray, xs: np.ndarray) -> str:
-    """The target text: objects left to right (by `xs`), then each shown frame's heights `(T, N)`."""
-    order = np.argsort(xs, kind="stable")
-    n = len(order)
-    head = f"{n} object{'s' if n > 1 else ''}: " + ", ".join(f"{colours[i]} {shapes[i]}" for i in order)
-    frames = [
-        f"frame {t + 1}: " + ", ".join(f"{colours[i]} {height_word(row[i])}" for i in order)
-        for t, row in enumerate(heights)
-    ]
-    return ". ".join([head, *frames]) + "."
-
-
-def caption_words() -> list[str]:
-    """Every word a caption can use, for the tiny tokenizer's corpus."""
-    from embodied.worlds.drop import SHAPES
-
-    colours = sorted({c for _, c in COLOURS})
-    return [QUESTION, *colours, *SHAPES, *(h for _, h in HEIGHTS), "objects", "object", "frame"]
-
-
 # --- clips --------------------------------------------------------------------------------------------
 
-_WORLD = None
+
+class CaptionClips(Source):
+    """Captioned drop clips made by the data engine's workers and kept in memory (never written)."""
+
+    chunksize = 16
+
+    def __init__(self, cfg: PretrainConfig) -> None:
+        super().__init__(cfg, root="", splits=[], workers=cfg.workers)
+
+    def make(self, seed: int) -> tuple:
+        return make_clip(self.world("drop", 112, 112), seed, self.cfg.max_start)
 
 
-def _init_worker(width: int, height: int) -> None:
-    global _WORLD
-    from embodied.worlds import DropWorld
-
-    _WORLD = DropWorld(width=width, height=height)
-
-
-def _observe(model, data):
-    from embodied.worlds.drop import image_x, lowest_points
-
-    return lowest_points(model, data), image_x(model, data)
-
-
-def make_clip(world, seed: int, max_start: float, num_frames: int = 4, fps: float = 2.0):
-    """One captioned clip: `(frames (T, H, W, 3), caption, meta)`, shown in a random order."""
-    rng = np.random.default_rng(seed)
-    _, info = world.reset(rng)
-    start = float(rng.uniform(0.0, max_start))
-    frames, seen = world.record_observed(start + np.arange(num_frames) / fps, _observe)
-    order_kind = ORDERS[int(rng.integers(len(ORDERS)))]
-    shown = {
-        "forward": np.arange(num_frames),
-        "reversed": np.arange(num_frames)[::-1],
-        "shuffled": rng.permutation(num_frames),
-    }[order_kind]
-    objects = info["params"]["objects"]
-    heights = np.stack([seen[k][0] for k in shown])
-    text = caption(
-        [o["shape"] for o in objects], [colour_name(o["rgba"]) for o in objects], heights, seen[shown[0]][1]
-    )
-    meta = {"seed": int(seed), "order": order_kind, "start_s": round(start, 4)}
-    return np.ascontiguousarray(frames[shown]), text, meta
-
-
-def _make(job: tuple) -> tuple:
-    seed, max_start = job
-    return make_clip(_WORLD, seed, max_start)
-
-
-def make_examples(n: int, seed: int, stream: int, cfg: PretrainConfig, progress: bool = True) -> list:
+def make_examples(
+    n: int, seed: int, stream: int, cfg: PretrainConfig, progress: bool = True
+) -> list[Example]:
     """`n` captioned clips as `Example`s (record with `target`, clip in memory), from seed stream `stream`."""
-    from embodied.datasets import Example
-    from embodied.generate import light_spawn
-
     # 9_000 + stream: away from the dataset splits' streams (0-2, 100+ hashed names)
     seeds = np.random.SeedSequence([seed, 9_000 + stream]).generate_state(n, dtype=np.uint64) % (2**63)
-    jobs = [(int(s), cfg.max_start) for s in seeds]
-    bar = tqdm(total=n, desc="pretrain clips", unit="clip", disable=not progress)
-    results = []
-    if cfg.workers > 0:
-        ctx = mp.get_context("spawn")  # GL contexts do not survive fork
-        with light_spawn():
-            pool = ctx.Pool(cfg.workers, initializer=_init_worker, initargs=(112, 112))
-        with pool:
-            for r in pool.imap(_make, jobs, chunksize=16):
-                results.append(r)
-                bar.update()
-    else:
-        _init_worker(112, 112)
-        for job in jobs:
-            results.append(_make(job))
-            bar.update()
-    bar.close()
+    jobs = [int(s) for s in seeds]
+    results = list(make_all(CaptionClips(cfg), jobs, cfg.workers, progress, desc="pretrain clips"))
     return [
         Example(
             {
@@ -219,7 +125,7 @@ def pretrain_vision(model, processor, examples, pc: PretrainConfig, video, progr
     discarded; returns the held-out accuracy of the occupancy bits."""
     import torch
 
-    from embodied.policy import encode_prompts
+    from embodied.policy.model import encode_prompts
     from embodied.train.common import index_batches
 
     vis = model.model.visual
@@ -257,7 +163,7 @@ def caption_accuracy(model, processor, examples, video, batch_size: int = 64) ->
     """Greedy captions of `examples` against the truth: object count, colour/shape list, height words."""
     import torch
 
-    from embodied.policy import decode, encode_prompts, generate
+    from embodied.policy.model import decode, encode_prompts, generate
 
     counts = {"count": 0, "objects": 0, "heights": 0, "heights_total": 0, "exact": 0}
     for i in range(0, len(examples), batch_size):
@@ -297,8 +203,8 @@ def pretrain_policy(
     save it to `pc.out` (or `out_dir/model`) and return a summary with the held-out caption accuracy."""
     import torch
 
-    from embodied.policy import load_policy, save_policy
-    from embodied.tiny import TinySpec, build_tiny_policy
+    from embodied.policy.model import load_policy, save_policy
+    from embodied.policy.tiny import TinySpec, build_tiny_policy
     from embodied.train.common import seed_everything
     from embodied.train.sft import train_sft
 

@@ -2,7 +2,7 @@
 
 A group's G sequences are identical up to the end of the prompt, so the vision tower and the language
 model's pass over the prompt only need to run once per prompt, not once per sample. `repeat_batch`
-(embodied/policy.py) returns a `GroupedBatch`: the repeated tensors that any code can use as a plain
+(embodied/policy/model.py) returns a `GroupedBatch`: the repeated tensors that any code can use as a plain
 batch, plus the batch before repeating. The functions here use the latter:
 
 - `shared_visual_features`: vision features per prompt, repeated G times (`mm_encoder_outputs`);

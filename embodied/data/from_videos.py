@@ -15,14 +15,13 @@ to its last good frame and flagged (in the manifest and in each of its records' 
 from __future__ import annotations
 
 import hashlib
-import time
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
-from embodied.datasets import DataConfig
+from embodied.data.engine import Made, Source, store
+from embodied.data.schema import DataConfig
 from embodied.tasks import TIERS, Ambiguous, FamilySpec, changed_area, family
 from embodied.video import VideoError
 
@@ -164,61 +163,70 @@ def _questions(
     return out
 
 
-def generate_from_videos(cfg: DataConfig, progress: bool = True) -> dict:
-    """Records from every window of every readable video in `cfg.from_videos`; returns the manifest (with
-    `from_videos.refused`: refusals per `<family>/<reason>`)."""
-    from embodied.generate import SplitWriter, finish, store
+class VideoSource(Source):
+    """Records from every window of every readable video in `data.from_videos`, into one split. The engine
+    runs it in this process: answers stay balanced over the records made so far, whichever windows a family
+    refused before."""
 
-    fams = cfg.families or [FamilySpec(task=t, tiers=["easy", "hard"]) for t in REAL_TASKS]
-    bad = [f.task for f in fams if f.task not in REAL_TASKS]
-    if bad:
-        raise ValueError(f"--from-videos makes {list(REAL_TASKS)}; {bad} need a simulated scene")
-    folder, root = Path(cfg.from_videos), Path(cfg.root)
-    split = "test" if cfg.benchmark else cfg.from_videos_split  # a benchmark is a test split
-    videos, ignored = _list_videos(folder)
-    n_win, answers = window_frames(fams, cfg), _Answers(cfg.seed)
-    root.mkdir(parents=True, exist_ok=True)
-    splits = SplitWriter(root, [split])
-    unreadable, truncated, used = [], [], []
-    windows, refused = {"total": 0, "still": 0}, {}
-    t0 = time.perf_counter()
-    with splits:
-        for path in tqdm(videos, desc="videos", unit="file", disable=not progress):
-            rel = str(path.relative_to(folder))
-            try:
-                frames, cut = decode(path, cfg.clip.fps, cfg.width, cfg.height)
-            except VideoError as e:
-                unreadable.append(str(e))
-                continue
-            used.append(rel)
-            if cut:
-                kept = f"used up to its last good frame ({len(frames)} frames kept)"
-                truncated.append(f"{path}: truncated; {kept}")
-            key = int(hashlib.md5(rel.encode()).hexdigest()[:8], 16)  # shuffles depend on the file's name
-            for w, start in enumerate(range(0, len(frames) - n_win + 1, n_win)):
-                clip = frames[start : start + n_win]
-                score = motion(clip)
-                still = score < cfg.min_moving_area
-                windows = {"total": windows["total"] + 1, "still": windows["still"] + still}
-                source = {"source": rel, "window_start_s": start / cfg.clip.fps, "motion": round(score, 3)}
-                made = _questions(clip, [cfg.seed, key, w], fams, cfg.clip.fps, answers, still, refused)
-                for record, out in made:
-                    record["meta"] = record["meta"] | source | {"truncated": cut}
-                    rid = f"{split}-{splits.made:06d}"
-                    splits.add(*store(root, rid, split, record, out, cfg.clip.fps))
-    extra = {
-        "families": [asdict(f) for f in fams],
-        "from_videos": {
-            "folder": str(folder),
-            "used": used,
-            "unreadable": {"count": len(unreadable), "items": unreadable},
-            "truncated": {"count": len(truncated), "items": truncated},
-            "ignored": ignored,
-            "windows": windows | {"frames": n_win, "min_moving_area": cfg.min_moving_area},
-            "refused": refused,
-        },
-        "skipped": {"count": len(unreadable), "items": unreadable},
-    }
-    wall = time.perf_counter() - t0
-    extra |= {"wall_s": round(wall, 2), "clips_per_s": round(splits.made / wall, 2) if wall > 0 else None}
-    return finish(cfg, splits, extra)
+    name = "from_videos"
+
+    def __init__(self, cfg: DataConfig) -> None:
+        split = "test" if cfg.benchmark else cfg.from_videos_split  # a benchmark is a test split
+        super().__init__(cfg, cfg.root, [split], workers=0, sheets=cfg.sheets)
+        fams = cfg.families or [FamilySpec(task=t, tiers=["easy", "hard"]) for t in REAL_TASKS]
+        bad = [f.task for f in fams if f.task not in REAL_TASKS]
+        if bad:
+            raise ValueError(f"--from-videos makes {list(REAL_TASKS)}; {bad} need a simulated scene")
+        self.families, self.folder = fams, Path(cfg.from_videos)
+        self.n_win, self.answers = window_frames(fams, cfg), _Answers(cfg.seed)
+        self.made, self.used, self.unreadable, self.truncated, self.ignored = 0, [], [], [], []
+        self.windows, self.refused = {"total": 0, "still": 0}, {}
+
+    def jobs(self) -> list[Path]:
+        videos, self.ignored = _list_videos(self.folder)
+        return videos
+
+    def make(self, path: Path) -> list[Made]:
+        """Every window's records of one video; an unreadable file is one `(None, why)`."""
+        cfg, split = self.cfg, self.splits[0]
+        rel = str(path.relative_to(self.folder))
+        try:
+            frames, cut = decode(path, cfg.clip.fps, cfg.width, cfg.height)
+        except VideoError as e:
+            self.unreadable.append(str(e))
+            return [(None, str(e))]
+        self.used.append(rel)
+        if cut:
+            self.truncated.append(
+                f"{path}: truncated; used up to its last good frame ({len(frames)} frames kept)"
+            )
+        key = int(hashlib.md5(rel.encode()).hexdigest()[:8], 16)  # shuffles depend on the file's name
+        out = []
+        for w, start in enumerate(range(0, len(frames) - self.n_win + 1, self.n_win)):
+            clip = frames[start : start + self.n_win]
+            score = motion(clip)
+            still = score < cfg.min_moving_area
+            self.windows = {"total": self.windows["total"] + 1, "still": self.windows["still"] + still}
+            source = {"source": rel, "window_start_s": start / cfg.clip.fps, "motion": round(score, 3)}
+            made = _questions(
+                clip, [cfg.seed, key, w], self.families, cfg.clip.fps, self.answers, still, self.refused
+            )
+            for record, shown in made:
+                record["meta"] = record["meta"] | source | {"truncated": cut}
+                out.append(store(self.root, f"{split}-{self.made:06d}", split, record, shown, cfg.clip.fps))
+                self.made += 1
+        return out
+
+    def extra(self) -> dict:
+        return {
+            "families": [asdict(f) for f in self.families],
+            "from_videos": {
+                "folder": str(self.folder),
+                "used": self.used,
+                "unreadable": {"count": len(self.unreadable), "items": self.unreadable},
+                "truncated": {"count": len(self.truncated), "items": self.truncated},
+                "ignored": self.ignored,
+                "windows": self.windows | {"frames": self.n_win, "min_moving_area": self.cfg.min_moving_area},
+                "refused": self.refused,
+            },
+        }

@@ -159,22 +159,3 @@ def _unshared(tensors: dict) -> dict:
         out[k] = v.clone() if ptr in seen else v
         seen.add(ptr)
     return out
-
-
-def require_safetensors(folder: str | Path) -> None:
-    """Refuse a model folder whose weights are only pickled (`*.bin`, as old checkpoints ship them): loading a
-    pickle can run arbitrary code, so weights load from safetensors only. Raises `ValueError` with one line
-    that says how to convert the folder once, for a user who trusts the file."""
-    p = Path(folder)
-    pickled = sorted(x.name for x in p.glob("*.bin"))
-    if not pickled or any(p.glob("*.safetensors")):
-        return
-    names = ", ".join(pickled[:2]) + (", ..." if len(pickled) > 2 else "")
-    convert = (
-        "from transformers import AutoModelForImageTextToText as M; "
-        f"M.from_pretrained({str(p)!r}, use_safetensors=False).save_pretrained({str(p)!r})"
-    )
-    raise ValueError(
-        f"{p} holds only pickled weights ({names}), which are refused: unpickling can run arbitrary code. "
-        f'If you trust the file, convert it to safetensors once: python -c "{convert}"'
-    )

@@ -1,6 +1,6 @@
 """Experiment tracking beyond `metrics.jsonl`: TensorBoard and Weights & Biases, with rollout samples.
 
-`metrics.jsonl` is always written (`embodied.metrics.MetricsLog`). `log.backends` adds `tensorboard`
+`metrics.jsonl` is always written (`embodied.train.metrics.MetricsLog`). `log.backends` adds `tensorboard`
 (event files under `<run_dir>/tensorboard/<stage>/`) and `wandb` (one W&B run per stage, grouped by the run
 folder's name, files under `<run_dir>/wandb/`). Both get the same metric names and steps as the JSONL
 rows, and the run's config. W&B runs offline unless the user has configured it (`WANDB_API_KEY`, a

@@ -6,7 +6,7 @@ which `<answer>X</answer>` it finds most likely where it answers, after its own 
 (forced choice, as log-likelihood harnesses do; see `choice_prefix`): it shows what an untrained or
 format-breaking model knows, and sits at chance for a random model. With `samples=n > 0`, n
 responses per question are sampled at `temperature` for pass@k (unbiased estimator) and cons@k
-(majority vote); see `embodied.eval_stats`. With a `baseline` (see `embodied.baselines`) the policy
+(majority vote); see `embodied.eval.stats`. With a `baseline` (see `embodied.eval.baselines`) the policy
 answers modified clips. docs/evaluation.md defines every number.
 """
 
@@ -18,9 +18,9 @@ from collections.abc import Sequence
 import torch
 from tqdm.auto import tqdm
 
-from embodied.baselines import VIDEO_BASELINES, baseline_views, question_rng
-from embodied.datasets import Example
-from embodied.eval_stats import (
+from embodied.data.load import Example
+from embodied.eval.baselines import VIDEO_BASELINES, baseline_views, question_rng
+from embodied.eval.stats import (
     format_result,
     majority_vote,
     markdown_table,
@@ -29,7 +29,7 @@ from embodied.eval_stats import (
     summarize,
     wilson_interval,
 )
-from embodied.policy import (
+from embodied.policy.model import (
     completion_logprobs,
     decode,
     encode_completions,

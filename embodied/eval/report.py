@@ -129,7 +129,7 @@ def eval_section(path: Path) -> str:
 
 def curves_section(run: Path) -> str:
     """`curves.png`, or the curves plotted from `metrics.jsonl` when the run wrote none."""
-    from embodied.metrics import plot_curves, read_metrics
+    from embodied.train.metrics import plot_curves, read_metrics
 
     png = run / "curves.png"
     if png.is_file():
@@ -182,7 +182,7 @@ def animated_strip(frames: list[np.ndarray], fps: float = 2.0) -> bytes:
 
 def examples_section(run: Path) -> str:
     """`examples/`: each clip animated next to a still strip, the correct answer and every stage's answer."""
-    from embodied.tracking import frame_strip
+    from embodied.train.tracking import frame_strip
 
     folder = run / "examples"
     rows = _json(folder / "examples.json")

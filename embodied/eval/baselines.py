@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from embodied.datasets import load_records
+from embodied.data.load import load_records
 from embodied.tasks import LETTERS
 from embodied.video import Clip
 
@@ -163,7 +163,7 @@ def model_free_eval(
 ) -> dict:
     """The `random` or `majority` baseline on `root/split` (records only, no video): the dict `evaluate`
     returns, with the majority letters and their source under `settings`."""
-    from embodied.eval_stats import resolve_k, summarize
+    from embodied.eval.stats import resolve_k, summarize
 
     ks = resolve_k(samples, k)
     records = load_records(root, split)[:limit]

@@ -18,8 +18,7 @@ from pathlib import Path
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from embodied.checkpoint import require_safetensors
-from embodied.groups import (
+from embodied.policy.groups import (
     PROMPT_KEYS,
     VISUAL_KEYS,
     GroupedBatch,
@@ -27,15 +26,15 @@ from embodied.groups import (
     shared_prefix_logits,
     shared_visual_features,
 )
-from embodied.lora import (
+from embodied.policy.lora import (
     LORA_TARGETS_DEFAULT,
     apply_lora,
     enable_gradient_checkpointing,
     has_lora,
     merged_state_dict,
 )
+from embodied.policy.tiny import SHIPPED, TinySpec, build_tiny_policy
 from embodied.tasks import format_question
-from embodied.tiny import TinySpec, build_tiny_policy
 from embodied.video import Clip, VideoConfig, frame_pixel_cap, processor_video_kwargs
 
 
@@ -45,7 +44,7 @@ class PolicyConfig:
 
     path: str = "tiny-base"
     """A local Hugging Face folder (Qwen2-VL / Qwen2.5-VL); `tiny-base`: the built-in tiny model after
-    perception pretraining (embodied/pretrain.py); `tiny`: the same model randomly initialised."""
+    perception pretraining (embodied/train/pretrain.py); `tiny`: the same model randomly initialised."""
     dtype: str = "float32"
     """float32 | bfloat16 | float16."""
     device: str = "cpu"
@@ -54,7 +53,7 @@ class PolicyConfig:
     """Initialisation seed of the tiny model (only for path=tiny)."""
     lora_rank: int = 0
     """LoRA adapter rank (0 = off: full fine-tuning). With LoRA only the adapters train; saving merges them
-    into an ordinary Hugging Face folder (see embodied/lora.py)."""
+    into an ordinary Hugging Face folder (see embodied/policy/lora.py)."""
     lora_alpha: float = 16.0
     """LoRA scale numerator: the update is B A * lora_alpha / lora_rank."""
     lora_dropout: float = 0.0
@@ -70,8 +69,6 @@ def resolve_policy_path(path: str | None, seed: int = 0) -> Path:
     """`path` if given (must be a local folder); `tiny-base`: the perception-pretrained tiny base shipped
     in the package; `tiny`: the randomly initialised tiny model for `seed` (built and cached)."""
     if path == "tiny-base":
-        from embodied.pretrain import SHIPPED
-
         if not (SHIPPED / "config.json").is_file():
             raise FileNotFoundError(
                 f"the tiny base is missing from {SHIPPED}; rebuild it with `embodied pretrain "
@@ -89,6 +86,25 @@ def resolve_policy_path(path: str | None, seed: int = 0) -> Path:
         )
     require_safetensors(p)
     return p
+
+
+def require_safetensors(folder: str | Path) -> None:
+    """Refuse a model folder whose weights are only pickled (`*.bin`, as old checkpoints ship them): loading a
+    pickle can run arbitrary code, so weights load from safetensors only. Raises `ValueError` with one line
+    that says how to convert the folder once, for a user who trusts the file."""
+    p = Path(folder)
+    pickled = sorted(x.name for x in p.glob("*.bin"))
+    if not pickled or any(p.glob("*.safetensors")):
+        return
+    names = ", ".join(pickled[:2]) + (", ..." if len(pickled) > 2 else "")
+    convert = (
+        "from transformers import AutoModelForImageTextToText as M; "
+        f"M.from_pretrained({str(p)!r}, use_safetensors=False).save_pretrained({str(p)!r})"
+    )
+    raise ValueError(
+        f"{p} holds only pickled weights ({names}), which are refused: unpickling can run arbitrary code. "
+        f'If you trust the file, convert it to safetensors once: python -c "{convert}"'
+    )
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

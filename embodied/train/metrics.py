@@ -2,7 +2,7 @@
 
 Names are namespaced (`loss/policy`, `reward/accuracy`, `time/step`, ...) so that runs of different
 commands plot side by side. The same rows also go to TensorBoard and W&B when `log.backends` asks for them
-(`embodied.tracking`).
+(`embodied.train.tracking`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from embodied import tracking as _tracking
+from embodied.train import tracking as _tracking
 
 
 class MetricsLog:

@@ -2,7 +2,7 @@
 
 `build_tiny_policy` makes a real `Qwen2_5_VLForConditionalGeneration` of about 1.6 M parameters with a
 byte-level BPE tokenizer trained locally (plus Qwen's special tokens and chat template), saved as an
-ordinary Hugging Face folder that `embodied.policy.load_policy` loads like any real checkpoint.
+ordinary Hugging Face folder that `embodied.policy.model.load_policy` loads like any real checkpoint.
 """
 
 from __future__ import annotations
@@ -12,13 +12,18 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
+SHIPPED = Path(__file__).parents[1] / "assets" / "tiny_base"
+"""The perception-pretrained tiny base shipped with the package (`policy.path=tiny-base`; `embodied pretrain`
+rebuilds it)."""
+
 TINY_VERSION = 2
-"""2: the tokenizer corpus holds the perception captions' words (embodied.pretrain)."""
+"""2: the tokenizer corpus holds the perception captions' words (embodied.tasks.caption)."""
 
 # Qwen2.5-VL's special tokens, in Qwen's order, so ids line up with the real vocabulary's tail layout.
 QWEN_SPECIAL_TOKENS = [
@@ -78,13 +83,24 @@ class TinySpec:
         return hashlib.sha256(blob).hexdigest()[:12]
 
 
+def family_phrases() -> Iterator[str]:
+    """Every fixed phrase the question families write that the tiny tokenizer is trained on.
+
+    Only arrow-of-time phrases: adding the other families' phrases would change the tiny model's
+    tokenizer (and its cache key); byte-level BPE encodes their text anyway.
+    """
+    from embodied.tasks import INSTRUCTION, arrow_of_time
+
+    yield INSTRUCTION
+    yield from arrow_of_time.phrases()
+
+
 def _tokenizer_corpus() -> list[str]:
     """Text the tiny BPE is trained on: every prompt this framework writes, plus plain English words.
 
     The question families contribute their own phrasing, so prompts tokenize into few tokens.
     """
-    from embodied.pretrain import caption_words
-    from embodied.tasks import tokenizer_corpus
+    from embodied.tasks.caption import caption_words
 
     words = [
         "the",
@@ -185,7 +201,7 @@ def _tokenizer_corpus() -> list[str]:
         "option",
         "options",
     ]
-    corpus = list(tokenizer_corpus()) + caption_words() * 4
+    corpus = list(family_phrases()) + caption_words() * 4
     corpus += ["system\nYou are a helpful assistant.", "user\n", "assistant\n"] * 4
     corpus += [" ".join(words[i : i + 12]) for i in range(0, len(words), 12)]
     corpus += [f"({chr(65 + i)}) {w}" for i, w in enumerate(words[:26])]

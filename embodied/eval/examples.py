@@ -7,7 +7,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from embodied.datasets import Example
+from embodied.data.load import Example
 
 
 def pick_examples(examples: Sequence[Example], n: int) -> list[Example]:

@@ -1,0 +1,96 @@
+"""Reading datasets on disk (the layout is in `embodied.data.schema` and data/FORMAT.md): records, their
+decoded clips, and whether a folder already holds what a config would generate.
+
+The same files load with Hugging Face `datasets`: `load_dataset("json", data_files=...)`.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from embodied.data.schema import REQUIRED_FIELDS
+from embodied.video import Clip, VideoError, read_video
+
+
+def load_records(root: str | Path, split: str) -> list[dict]:
+    """Read `<root>/<split>.jsonl`, checking each line; errors name the file, the line and the fix."""
+    path = Path(root) / f"{split}.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path}: no such split. Generate it with `embodied generate data.root={root}`."
+        )
+    records = []
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{lineno}: not valid JSON ({e})") from e
+        missing = [k for k in REQUIRED_FIELDS if k not in rec]
+        if missing or ("video" not in rec and "images" not in rec):
+            raise ValueError(
+                f"{path}:{lineno}: record lacks {missing or ['video or images']}; see data/FORMAT.md"
+            )
+        records.append(rec)
+    return records
+
+
+@dataclass
+class Example:
+    record: dict
+    clip: Clip
+
+
+def load_examples(
+    root: str | Path,
+    split: str,
+    fps: float = 2.0,
+    max_frames: int = 32,
+    limit: int | None = None,
+    progress: bool = False,
+) -> tuple[list[Example], list[str]]:
+    """Records of `split` with their decoded clips. Unreadable videos are skipped and returned as a list
+    of `path: reason` strings (also warned about), so one bad file never stops a run."""
+    records = load_records(root, split)[:limit]
+    examples, skipped = [], []
+    for rec in tqdm(records, desc=f"load {split}", unit="clip", disable=not progress):
+        try:
+            clip = read_video(Path(root) / rec["video"], fps=fps, max_frames=max_frames)
+        except VideoError as e:
+            skipped.append(str(e))
+            continue
+        examples.append(Example(rec, clip))
+    if skipped:
+        warnings.warn(
+            f"{len(skipped)} of {len(records)} videos in {root}/{split} could not be read and were skipped; "
+            f"first: {skipped[0]}",
+            stacklevel=2,
+        )
+    return examples, skipped
+
+
+def load_split(
+    root: str | Path, split: str, video, progress: bool = False, limit: int | None = None
+) -> list[Example]:
+    """`load_examples` at `video`'s (a `VideoConfig`) fps and frame cap; an error if no clip is readable."""
+    examples, skipped = load_examples(root, split, video.fps, video.max_frames, limit, progress)
+    if not examples:
+        raise ValueError(f"{root}/{split}.jsonl has no readable examples ({len(skipped)} skipped)")
+    return examples
+
+
+def manifest_matches(root: str | Path, config: dict, ignore: set[str] | frozenset = frozenset()) -> bool:
+    """True if `root/manifest.json` records the same `config` (keys in `ignore` aside): reuse the data."""
+    path = Path(root) / "manifest.json"
+    if not path.is_file():
+        return False
+    old = json.loads(path.read_text()).get("config", {})
+    return {k: v for k, v in old.items() if k not in ignore} == {
+        k: v for k, v in config.items() if k not in ignore
+    }

@@ -1,0 +1,47 @@
+"""README and docs: every relative link points at a file inside the repository, and the layout they
+describe is the tree on disk."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "data" / "FORMAT.md"]
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+CODE_PATH = re.compile(r"`(embodied/[\w/]+(?:\.py)?/?)`")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_links_stay_inside_the_repository(page: Path):
+    bad = []
+    for target in LINK.findall(page.read_text()):
+        if re.match(r"[a-z]+://|mailto:|#", target):
+            continue
+        path = (page.parent / target.split("#")[0]).resolve()
+        if not path.is_relative_to(REPO) or not path.exists():
+            bad.append(target)
+    assert not bad, f"{page.name} links to files outside the repository or missing: {bad}"
+
+
+@pytest.mark.parametrize("page", [REPO / "README.md", REPO / "docs" / "architecture.md"], ids=str)
+def test_named_code_paths_exist(page: Path):
+    missing = [p for p in CODE_PATH.findall(page.read_text()) if not (REPO / p).exists()]
+    assert not missing, f"{page.name} names paths that are not in the tree: {missing}"
+
+
+def test_architecture_page_names_every_subpackage():
+    text = (REPO / "docs" / "architecture.md").read_text()
+    packages = sorted(p.parent.name for p in (REPO / "embodied").glob("*/__init__.py"))
+    assert not [p for p in packages if f"`embodied/{p}/`" not in text], packages
+
+
+def test_readme_layout_lists_the_tree():
+    text = (REPO / "README.md").read_text()
+    layout = text[text.index("## Layout") :]
+    packages = [p.parent.name + "/" for p in (REPO / "embodied").glob("*/__init__.py")]
+    modules = [p.name for p in (REPO / "embodied").glob("*.py") if p.name != "__init__.py"]
+    missing = [name for name in packages + modules if name not in layout]
+    assert not missing, f"README's layout section does not list {missing}"
