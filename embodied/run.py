@@ -201,6 +201,29 @@ def grpo(cfg: Config, progress: bool = True) -> dict:
     return _train(cfg, "grpo", progress)
 
 
+def _quickstart_summary(
+    cfg: Config, results: dict, train, test, skipped, parameters: int, timings: dict
+) -> dict:
+    stages = ("initial", "sft", "grpo")
+    return {
+        "accuracy": {s: round(results[s]["accuracy"], 4) for s in stages},
+        "ci95": {s: [round(x, 4) for x in results[s]["ci95"]] for s in stages},
+        "choice_accuracy": {s: round(results[s].get("choice_accuracy", float("nan")), 4) for s in stages},
+        "unparseable": {s: round(results[s]["unparseable"], 4) for s in stages},
+        "chance": round(results["grpo"]["chance"], 4),
+        "policy": cfg.policy.path,
+        "sft_targets": cfg.quickstart.sft_targets,
+        "seed": cfg.seed,
+        "data_seed": cfg.data.seed,
+        "n_test": len(test),
+        "n_train": len(train),
+        "skipped_videos": len(skipped),
+        "parameters": parameters,
+        "timings_s": timings,
+        "threads": torch.get_num_threads(),
+    }
+
+
 def quickstart(cfg: Config, progress: bool = True) -> dict:
     """The whole path on the tiny base: data -> eval -> SFT -> eval -> GRPO -> eval, with a summary.
 
@@ -261,25 +284,8 @@ def quickstart(cfg: Config, progress: bool = True) -> dict:
     save_policy(model, processor, out / "grpo_model")
     plot_curves(read_metrics(out / "metrics.jsonl"), out / "curves.png")
     write_examples(out / "examples", test, results, cfg.data.root, n=4)
-    stages = ("initial", "sft", "grpo")
-    summary = {
-        "accuracy": {s: round(results[s]["accuracy"], 4) for s in stages},
-        "ci95": {s: [round(x, 4) for x in results[s]["ci95"]] for s in stages},
-        "choice_accuracy": {s: round(results[s].get("choice_accuracy", float("nan")), 4) for s in stages},
-        "unparseable": {s: round(results[s]["unparseable"], 4) for s in stages},
-        "chance": round(results["grpo"]["chance"], 4),
-        "policy": cfg.policy.path,
-        "sft_targets": cfg.quickstart.sft_targets,
-        "seed": cfg.seed,
-        "data_seed": cfg.data.seed,
-        "n_test": len(test),
-        "n_train": len(train),
-        "skipped_videos": len(skipped),
-        "parameters": count_parameters(model),
-        "timings_s": timings,
-        "wall_s": round(time.perf_counter() - t0, 1),
-        "threads": torch.get_num_threads(),
-    }
+    summary = _quickstart_summary(cfg, results, train, test, skipped, count_parameters(model), timings)
+    summary["wall_s"] = round(time.perf_counter() - t0, 1)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     write_report(out)
     print(f"summary: {out / 'summary.json'}; curves: {out / 'curves.png'}; examples: {out / 'examples'}")

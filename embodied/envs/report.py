@@ -83,104 +83,85 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def markdown(figures: dict, constant: dict, rows: list[dict]) -> str:
+    """The whole results page: success against the best constant, answer spread, MCQs, test-time compute."""
     stages = list(figures)
     tasks = sorted(figures[stages[0]]["env"])
-    n_seeds = len(rows)
     first = rows[0]["stages"][stages[0]]
-    lines = ["# env-feedback results", ""]
-    lines += [
-        f"Mean over {n_seeds} seed(s) ({', '.join(str(r['seed']) for r in rows)}), lowest and highest seed "
-        "in "
-        "parentheses. Held-out episodes per task: "
+    lines = [
+        "# env-feedback results",
+        "",
+        f"Mean over {len(rows)} seed(s) ({', '.join(str(r['seed']) for r in rows)}), lowest and highest seed "
+        "in parentheses. Held-out episodes per task: "
         + ", ".join(f"{t} {first['env']['per_task'][t]['n']}" for t in tasks)
         + f"; MCQ test questions: {first['mcq']['n']}.",
-        "",
-        "## Interactive tasks: success",
-        "",
     ]
+    lines += success_markdown(figures, constant, len(rows)) + spread_markdown(figures) + mcq_markdown(figures)
+    return "\n".join(lines + test_time_markdown(rows)) + "\n"
+
+
+def success_markdown(figures: dict, constant: dict, n_seeds: int) -> list[str]:
+    stages, tasks = list(figures), sorted(next(iter(figures.values()))["env"])
     head = ["stage", *tasks, *(f"{t}: seeds above constant" for t in tasks)]
-    body = [
-        [
-            "best constant answer",
-            *(
-                f"{constant[t]['success']:.3f} [{constant[t]['ci95'][0]:.2f}, "
-                f"{constant[t]['ci95'][1]:.2f}] ({constant[t]['answer']})"
-                for t in tasks
-            ),
-            *([""] * len(tasks)),
-        ]
+    const = [
+        f"{c['success']:.3f} [{c['ci95'][0]:.2f}, {c['ci95'][1]:.2f}] ({c['answer']})"
+        for c in (constant[t] for t in tasks)
     ]
+    body = [["best constant answer", *const, *([""] * len(tasks))]]
     for s in stages:
         env = figures[s]["env"]
         body.append(
-            [
-                s,
-                *(_spread(env[t]["success"]) for t in tasks),
-                *(f"{env[t]['seeds_above_constant']}/{n_seeds}" for t in tasks),
-            ]
+            [s, *(_spread(env[t]["success"]) for t in tasks)]
+            + [f"{env[t]['seeds_above_constant']}/{n_seeds}" for t in tasks]
         )
-    lines += _table(head, body)
-    lines += [
+    return [
+        "",
+        "## Interactive tasks: success",
+        "",
+        *_table(head, body),
         "",
         "The best constant is the one answer (of every option, or a grid over the stated ranges) that "
-        "succeeds "
-        "on most of these same held-out episodes, with its 95% interval: no policy that ignores the clip can "
-        'beat it. "Seeds above constant": seeds whose 95% interval lies wholly above the constant\'s.',
+        "succeeds on most of these same held-out episodes, with its 95% interval: no policy that ignores "
+        'the clip can beat it. "Seeds above constant": seeds whose 95% interval lies wholly above the '
+        "constant's.",
+    ]
+
+
+def spread_markdown(figures: dict) -> list[str]:
+    keys = ("distinct", "entropy_bits", "corr_decisive", "unparseable")
+    head = ["stage", "task", "distinct answers", "entropy (bits)", "corr. with the deciding parameter"]
+    body = [
+        [s, t, *(_spread(figures[s]["env"][t][k]) for k in keys)]
+        for s in figures
+        for t in sorted(figures[s]["env"])
+    ]
+    return [
         "",
         "## Do the answers depend on the clip?",
         "",
-    ]
-    head = [
-        "stage",
-        "task",
-        "distinct answers",
-        "entropy (bits)",
-        "corr. with the deciding parameter",
-        "unparseable",
-    ]
-    body = []
-    for s in stages:
-        for t in tasks:
-            e = figures[s]["env"][t]
-            body.append(
-                [
-                    s,
-                    t,
-                    _spread(e["distinct"]),
-                    _spread(e["entropy_bits"]),
-                    _spread(e["corr_decisive"]),
-                    _spread(e["unparseable"]),
-                ]
-            )
-    lines += _table(head, body)
-    lines += [
+        *_table([*head, "unparseable"], body),
         "",
         "Greedy answers over the held-out episodes. The deciding parameter: for place the centre of the "
         "positions that stand, for carry the grip force a sound answer uses (set by the material), for push "
         "the impulse that stops the puck at the zone's centre. A policy answering one constant has one "
         "distinct answer, 0 bits and no correlation (n/a).",
-        "",
-        "## Multiple-choice questions",
-        "",
     ]
-    has_bench = "bench" in figures[stages[0]]["mcq"]
-    fams = sorted(figures[stages[0]]["mcq"].get("bench_per_family", {}))
-    head = ["stage", "arrow of time (drop), test", *(["benchmark, all"] + fams if has_bench else [])]
+
+
+def mcq_markdown(figures: dict) -> list[str]:
+    first = next(iter(figures.values()))["mcq"]
+    has_bench = "bench" in first
+    fams = sorted(first.get("bench_per_family", {}))
+    head = ["stage", "arrow of time (drop), test", *(["benchmark, all", *fams] if has_bench else [])]
     body = []
-    for s in stages:
-        m = figures[s]["mcq"]
-        row = [s, _spread(m["accuracy"])]
+    for s, f in figures.items():
+        m = f["mcq"]
+        body.append([s, _spread(m["accuracy"])])
         if has_bench:
-            row += [_spread(m["bench"]), *(_spread(m["bench_per_family"][f]) for f in fams)]
-        body.append(row)
-    lines += _table(head, body)
-    m = figures[stages[0]]["mcq"]
-    lines += ["", f"Chance: {m['chance']:.3f} on the test split"]
+            body[-1] += [_spread(m["bench"]), *(_spread(m["bench_per_family"][x]) for x in fams)]
+    chance = f"Chance: {first['chance']:.3f} on the test split"
     if has_bench:
-        lines[-1] += f", {m['bench_chance']:.3f} on the benchmark (mean over its questions)"
-    lines[-1] += "."
-    lines += test_time_markdown(rows)
-    return "\n".join(lines) + "\n"
+        chance += f", {first['bench_chance']:.3f} on the benchmark (mean over its questions)"
+    return ["", "## Multiple-choice questions", "", *_table(head, body), "", chance + "."]
 
 
 def test_time_markdown(rows: list[dict]) -> list[str]:

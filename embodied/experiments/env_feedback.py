@@ -17,7 +17,7 @@ decides the outcome, against the best constant answer (`embodied.envs.evaluate.b
 simulator as the verifier and majority vote, against N and against seconds.
 
 Outputs in `run_dir`: `results.md`, `results.json`, `results.png`, `reward_curves.png`,
-`test_time.png`, `seed<S>/<stage>/` (metrics, curves, predictions, models of the start) and
+`test_time.png`, `seed<S>/<stage>/` (metrics, curves, predictions and the model) and
 `videos/<arm>_<task>_<i>.mp4` (first seed: the clip, then the physics of the policy's answer, with the
 answer and the outcome drawn on it). A finished stage keeps its results in `seed<S>/<stage>/result.json`
 and a rerun with the same settings reuses it. `env.feedback.workers` runs the starts, then the arms, in
@@ -203,6 +203,7 @@ def run_arm(cfg, data: dict, out: Path, arm: str, progress: bool) -> dict:
     reward = routed_reward(cfg)
     train_grpo(model, processor, train, grpo, cfg.video, arm_dir, (), cfg.seed, progress, reward_fn=reward)
     wall = time.perf_counter() - t
+    save_policy(model, processor, arm_dir / "model")  # for `embodied eval policy.path=...`
     plot_curves(read_metrics(arm_dir / "metrics.jsonl"), arm_dir / "curves.png")
     result = evaluate_stage(model, processor, data, cfg, _test_time(cfg))
     videos = _videos(result["env"], data, cfg, out, arm) if cfg.seed == cfg.env.feedback.seeds[0] else []

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -93,32 +94,18 @@ def train_sft(
     device = next(model.parameters()).device
     model.train()
     cycle = cfg.restart_every if cfg.restart_every > 0 else cfg.steps
-
-    def fresh_optimizer():
-        groups = param_groups(model, cfg.lr, cfg.vision_lr_scale)
-        opt = torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
-        return opt, torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(cfg.warmup_steps, cycle))
-
     log = MetricsLog(Path(out_dir) / "metrics.jsonl", "sft")
     ckpt_dir = Path(out_dir) / "checkpoints" / "sft"
-    order = index_batches(len(train), cfg.batch_size, seed)
-    guard = NonFiniteGuard()
-    loss_sum, tok_sum, start = 0.0, 0, 1
+    run = _Run(index_batches(len(train), cfg.batch_size, seed), NonFiniteGuard())
     if path := resolve_resume(resume, ckpt_dir):
-        optimizer, schedule = fresh_optimizer()
-        state = procs.load_checkpoint(path, model, optimizer, schedule)
-        start, loss_sum, tok_sum = state["step"] + 1, state["loss_sum"], state["tokens"]
-        guard.total, guard.in_row = state["skipped"], state["in_row"]
-        order = skip_batches(order, state["step"])
-        log.truncate(state["step"])
-        print(f"resuming SFT from {path} (step {state['step']})")
-    bar = tqdm(range(start, cfg.steps + 1), desc="sft", unit="step", disable=not progress)
+        run.resume(path, model, cfg, cycle, procs, log)
+    bar = tqdm(range(run.start, cfg.steps + 1), desc="sft", unit="step", disable=not progress)
     t_start = time.perf_counter()
     for step in bar:
         t0 = time.perf_counter()
         if (step - 1) % cycle == 0:  # start, and each warm restart
-            optimizer, schedule = fresh_optimizer()
-        chunk = [train[i] for i in procs.shard(next(order))]
+            run.optimizer, run.schedule = _fresh_optimizer(model, cfg, cycle)
+        chunk = [train[i] for i in procs.shard(next(run.order))]
         records = [e.record for e in chunk]
         batch = encode_prompts(processor, records, [e.clip for e in chunk], video, device)
         targets = [target_fn(r) for r in records] if target_fn else sft_targets(records, cfg, seed, step)
@@ -126,42 +113,89 @@ def train_sft(
         logp = completion_logprobs(net, batch, ids, mask)
         tokens = procs.sum(mask.sum())  # the mean is over the whole global batch's target tokens
         loss = -(logp * mask).sum() / tokens
-        grad_norm = optimizer_step(model, optimizer, loss, cfg.grad_clip, guard, step, procs.backward)
-        schedule.step()
-        loss_sum += procs.sum(loss.detach()).item()
-        tok_sum += int(tokens)
-        if procs.main and (step % cfg.log_every == 0 or step == cfg.steps):
-            metrics = {
-                "loss/sft": loss_sum
-                / (cfg.log_every if step % cfg.log_every == 0 else (step - 1) % cfg.log_every + 1),
-                "optim/lr": schedule.get_last_lr()[1],
-                "optim/lr_vision": schedule.get_last_lr()[0],
-                "optim/grad_norm": grad_norm,
-                "time/step": time.perf_counter() - t0,
-                "train/tokens": tok_sum,
-                "train/skipped_steps": guard.total,
-            }
-            log.log(step, metrics)
-            bar.set_postfix(loss=f"{metrics['loss/sft']:.3f}")
+        grad_norm = optimizer_step(model, run.optimizer, loss, cfg.grad_clip, run.guard, step, procs.backward)
+        run.schedule.step()
+        run.loss_sum += procs.sum(loss.detach()).item()
+        run.tokens += int(tokens)
         if step % cfg.log_every == 0 or step == cfg.steps:
-            loss_sum = 0.0
-        if procs.all_forward and cfg.eval_every and val and step % cfg.eval_every == 0:
-            res = evaluate(model, processor, val[: cfg.eval_examples], video, choice=False, progress=False)
             if procs.main:
-                log.log(
-                    step,
-                    {
-                        "eval/accuracy": res["accuracy"],
-                        "eval/unparseable": res["unparseable"],
-                        "time/elapsed": time.perf_counter() - t_start,
-                    },
-                )
-                bar.write(f"sft step {step}: val accuracy {res['accuracy']:.3f}")
+                bar.set_postfix(loss=f"{run.log_metrics(log, step, cfg, grad_norm, t0):.3f}")
+            run.loss_sum = 0.0
+        if procs.all_forward and cfg.eval_every and val and step % cfg.eval_every == 0:
+            _validate(model, processor, val[: cfg.eval_examples], video, log, bar, step, t_start, procs.main)
         if cfg.checkpoint_every and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
-            state = {"loss_sum": loss_sum, "tokens": tok_sum, "skipped": guard.total, "in_row": guard.in_row}
             procs.save_checkpoint(
-                ckpt_dir, step, model, optimizer, schedule, state, config_yaml, cfg.keep_checkpoints
+                ckpt_dir,
+                step,
+                model,
+                run.optimizer,
+                run.schedule,
+                run.state(),
+                config_yaml,
+                cfg.keep_checkpoints,
             )
     procs.barrier()
     model.eval()
-    return {"steps": cfg.steps, "wall_s": time.perf_counter() - t_start, "skipped_steps": guard.total}
+    return {"steps": cfg.steps, "wall_s": time.perf_counter() - t_start, "skipped_steps": run.guard.total}
+
+
+def _fresh_optimizer(model, cfg, cycle: int):
+    groups = param_groups(model, cfg.lr, cfg.vision_lr_scale)
+    opt = torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(cfg.warmup_steps, cycle))
+
+
+@dataclass
+class _Run:
+    """What an SFT run carries from step to step, and what its checkpoints save."""
+
+    order: Iterator
+    guard: NonFiniteGuard
+    start: int = 1
+    loss_sum: float = 0.0
+    tokens: int = 0
+    optimizer: torch.optim.Optimizer | None = None
+    schedule: torch.optim.lr_scheduler.LambdaLR | None = None
+
+    def state(self) -> dict:
+        return {
+            "loss_sum": self.loss_sum,
+            "tokens": self.tokens,
+            "skipped": self.guard.total,
+            "in_row": self.guard.in_row,
+        }
+
+    def resume(self, path: Path, model, cfg, cycle: int, procs: Processes, log: MetricsLog) -> None:
+        self.optimizer, self.schedule = _fresh_optimizer(model, cfg, cycle)
+        state = procs.load_checkpoint(path, model, self.optimizer, self.schedule)
+        self.start, self.loss_sum, self.tokens = state["step"] + 1, state["loss_sum"], state["tokens"]
+        self.guard.total, self.guard.in_row = state["skipped"], state["in_row"]
+        self.order = skip_batches(self.order, state["step"])
+        log.truncate(state["step"])
+        print(f"resuming SFT from {path} (step {state['step']})")
+
+    def log_metrics(self, log: MetricsLog, step: int, cfg, grad_norm: float, t0: float) -> float:
+        """Log the mean loss since the last log (and the rest); returns that loss."""
+        n = cfg.log_every if step % cfg.log_every == 0 else (step - 1) % cfg.log_every + 1
+        lrs = self.schedule.get_last_lr()
+        metrics = {
+            "loss/sft": self.loss_sum / n,
+            "optim/lr": lrs[1],
+            "optim/lr_vision": lrs[0],
+            "optim/grad_norm": grad_norm,
+            "time/step": time.perf_counter() - t0,
+            "train/tokens": self.tokens,
+            "train/skipped_steps": self.guard.total,
+        }
+        log.log(step, metrics)
+        return metrics["loss/sft"]
+
+
+def _validate(
+    model, processor, val, video, log: MetricsLog, bar, step: int, t_start: float, main: bool
+) -> None:
+    res = evaluate(model, processor, val, video, choice=False, progress=False)
+    if main:
+        metrics = {"eval/accuracy": res["accuracy"], "eval/unparseable": res["unparseable"]}
+        log.log(step, metrics | {"time/elapsed": time.perf_counter() - t_start})
+        bar.write(f"sft step {step}: val accuracy {res['accuracy']:.3f}")
