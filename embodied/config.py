@@ -80,7 +80,25 @@ class GRPOConfig:
     dual_clip: float | None = None
     """Dual-clip constant c > 1 for negative advantages (None = off)."""
     advantage: str = "grpo"
-    """grpo (group mean/std) | drgrpo (group mean only) | rloo (leave-one-out) | reinforce_pp (batch std)."""
+    """grpo (group mean/std) | drgrpo (group mean only) | rloo (leave-one-out) | reinforce_pp (batch std) |
+    gae (PPO: a learned critic, a value head on the policy's last hidden states, is the baseline; per-token
+    GAE advantages, whitened over the batch; no group needed, so group_size 1 works: `gamma`, `lam`,
+    `vf_coef`, `value_clip`, `value_lr_scale`, `kl_in_reward`)."""
+    gamma: float = 1.0
+    """advantage=gae: discount per completion token (1, TRL's default: the reward reaches every token
+    whole)."""
+    lam: float = 0.95
+    """advantage=gae: GAE's lambda (Schulman et al. 2016): 0 gives one-step TD errors (the critic's bias),
+    1 Monte-Carlo returns minus the value (their variance); TRL's 0.95."""
+    vf_coef: float = 0.1
+    """advantage=gae: weight of the critic's value loss in the total loss, policy + vf_coef * value
+    (TRL's 0.1)."""
+    value_clip: float = 0.2
+    """advantage=gae: the clipped value loss keeps each new value within this of the rollout-time one
+    (OpenAI baselines' ppo2, TRL's cliprange_value 0.2); 0 = plain squared error."""
+    value_lr_scale: float = 1.0
+    """advantage=gae: learning rate of the value head relative to `lr`. The head starts at zero; at a large
+    model's lr (~1e-6) a fresh linear head learns slowly, so raise this there."""
     loss_agg: str = "seq-mean-token-mean"
     """seq-mean-token-mean (GRPO) | token-mean (DAPO) | seq-sum-norm (Dr. GRPO, divided by max_new_tokens)."""
     kl_estimator: str = "k3"
@@ -89,6 +107,11 @@ class GRPOConfig:
     """Weight of the KL to the frozen initial policy; 0 drops the reference model entirely. From a start that
     answers each letter half the time, the KL holds the letters apart until the clip decides them: without it
     the tiny policy collapsed to one letter within 50 steps (docs/perception.md)."""
+    kl_in_reward: bool = False
+    """Put the KL to the reference in the reward instead of the loss (InstructGPT, Ouyang et al. 2022, Eq. 2;
+    TRL's PPO): every completion token's reward gets `- kl_coef * KL`, the `kl_estimator` estimate from the
+    sampling policy's and the reference's log-probs, once per rollout, and the loss has no KL term. Needs
+    advantage=gae (the per-token rewards go through GAE)."""
     ratio_level: str = "token"
     """token (PPO/GRPO importance ratio per token) | sequence (GSPO's length-normalised sequence ratio)."""
     entropy_coef: float = 0.0

@@ -1,12 +1,22 @@
 """PPO with a learned critic: token rewards, GAE, whitening, the clipped value loss and the value head,
-checked against numbers worked out by hand."""
+checked against numbers worked out by hand; per-token advantages through the policy loss; the PPO config
+checks and the value head in checkpoints."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from embodied.rl.ppo import ValueHead, gae, token_rewards, value_loss, whiten
+from embodied.rl.losses import LossSpec, grpo_loss
+from embodied.rl.ppo import (
+    ValueHead,
+    explained_variance,
+    gae,
+    gae_advantages,
+    token_rewards,
+    value_loss,
+    whiten,
+)
 
 
 def _close(x: torch.Tensor, expected: list, atol: float = 1e-6) -> bool:
@@ -287,3 +297,116 @@ def test_value_head_learns_toy_returns_with_clipped_loss():
     last, _ = value_loss(head(hidden), head(hidden).detach(), returns, mask, clip=0.2)
     assert first.item() > 0.1
     assert last.item() < 0.02 * first.item()
+
+
+# --- the PPO pipeline: rewards -> GAE -> whitening, the critic's metric ------------------------------
+
+
+def test_gae_advantages_by_hand():
+    mask = torch.tensor([[1, 1], [1, 0]])
+    adv, ret = gae_advantages(torch.tensor([1.0, -1.0]), torch.zeros(2, 2), mask, gamma=1.0, lam=1.0)
+    # token rewards (0, 1) and (-1, pad); values 0, so A = returns = return-to-go: (1, 1) and (-1, 0)
+    assert _close(ret, [[1.0, 1.0], [-1.0, 0.0]])
+    # whitened over the real tokens 1, 1, -1: mean 1/3, population var (4/9 + 4/9 + 16/9) / 3 = 8/9,
+    # std 0.942809 -> (2/3) / 0.942809 = 0.707107 and (-4/3) / 0.942809 = -1.414214 ; padding 0
+    assert _close(adv, [[0.707107, 0.707107], [-1.414214, 0.0]])
+    kl = torch.tensor([[0.2, 0.4], [0.1, 9.0]])
+    _, ret = gae_advantages(torch.tensor([1.0, -1.0]), torch.zeros(2, 2), mask, 1.0, 1.0, kl, kl_coef=0.5)
+    # token rewards (-0.1, 1 - 0.2) and (-1 - 0.05, pad) -> returns-to-go (0.7, 0.8) and (-1.05, 0)
+    assert _close(ret, [[0.7, 0.8], [-1.05, 0.0]])
+
+
+def test_explained_variance_by_hand():
+    returns = torch.tensor([[1.0, 2.0, 3.0, 99.0]])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    assert explained_variance(returns, returns, mask).item() == pytest.approx(1.0)
+    assert explained_variance(torch.zeros(1, 4), returns, mask).item() == pytest.approx(0.0, abs=1e-6)
+    # V = (1, 2, 4): R - V = (0, 0, -1), mean -1/3, var (1/9 + 1/9 + 4/9) / 3 = 2/9 ; Var R = 2/3
+    # -> 1 - (2/9) / (2/3) = 2/3 (padding, V = 0 against R = 99, ignored)
+    values = torch.tensor([[1.0, 2.0, 4.0, 0.0]])
+    assert explained_variance(values, returns, mask).item() == pytest.approx(2 / 3, abs=1e-6)
+    assert explained_variance(values, torch.ones(1, 4), mask).item() == 0.0  # constant returns
+
+
+# --- per-token advantages through the policy loss ---------------------------------------------------
+
+SPECS = {
+    "grpo": LossSpec(),
+    "dapo": LossSpec(clip_eps_high=0.28, agg="token-mean", dual_clip=3.0),
+    "drgrpo": LossSpec(agg="seq-sum-norm", agg_norm=4.0),
+    "gspo": LossSpec(ratio_level="sequence", clip_eps=3e-4, clip_eps_high=4e-4),
+    "kl_cov": LossSpec(cov_mode="kl_cov", cov_ratio=0.2),
+    "clip_cov": LossSpec(cov_mode="clip_cov", cov_ratio=0.2, clip_cov_bounds=(-10.0, 10.0)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_per_token_advantages_constant_over_tokens_equal_per_sequence_ones(name):
+    g = torch.Generator().manual_seed(0)
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0]])
+    old = torch.randn(3, 4, generator=g) - 1.0
+    adv = torch.tensor([1.5, -0.7, 0.3])
+    results = []
+    for a in (adv, adv.unsqueeze(1).expand(3, 4).clone()):  # (B,) and the same value on every token
+        logp = (old + 0.3 * torch.randn(3, 4, generator=torch.Generator().manual_seed(1))).requires_grad_(
+            True
+        )
+        loss, terms = grpo_loss(
+            logp, old, a, mask, spec=SPECS[name], generator=torch.Generator().manual_seed(2)
+        )
+        loss.backward()
+        results.append((loss.detach(), terms, logp.grad))
+    (l1, t1, g1), (l2, t2, g2) = results
+    assert torch.equal(l1, l2) and torch.equal(g1, g2)
+    assert all(torch.equal(t1[k], t2[k]) for k in t1)
+    # advantages that do vary over tokens give another loss: the (B, T) ones are really used per token
+    varied = adv.unsqueeze(1) * torch.tensor([1.0, 0.0, 2.0, 1.0])
+    logp = (old + 0.3 * torch.randn(3, 4, generator=torch.Generator().manual_seed(1))).detach()
+    other, _ = grpo_loss(
+        logp, old, varied, mask, spec=SPECS[name], generator=torch.Generator().manual_seed(2)
+    )
+    assert not torch.allclose(other, l1)
+
+
+def test_per_token_advantages_of_the_wrong_shape_are_refused():
+    mask = torch.ones(2, 3)
+    with pytest.raises(ValueError):
+        grpo_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2, 2), mask)
+    with pytest.raises(ValueError):
+        grpo_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(3), mask)
+
+
+# --- config checks and the value head in checkpoints ------------------------------------------------
+
+
+def test_ppo_config_checks():
+    from embodied.config import GRPOConfig
+    from embodied.train.grpo import check_config
+
+    check_config(GRPOConfig(advantage="gae", kl_in_reward=True, group_size=1))
+    for bad, world in (
+        (GRPOConfig(kl_in_reward=True), 1),  # KL in the reward needs per-token rewards: GAE
+        (GRPOConfig(advantage="gae", lam=1.5), 1),
+        (GRPOConfig(advantage="gae"), 2),  # not over several processes yet
+        (GRPOConfig(advantage="ppo"), 1),
+    ):
+        with pytest.raises(ValueError):
+            check_config(bad, world)
+
+
+def test_checkpoint_keeps_the_value_head_next_to_the_model(tmp_path):
+    from embodied.train.checkpoint import load_checkpoint, save_checkpoint
+
+    torch.manual_seed(0)
+    model, head = torch.nn.Linear(3, 2), ValueHead(3, init_std=0.5)
+    opt = torch.optim.AdamW([*model.parameters(), *head.parameters()])
+    path = save_checkpoint(tmp_path, 1, model, opt, extra={"value_head": head})
+    assert (path / "value_head.safetensors").is_file()
+    fresh_model, fresh_head = torch.nn.Linear(3, 2), ValueHead(3)
+    fresh_opt = torch.optim.AdamW([*fresh_model.parameters(), *fresh_head.parameters()])
+    load_checkpoint(path, fresh_model, fresh_opt, extra={"value_head": fresh_head})
+    assert torch.equal(fresh_head.linear.weight, head.linear.weight)
+    assert torch.equal(fresh_model.weight, model.weight)
+    (path / "value_head.safetensors").unlink()  # a checkpoint of a run without a critic
+    with pytest.raises(FileNotFoundError, match="value_head"):
+        load_checkpoint(path, fresh_model, fresh_opt, extra={"value_head": fresh_head})

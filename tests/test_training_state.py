@@ -1,5 +1,6 @@
-"""GRPO recipes on the real tiny model, and training state: resume equals an uninterrupted run, a crash
-mid-save leaves the previous checkpoint, micro-batching and seeds do not change results."""
+"""GRPO recipes (PPO's critic included) on the real tiny model, and training state: resume equals an
+uninterrupted run, a crash mid-save leaves the previous checkpoint, micro-batching and seeds do not change
+results."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import yaml
+from safetensors.torch import load_file
 
 from embodied.config import GRPOConfig, SFTConfig
 from embodied.data.load import Example
@@ -72,6 +76,9 @@ def _no_time(row: dict) -> dict:
     return {k: v for k, v in row.items() if not k.startswith("time/")}
 
 
+# the PPO preset file itself, as `-c configs/recipes/ppo.yaml` would layer it
+PPO_PRESET = yaml.safe_load((Path(__file__).parents[1] / "configs/recipes/ppo.yaml").read_text())["grpo"]
+
 RECIPES = {
     "dapo": dict(
         loss_agg="token-mean",
@@ -98,6 +105,9 @@ RECIPES = {
     "clip_cov": dict(
         cov_mode="clip_cov", clip_cov_low=-10.0, clip_cov_high=10.0, papo=True, papo_masked_grad=True
     ),
+    "ppo": dict(PPO_PRESET),
+    # classic PPO: one answer per prompt, no group baseline; micro-batches; no reference model
+    "ppo_g1": dict(advantage="gae", group_size=1, prompts_per_step=4, micro_batch_size=3, kl_coef=0.0),
 }
 
 
@@ -126,6 +136,8 @@ def test_every_recipe_trains_and_logs(name, examples, tiny_path, tmp_path):
         ],
         "entropy": ["loss/entropy", "clip/cov_fraction", "reward/overlong"],
         "clip_cov": ["clip/cov_fraction", "loss/perception"],
+        "ppo": ["loss/value", "clip/value_fraction", "critic/explained_variance", "critic/kl_reward"],
+        "ppo_g1": ["loss/value", "critic/value_mean", "critic/return_mean"],
     }[name]
     for key in expected:
         assert key in last, key
@@ -134,6 +146,10 @@ def test_every_recipe_trains_and_logs(name, examples, tiny_path, tmp_path):
         assert last["clip/cov_fraction"] > 0  # some tokens were selected
     if name == "dapo":  # only groups with reward spread were kept
         assert last["sampling/kept_groups"] == 2 and last["reward/group_spread"] == 1.0
+    if name == "ppo":  # the KL is in the reward, not in the loss
+        assert last["loss/kl"] == 0.0 and last["critic/kl_reward"] != 0.0
+    if name.startswith("ppo"):  # the critic moved: its values are no longer the zero of its init
+        assert last["critic/value_mean"] != 0.0 and last["loss/value"] > 0.0
     changed = any(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
     if name == "dapo_masked" and all(r["rollout/truncated"] == 1.0 for r in rows):
         # the untrained policy never ends within 8 tokens: every sample is masked out, nothing may move
@@ -234,6 +250,86 @@ def test_micro_batches_give_the_same_loss_and_gradient(examples, tiny_policy):
     assert all(torch.allclose(a, b, atol=1e-7, rtol=1e-4) for a, b in zip(g0, g3))
 
 
+def test_ppo_values_read_the_state_before_each_token(tiny_policy, examples):
+    from embodied.policy.model import completion_logprobs, encode_prompts, repeat_batch
+    from embodied.rl.ppo import ValueHead
+
+    model, processor = tiny_policy
+    prompt = encode_prompts(processor, [examples[0].record], [examples[0].clip], VideoConfig())
+    batch = repeat_batch(prompt, 2)
+    ids = torch.randint(20, 90, (2, 6), generator=torch.Generator().manual_seed(0))  # no vision token
+    mask = torch.ones(2, 6, dtype=torch.long)
+    torch.manual_seed(0)
+    head = ValueHead(model.config.text_config.hidden_size, init_std=0.1)
+    logp, values = completion_logprobs(model, batch, ids, mask, value_head=head)
+    assert values.shape == (2, 6) and values.requires_grad
+    # the full pass the values need gives the log-probs of the grouped batch's shared-prefix pass
+    assert torch.allclose(logp, completion_logprobs(model, batch, ids, mask), atol=1e-5)
+    changed = ids.clone()
+    changed[:, 3] = 20 + (ids[:, 3] - 20 + 7) % 70
+    _, values2 = completion_logprobs(model, batch, changed, mask, value_head=head)
+    # values[:, t] is V(prompt + completion[:t]): a new token 3 leaves V_0..V_3 alone and moves V_4 on
+    assert torch.allclose(values2[:, :4], values[:, :4], atol=1e-6)
+    assert (values2[:, 4] - values[:, 4]).abs().min() > 1e-4
+
+
+def test_ppo_value_head_gets_gradient_and_learns_a_fixed_rollout(tiny_path, examples):
+    from embodied.rl.rollout import sample_groups
+    from embodied.train.common import NonFiniteGuard, Processes
+    from embodied.train.grpo import critic_targets, learn, make_optimizer, update, value_head
+
+    torch.manual_seed(0)
+    model, processor = load_policy(tiny_path)
+    # lambda = 1: the returns are each answer's reward on every token, whatever the values (a fixed target);
+    # the policy barely moves (lr 1e-6), the head learns at 3e-3
+    cfg = _grpo(advantage="gae", kl_coef=0.0, lam=1.0, lr=1e-6, value_lr_scale=3e3, vf_coef=1.0)
+    ro = sample_groups(model, processor, examples[:2], VideoConfig(), varied_reward, **sampling_args(cfg))
+    head = value_head(model, cfg)
+    advantages, old_logp, critic, _ = critic_targets(model, None, head, ro, cfg)
+    assert advantages.shape == ro.ids.shape and torch.equal(
+        critic.old_values, torch.zeros_like(ro.mask.float())
+    )
+    update(model, None, processor, ro, advantages, old_logp, cfg, torch.Generator(), critic=critic)
+    assert head.linear.weight.grad.abs().sum() > 0 and head.linear.bias.grad.abs().sum() > 0
+    model.zero_grad(set_to_none=True)
+    head.zero_grad(set_to_none=True)
+    optimizer, guard, procs = make_optimizer(model, head, cfg), NonFiniteGuard(), Processes()
+    losses = [
+        learn(model, None, model, processor, ro, cfg, optimizer, guard, procs, 0, step, head)["loss/value"]
+        for step in range(1, 16)
+    ]
+    assert losses[0] > 0.1
+    assert losses[-1] < 0.3 * losses[0], losses
+
+
+def test_ppo_micro_batches_give_the_same_loss_and_gradient(examples, tiny_policy):
+    from embodied.rl.ppo import ValueHead
+    from embodied.rl.rollout import sample_groups
+    from embodied.train.grpo import critic_targets, update
+
+    model, processor = tiny_policy
+    torch.manual_seed(0)
+    cfg = _grpo(advantage="gae", kl_coef=0.0, loss_agg="token-mean")
+    ro = sample_groups(model, processor, examples[:2], VideoConfig(), varied_reward, **sampling_args(cfg))
+    head = ValueHead(model.config.text_config.hidden_size, init_std=0.05)  # its gradient reaches the backbone
+    advantages, old_logp, critic, _ = critic_targets(model, None, head, ro, cfg)
+    results = []
+    for mb in (0, 3):  # the whole rollout (8 rows) vs uneven micro-batches of 3, 3, 2
+        cfg.micro_batch_size = mb
+        model.zero_grad(set_to_none=True)
+        head.zero_grad(set_to_none=True)
+        metrics = update(
+            model, None, processor, ro, advantages, old_logp, cfg, torch.Generator(), critic=critic
+        )
+        params = [*model.parameters(), *head.parameters()]
+        results.append((metrics, [p.grad.detach().clone() for p in params if p.grad is not None]))
+    model.zero_grad(set_to_none=True)
+    (m0, g0), (m3, g3) = results
+    assert m3 == pytest.approx(m0, abs=1e-6) and m0["loss/value"] > 0
+    assert len(g0) == len(g3) > 0
+    assert all(torch.allclose(a, b, atol=1e-7, rtol=1e-4) for a, b in zip(g0, g3))
+
+
 def test_same_seed_gives_identical_metrics(examples, tiny_path, tmp_path):
     for run in ("a", "b"):
         torch.manual_seed(0)
@@ -259,10 +355,12 @@ class Crash(Exception):
     pass
 
 
-def test_grpo_resume_equals_uninterrupted_run(examples, tiny_path, tmp_path, monkeypatch):
+def _crash_and_resume(cfg: GRPOConfig, examples, tiny_path, tmp_path, monkeypatch) -> None:
+    """Run `cfg` (4 steps, a checkpoint every 2) straight into `full`, and into `cut` with a crash right after
+    the step-2 checkpoint and a resume in a fresh process state: every logged metric and the final weights
+    must be the uninterrupted run's."""
     import embodied.train.checkpoint as ckpt_mod
 
-    cfg = _grpo(steps=4, checkpoint_every=2, dynamic_sampling=True, max_sampling_rounds=2, kl_coef=0.04)
     torch.manual_seed(0)
     model, processor = load_policy(tiny_path)
     kw = dict(progress=False, reward_fn=varied_reward)
@@ -294,6 +392,23 @@ def test_grpo_resume_equals_uninterrupted_run(examples, tiny_path, tmp_path, mon
         for k in ra:
             assert rb[k] == pytest.approx(ra[k], abs=1e-6), (ra["step"], k)
     assert all(torch.allclose(x, y, atol=1e-6) for x, y in zip(full, resumed))
+
+
+def test_grpo_resume_equals_uninterrupted_run(examples, tiny_path, tmp_path, monkeypatch):
+    cfg = _grpo(steps=4, checkpoint_every=2, dynamic_sampling=True, max_sampling_rounds=2, kl_coef=0.04)
+    _crash_and_resume(cfg, examples, tiny_path, tmp_path, monkeypatch)
+
+
+def test_ppo_resume_equals_uninterrupted_run(examples, tiny_path, tmp_path, monkeypatch):
+    """The value head and its optimizer state come back too: steps 3 and 4 use the restored critic."""
+    cfg = _grpo(steps=4, checkpoint_every=2, group_size=2, **(PPO_PRESET | {"updates_per_rollout": 2}))
+    _crash_and_resume(cfg, examples, tiny_path, tmp_path, monkeypatch)
+    heads = [
+        load_file(str(tmp_path / run / "checkpoints/grpo/step-00000004/value_head.safetensors"))
+        for run in ("full", "cut")
+    ]
+    assert heads[0]["linear.weight"].abs().sum() > 0  # the head trained away from its zero init
+    assert all(torch.allclose(heads[0][k], heads[1][k], atol=1e-6) for k in heads[0])
 
 
 def test_checkpoint_rotation_and_rng_round_trip(tiny_path, tmp_path):

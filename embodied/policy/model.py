@@ -421,6 +421,7 @@ def completion_logprobs(
     temperature: float | torch.Tensor = 1.0,
     with_entropy: bool = False,
     entropy_grad: bool = False,
+    value_head: torch.nn.Module | None = None,
 ):
     """Per-token log-probs `(B, T)` of completion `ids` after the prompts of `batch`.
 
@@ -428,28 +429,44 @@ def completion_logprobs(
     the distribution each row was sampled from. Only the last T+1 positions' logits are materialised.
     With `with_entropy`, also returns the per-token entropy `(B, T)` of that distribution (detached unless
     `entropy_grad`).
+
+    With `value_head` (a module mapping last hidden states `(B, T, H)` to `(B, T)`, e.g. `rl.ppo.ValueHead`)
+    the values `(B, T)` come last in the returned tuple: `values[:, t]` is read from the very hidden state
+    whose logits predict token t, so it is V(prompt + completion[:t]), the state before token t. This always
+    runs the full pass (the shared-prefix pass of a grouped batch keeps no hidden states).
     """
     checkpointing = model.training and getattr(model, "is_activation_checkpointing", False)
     # checkpointed layers drop the KV cache the shared prefix needs; DDP must see the whole forward
     if isinstance(model, torch.nn.parallel.DistributedDataParallel) or _sharded(model):
         batch = dict(batch)  # a plain batch: every row runs its own full forward
-    if is_grouped(batch) and not checkpointing:
-        logits = shared_prefix_logits(model, batch, ids, mask).float()
+    values = None
+    if value_head is not None:
+        logits, hidden = _full_forward(model, batch, ids, mask, hidden=True)
+        values = value_head(hidden)
+    elif is_grouped(batch) and not checkpointing:
+        logits = shared_prefix_logits(model, batch, ids, mask)
     else:
-        logits = _full_logits(model, batch, ids, mask).float()
+        logits, _ = _full_forward(model, batch, ids, mask)
+    logits = logits.float()
     assert logits.shape[:2] == ids.shape
     if isinstance(temperature, torch.Tensor):
         temperature = temperature.to(logits).view(-1, 1, 1)
     logp = torch.log_softmax(logits / temperature, dim=-1)
     token_logp = logp.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
-    if not with_entropy:
-        return token_logp
-    entropy = -(logp.exp() * logp).sum(-1)
-    return token_logp, entropy if entropy_grad else entropy.detach()
+    out = [token_logp]
+    if with_entropy:
+        entropy = -(logp.exp() * logp).sum(-1)
+        out.append(entropy if entropy_grad else entropy.detach())
+    if values is not None:
+        out.append(values)
+    return out[0] if len(out) == 1 else tuple(out)
 
 
-def _full_logits(model, batch, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Logits `(B, T, V)` predicting each completion token, from one pass over prompt + completion."""
+def _full_forward(
+    model, batch, ids: torch.Tensor, mask: torch.Tensor, hidden: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Logits `(B, T, V)` predicting each completion token, from one pass over prompt + completion, and
+    with `hidden` the last hidden states `(B, T, H)` (after the final norm) at the same positions."""
     inputs = {k: v for k, v in batch.items() if k in _VISUAL}
     if is_grouped(batch):  # the vision tower runs once per prompt, not once per sample
         inputs["mm_encoder_outputs"] = shared_visual_features(model, batch)
@@ -462,7 +479,10 @@ def _full_logits(model, batch, ids: torch.Tensor, mask: torch.Tensor) -> torch.T
     if "mm_token_type_ids" in batch:
         mm = batch["mm_token_type_ids"]
         inputs["mm_token_type_ids"] = torch.cat([mm, torch.zeros_like(ids, dtype=mm.dtype)], dim=1)
-    return model(**inputs, use_cache=False, logits_to_keep=ids.shape[1] + 1).logits[:, :-1]
+    t = ids.shape[1]
+    # the logits kept are those of the last T+1 positions; the last one predicts past the completion
+    out = model(**inputs, use_cache=False, logits_to_keep=t + 1, output_hidden_states=hidden)
+    return out.logits[:, :-1], out.hidden_states[-1][:, -(t + 1) : -1] if hidden else None
 
 
 def encode_completions(processor, texts: Sequence[str], device="cpu") -> tuple[torch.Tensor, torch.Tensor]:

@@ -99,13 +99,26 @@ def log_ratio(
     raise ValueError(f"unknown ratio level {level!r}; choose one of {RATIO_LEVELS}")
 
 
+def token_advantages(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """`(B, T)` advantages: one per sequence `(B,)` repeated over its tokens, or per-token ones `(B, T)`
+    (PPO's GAE, `rl.ppo.gae`) as they are."""
+    if advantages.ndim == 1 and advantages.shape[0] == like.shape[0]:
+        return advantages.unsqueeze(1).expand_as(like)
+    if advantages.shape == like.shape:
+        return advantages
+    raise ValueError(
+        f"advantages must be (B,) or (B, T) = {tuple(like.shape)}, got {tuple(advantages.shape)}"
+    )
+
+
 def token_covariance(logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """`(B, T)` centred products (A_i - mean A)(log pi_t - mean log pi) over the batch's real tokens.
+    """`(B, T)` centred products (A_t - mean A)(log pi_t - mean log pi) over the batch's real tokens.
 
     Cui et al. 2025, "The Entropy Mechanism of RL for Reasoning LMs", Eq. 11: tokens whose log-prob and
-    advantage co-vary most drive entropy collapse. Means run over masked tokens; detached (selection only).
+    advantage co-vary most drive entropy collapse. `advantages` is `(B,)` (one per sequence) or `(B, T)`.
+    Means run over masked tokens; detached (selection only).
     """
-    adv = advantages.unsqueeze(1).expand_as(logprobs).detach()
+    adv = token_advantages(advantages, logprobs).detach()
     lp = logprobs.detach()
     return (adv - masked_mean(adv, mask)) * (lp - masked_mean(lp, mask))
 
@@ -194,7 +207,7 @@ def grpo_loss(
     Args:
         logprobs: `(B, T)` log-probs of the sampled tokens under the current policy (with grad).
         old_logprobs: `(B, T)` the same under the sampling policy (no grad).
-        advantages: `(B,)` one advantage per sequence.
+        advantages: `(B,)` one advantage per sequence (GRPO), or `(B, T)` one per token (PPO's GAE).
         mask: `(B, T)` 1 for completion tokens, 0 for padding (and for masked-out truncated samples).
         ref_logprobs: `(B, T)` under the frozen reference policy; required when `kl_coef > 0`.
         num_seqs, num_tokens: whole-batch sizes when this is one micro-batch (see `aggregate`).
@@ -208,7 +221,7 @@ def grpo_loss(
     eps_high = clip_eps if s.clip_eps_high is None else s.clip_eps_high
     dual_clip, cov_mode = s.dual_clip, s.cov_mode
     ratio = torch.exp(log_ratio(logprobs, old_logprobs, mask, s.ratio_level))
-    adv = advantages.unsqueeze(1)
+    adv = token_advantages(advantages, logprobs)
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + eps_high) * adv
     per_token = -torch.minimum(unclipped, clipped)

@@ -142,6 +142,45 @@ def value_loss(
     return loss, masked_mean(is_clipped.to(per_token.dtype), mask).detach()
 
 
+def gae_advantages(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float,
+    lam: float,
+    kl: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+    all_sum: Callable | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's advantages for one rollout: `(whitened advantages, returns)`, both `(B, T)` float32.
+
+    The sequence rewards `(B,)` go on each completion's last real token, with `- kl_coef * kl` on every
+    token (`token_rewards`); GAE(gamma, lam) against the rollout-time `values` (`gae`); the advantages are
+    whitened over the batch's real tokens (`whiten`, with `all_sum` across processes) for the policy loss,
+    while the returns (A + V, not whitened) are the critic's regression targets (`value_loss`).
+    """
+    r = token_rewards(rewards.float(), mask, kl, kl_coef)
+    adv, returns = gae(r, values, mask, gamma, lam)
+    return whiten(adv, mask, all_sum=all_sum), returns
+
+
+@torch.no_grad()
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """How much of the returns' variance the values explain, over real tokens: 1 - Var[R - V] / Var[R]
+    (as OpenAI baselines log it). 1: a perfect critic; 0: no better than a constant; negative: worse.
+    0 when the returns do not vary."""
+    _check(mask, values=values, returns=returns)
+
+    def var(x: torch.Tensor) -> torch.Tensor:
+        mean = masked_mean(x.double(), mask)
+        return masked_mean((x.double() - mean) ** 2, mask)
+
+    var_r = var(returns)
+    if var_r <= 0:
+        return torch.zeros((), dtype=torch.float32)
+    return (1 - var(returns - values) / var_r).float()
+
+
 class ValueHead(torch.nn.Module):
     """A scalar value per position from the policy's last hidden states: `(B, L, H)` -> `(B, L)`.
 

@@ -8,6 +8,7 @@ had never stopped:
     rng.pt              python, numpy and torch RNG states
     state.json          step, data position and the loop's own counters
     config.yaml         the run's config, for the record
+    <name>.safetensors  modules trained next to the policy, if any (PPO's `value_head`)
 
 It is written into a hidden temporary folder first and renamed into place only when every file is
 flushed to disk: a crash mid-write leaves a `.tmp-*` folder that nothing reads, and the previous
@@ -67,11 +68,14 @@ def save_checkpoint(
     keep: int = 2,
     weights: dict | None = None,
     optim_state: dict | None = None,
+    extra: dict[str, torch.nn.Module] | None = None,
 ) -> Path:
     """Write the checkpoint of `step` atomically under `root`, then keep only the newest `keep` (>= 1).
 
     `state` is the loop's JSON-serialisable bookkeeping (data position, running sums, ...). `weights` and
     `optim_state` replace the model's and optimizer's own state dicts (FSDP passes the gathered ones).
+    `extra` names modules trained next to the model (their parameters in `optimizer`), each written to
+    `<name>.safetensors` in the same folder.
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -83,6 +87,8 @@ def save_checkpoint(
         save_model(model, str(tmp / "model.safetensors"))
     else:
         save_file(_unshared(weights), str(tmp / "model.safetensors"))
+    for name, module in (extra or {}).items():
+        save_model(module, str(tmp / f"{name}.safetensors"))
     optim = {
         "optimizer": optimizer.state_dict() if optim_state is None else optim_state,
         "scheduler": scheduler.state_dict() if scheduler else None,
@@ -129,14 +135,34 @@ def resolve_resume(resume: str, root: str | Path) -> Path | None:
     return path
 
 
-def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer=None, scheduler=None) -> dict:
-    """Restore weights, optimizer, scheduler and RNG states from `path`; returns its `state.json`."""
+def load_checkpoint(
+    path: str | Path,
+    model: torch.nn.Module,
+    optimizer=None,
+    scheduler=None,
+    extra: dict[str, torch.nn.Module] | None = None,
+) -> dict:
+    """Restore weights, optimizer, scheduler and RNG states from `path`; returns its `state.json`.
+    `extra`: modules saved next to the model (see `save_checkpoint`), loaded from `<name>.safetensors`."""
     path = Path(path)
     load_model(model, str(path / "model.safetensors"), device=str(next(model.parameters()).device))
+    load_extra(path, extra)
     optim, state = restore_state(path, scheduler)
     if optimizer is not None:
         optimizer.load_state_dict(optim["optimizer"])
     return state
+
+
+def load_extra(path: str | Path, extra: dict[str, torch.nn.Module] | None) -> None:
+    """Load each module of `extra` from `<name>.safetensors` in checkpoint `path`; a missing file is an
+    error that names it (a checkpoint written without that module, e.g. by a run that was not PPO)."""
+    for name, module in (extra or {}).items():
+        f = Path(path) / f"{name}.safetensors"
+        if not f.is_file():
+            raise FileNotFoundError(
+                f"checkpoint {path} has no {f.name}: it was written by a run without {name}"
+            )
+        load_model(module, str(f), device=str(next(module.parameters()).device))
 
 
 def restore_state(path: str | Path, scheduler=None) -> tuple[dict, dict]:

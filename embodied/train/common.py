@@ -192,21 +192,30 @@ class Processes:
                 weights.pop(name, None)
         return weights, optim
 
-    def save_checkpoint(self, root, step, model, optimizer, scheduler, state, config_yaml, keep) -> None:
-        """Every process calls this; the first writes (`embodied.train.checkpoint.save_checkpoint`)."""
+    def save_checkpoint(
+        self, root, step, model, optimizer, scheduler, state, config_yaml, keep, extra=None
+    ) -> None:
+        """Every process calls this; the first writes (`embodied.train.checkpoint.save_checkpoint`;
+        `extra`: unsharded modules trained next to the model, saved as `<name>.safetensors`)."""
         from embodied.train.checkpoint import save_checkpoint
 
+        if self.fsdp and extra:
+            raise ValueError("modules next to the policy (PPO's value head) are not supported under FSDP yet")
         weights, optim = self.full_state(model, optimizer) if self.fsdp else (None, None)
         if self.main:
-            save_checkpoint(root, step, model, optimizer, scheduler, state, config_yaml, keep, weights, optim)
+            args = (state, config_yaml, keep, weights, optim, extra)
+            save_checkpoint(root, step, model, optimizer, scheduler, *args)
         self.barrier()
 
-    def load_checkpoint(self, path, model, optimizer, scheduler=None) -> dict:
-        """Restore a checkpoint into this process's (possibly sharded) model and optimizer."""
+    def load_checkpoint(self, path, model, optimizer, scheduler=None, extra=None) -> dict:
+        """Restore a checkpoint into this process's (possibly sharded) model and optimizer (and `extra`,
+        as `save_checkpoint` wrote it)."""
         from embodied.train.checkpoint import load_checkpoint, restore_state
 
         if not self.fsdp:
-            return load_checkpoint(path, model, optimizer, scheduler)
+            return load_checkpoint(path, model, optimizer, scheduler, extra)
+        if extra:
+            raise ValueError("modules next to the policy (PPO's value head) are not supported under FSDP yet")
         from safetensors.torch import load_file
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,

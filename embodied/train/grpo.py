@@ -3,7 +3,9 @@
 One step, top to bottom: rollout (G samples per prompt, DAPO dynamic sampling if on) -> rewards ->
 advantages -> `updates_per_rollout` optimizer steps of the clipped policy loss (+ KL to the frozen initial
 policy, entropy controls, PAPO's perception loss), each accumulated over micro-batches -> log -> eval ->
-checkpoint. Every recipe is a switch of `GRPOConfig`; presets live in configs/ (grpo, dapo, drgrpo, papo).
+checkpoint. Every recipe is a switch of `GRPOConfig`; presets live in configs/recipes/ (grpo, dapo, drgrpo,
+papo, ..., ppo). PPO (`advantage=gae`) swaps the group baseline for a learned critic: a value head on the
+policy's last hidden states, trained alongside it (`Critic`, `critic_targets`), saved in every checkpoint.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -26,10 +29,12 @@ from embodied.rl.losses import (
     RATIO_LEVELS,
     LossSpec,
     grpo_loss,
+    kl_estimate,
     masked_mean,
     perception_loss,
 )
 from embodied.rl.papo import masked_batch
+from embodied.rl.ppo import ValueHead, explained_variance, gae_advantages, value_loss
 from embodied.rl.rewards import RewardFn, mcq_rewards, mean_terms, overlong_shaping, score
 from embodied.rl.rollout import Rollout, dynamic_sample, sample_groups, sampling_seed
 from embodied.train.checkpoint import resolve_resume
@@ -45,7 +50,7 @@ from embodied.train.metrics import MetricsLog
 from embodied.video import VideoConfig
 
 CHOICES = {
-    "advantage": ESTIMATORS,
+    "advantage": (*ESTIMATORS, "gae"),
     "loss_agg": LOSS_AGGREGATIONS,
     "ratio_level": RATIO_LEVELS,
     "cov_mode": COV_MODES,
@@ -53,8 +58,9 @@ CHOICES = {
 }
 
 
-def check_config(cfg) -> None:
-    """Fail before any work on a misspelt recipe switch, naming the key and the choices."""
+def check_config(cfg, world: int = 1) -> None:
+    """Fail before any work on a misspelt recipe switch (naming the key and the choices), a combination
+    that cannot run, or one not supported over `world` processes yet."""
     bad = [
         f"grpo.{k}={getattr(cfg, k)!r} (choose {v})" for k, v in CHOICES.items() if getattr(cfg, k) not in v
     ]
@@ -62,6 +68,14 @@ def check_config(cfg) -> None:
         bad.append(
             "grpo.updates_per_rollout and grpo.max_sampling_rounds must be >= 1, micro_batch_size >= 0"
         )
+    if not (0 <= cfg.gamma <= 1 and 0 <= cfg.lam <= 1):
+        bad.append(f"grpo.gamma={cfg.gamma} and grpo.lam={cfg.lam} must lie in [0, 1]")
+    if cfg.kl_in_reward and cfg.advantage != "gae":
+        bad.append("grpo.kl_in_reward needs grpo.advantage=gae (per-token rewards go through GAE)")
+    if world > 1 and cfg.dynamic_sampling:
+        bad.append("grpo.dynamic_sampling with several processes is not supported yet: run it in one")
+    if world > 1 and cfg.advantage == "gae":
+        bad.append("grpo.advantage=gae (PPO's value head) with several processes is not supported yet")
     if bad:
         raise ValueError("; ".join(bad))
 
@@ -87,7 +101,7 @@ def loss_spec(cfg) -> LossSpec:
         clip_eps=cfg.clip_eps,
         clip_eps_high=cfg.clip_eps_high,
         dual_clip=cfg.dual_clip,
-        kl_coef=cfg.kl_coef,
+        kl_coef=0.0 if cfg.kl_in_reward else cfg.kl_coef,  # in the reward instead (critic_targets)
         kl_kind=cfg.kl_estimator,
         agg=cfg.loss_agg,
         agg_norm=cfg.max_new_tokens,
@@ -113,18 +127,45 @@ def sampling_args(cfg) -> dict:
     }
 
 
+@dataclass
+class Critic:
+    """PPO's critic on one rollout (`grpo.advantage=gae`): the value head and its regression targets."""
+
+    head: ValueHead
+    old_values: torch.Tensor
+    """`(B, T)` the head's values when the rollout was scored: the centre of the value clip."""
+    returns: torch.Tensor
+    """`(B, T)` GAE's lambda-returns, the values' targets."""
+
+
+def loss_mask(ro: Rollout, cfg) -> torch.Tensor:
+    """`(B, T)` the tokens the loss sees: the completions, less truncated ones under `mask_truncated`."""
+    return ro.mask * (~ro.truncated).unsqueeze(1) if cfg.mask_truncated else ro.mask
+
+
 def update(
-    model, ref, processor, ro: Rollout, advantages: torch.Tensor, old_logp, cfg, gen, procs=None
+    model,
+    ref,
+    processor,
+    ro: Rollout,
+    advantages: torch.Tensor,
+    old_logp,
+    cfg,
+    gen,
+    procs=None,
+    critic: Critic | None = None,
 ) -> dict:
     """Accumulate the loss's gradient over micro-batches of the rollout (no optimizer step); `cfg` is the
-    `GRPOConfig`, whose loss switches go to `grpo_loss` as one `LossSpec`.
+    `GRPOConfig`, whose loss switches go to `grpo_loss` as one `LossSpec`. `advantages` is `(B,)` or, with
+    a `critic` (PPO), `(B, T)`; the critic's clipped value loss is then added with weight `cfg.vf_coef`.
 
     Every micro-batch loss is normalised by whole-rollout sizes (summed over processes), so the summed
     gradient equals the whole-batch one. Returns this process's share of the detached metrics, summed the
     same way (clip fractions token-weighted); summing them over processes gives the global values.
     """
     procs, spec = procs or Processes(), loss_spec(cfg)
-    mask = ro.mask * (~ro.truncated).unsqueeze(1) if cfg.mask_truncated else ro.mask
+    mask = loss_mask(ro, cfg)
+    head = critic.head if critic is not None else None
     local_rows = mask.shape[0]
     rows = int(procs.sum(torch.tensor(local_rows)))
     tokens = int(procs.sum(mask.sum()))
@@ -132,17 +173,21 @@ def update(
     totals: dict[str, float] = {}
     for idx in micro_batches(local_rows, cfg.micro_batch_size):
         sub, ids, m, temp = select_rows(ro.batch, idx), ro.ids[idx], mask[idx], ro.temperature[idx]
-        logp, entropy = completion_logprobs(
-            model, sub, ids, m, temp, with_entropy=True, entropy_grad=need_entropy_grad
-        )
+        logp, entropy, *values = completion_logprobs(model, sub, ids, m, temp, True, need_entropy_grad, head)
         ref_logp = None
-        if ref is not None:
+        if ref is not None and spec.kl_coef > 0:
             with torch.no_grad():
                 ref_logp = completion_logprobs(ref, sub, ids, m, temp)
         sizes = {"num_seqs": rows, "num_tokens": tokens, "agg": cfg.loss_agg, "agg_norm": cfg.max_new_tokens}
         old = logp.detach() if old_logp is None else old_logp[idx]
         ent = entropy if cfg.entropy_coef > 0 else None
         loss, terms = grpo_loss(logp, old, advantages[idx], m, ref_logp, spec, ent, gen, rows, tokens)
+        if critic is not None:
+            v_loss, v_clip = value_loss(
+                values[0], critic.old_values[idx], critic.returns[idx], m, cfg.value_clip, tokens
+            )
+            loss = loss + cfg.vf_coef * v_loss
+            terms |= {"loss/value": v_loss.detach(), "clip/value_fraction": v_clip}
         if cfg.papo:
             masked = masked_batch(sub, processor, cfg.papo_mask_prob, cfg.papo_consistent, gen)
             with torch.set_grad_enabled(cfg.papo_masked_grad):
@@ -171,13 +216,60 @@ def update(
 
 
 @torch.no_grad()
-def rollout_logprobs(model, ro: Rollout, micro_batch_size: int = 0) -> torch.Tensor:
-    """`(P * G, T)` log-probs of the rollout's tokens under `model`, in micro-batches, without grad."""
+def rollout_logprobs(model, ro: Rollout, micro_batch_size: int = 0, value_head=None):
+    """`(P * G, T)` log-probs of the rollout's tokens under `model`, in micro-batches, without grad; with
+    `value_head`, `(log-probs, values)` from the same pass (values float32)."""
     parts = []
     for idx in micro_batches(ro.ids.shape[0], micro_batch_size):
-        sub = select_rows(ro.batch, idx)
-        parts.append(completion_logprobs(model, sub, ro.ids[idx], ro.mask[idx], ro.temperature[idx]))
-    return torch.cat(parts)
+        sub, ids, mask, temp = select_rows(ro.batch, idx), ro.ids[idx], ro.mask[idx], ro.temperature[idx]
+        out = completion_logprobs(model, sub, ids, mask, temp, value_head=value_head)
+        parts.append(out if value_head is not None else (out,))
+    cols = [torch.cat(c) for c in zip(*parts)]
+    return cols[0] if value_head is None else (cols[0], cols[1].float())
+
+
+@torch.no_grad()
+def critic_targets(
+    model, ref, head: ValueHead, ro: Rollout, cfg
+) -> tuple[torch.Tensor, torch.Tensor, Critic, dict]:
+    """PPO's advantages for a rollout (`grpo.advantage=gae`): one no-grad pass for the sampling policy's
+    log-probs and the head's values, the per-token KL to the reference when it goes in the reward
+    (`kl_in_reward`), then GAE. Returns `(whitened advantages (B, T), old log-probs (B, T), the Critic,
+    metrics)`."""
+    mask = loss_mask(ro, cfg)
+    old_logp, old_values = rollout_logprobs(model, ro, cfg.micro_batch_size, head)
+    kl = None
+    if cfg.kl_in_reward and ref is not None:
+        kl = kl_estimate(old_logp, rollout_logprobs(ref, ro, cfg.micro_batch_size), cfg.kl_estimator)
+    kl_coef = cfg.kl_coef if kl is not None else 0.0
+    rewards = ro.rewards.flatten()
+    advantages, returns = gae_advantages(rewards, old_values, mask, cfg.gamma, cfg.lam, kl, kl_coef)
+    metrics = {
+        "critic/value_mean": float(masked_mean(old_values, mask)),
+        "critic/return_mean": float(masked_mean(returns, mask)),
+        "critic/explained_variance": float(explained_variance(old_values, returns, mask)),
+    }
+    if kl is not None:
+        metrics["critic/kl_reward"] = float(masked_mean(kl, mask))
+    return advantages, old_logp, Critic(head, old_values, returns), metrics
+
+
+def value_head(model, cfg) -> ValueHead | None:
+    """PPO's critic (`grpo.advantage=gae`): a zero-initialised float32 linear head on the policy's last
+    hidden states (the backbone is shared), on the policy's device; None for the group estimators."""
+    if cfg.advantage != "gae":
+        return None
+    text = getattr(model.config, "text_config", model.config)
+    return ValueHead(text.hidden_size, device=next(model.parameters()).device)
+
+
+def make_optimizer(model, head: ValueHead | None, cfg) -> torch.optim.Optimizer:
+    """AdamW over the policy (vision tower at `vision_lr_scale`) and the value head, if any (at
+    `value_lr_scale`): one optimizer, so one checkpoint file holds both states."""
+    groups = param_groups(model, cfg.lr, cfg.vision_lr_scale)
+    if head is not None:
+        groups.append({"params": list(head.parameters()), "lr": cfg.lr * cfg.value_lr_scale})
+    return torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=0.0)
 
 
 @torch.no_grad()
@@ -220,22 +312,18 @@ def train_grpo(
     MCQ rules; a failing one stops the run with a `RewardError`). Under several processes (`procs`) each
     samples and trains on its share of every step's prompts (whole groups, so advantages are exact); only
     the first logs, evaluates and writes checkpoints."""
-    check_config(cfg)
     procs = procs or Processes()
-    if procs.world > 1 and cfg.dynamic_sampling:
-        raise ValueError("grpo.dynamic_sampling with several processes is not supported yet: run it in one")
+    check_config(cfg, procs.world)
     ref = procs.wrap_frozen(copy.deepcopy(model).eval().requires_grad_(False)) if cfg.kl_coef > 0 else None
-    net, out_dir = procs.wrap(model), Path(out_dir)
-    optimizer = torch.optim.AdamW(
-        param_groups(model, cfg.lr, cfg.vision_lr_scale), lr=cfg.lr, weight_decay=0.0
-    )
+    net, out_dir, head = procs.wrap(model), Path(out_dir), value_head(model, cfg)
+    optimizer, extra = make_optimizer(model, head, cfg), ({"value_head": head} if head is not None else None)
     reward_fn = reward_fn or mcq_rewards(cfg.accuracy_weight, cfg.format_weight)
     log, guard = MetricsLog(out_dir / "metrics.jsonl", "grpo"), NonFiniteGuard()
     ckpt_dir = out_dir / "checkpoints" / "grpo"
     state = {"drawn": 0, "empty_steps": 0}
     order, start = index_batches(len(train), cfg.prompts_per_step, seed), 1
     if path := resolve_resume(resume, ckpt_dir):
-        start, order = resume_state(path, procs, model, optimizer, guard, state, order, log)
+        start, order = resume_state(path, procs, model, optimizer, guard, state, order, log, extra)
     sampling = sampling_args(cfg)
 
     def draw() -> Rollout:
@@ -256,7 +344,7 @@ def train_grpo(
         if ro is None:  # every group drawn had equal rewards: nothing to learn from this step
             state["empty_steps"] += 1
         else:
-            metrics = learn(net, ref, model, processor, ro, cfg, optimizer, guard, procs, seed, step)
+            metrics = learn(net, ref, model, processor, ro, cfg, optimizer, guard, procs, seed, step, head)
         if step % cfg.log_every == 0 or step == cfg.steps:
             counts = {"train/skipped_steps": guard.total, "train/empty_steps": state["empty_steps"]}
             metrics = step_metrics(
@@ -273,17 +361,19 @@ def train_grpo(
         if cfg.checkpoint_every and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
             counters = state | {"skipped": guard.total, "in_row": guard.in_row}
             procs.save_checkpoint(
-                ckpt_dir, step, model, optimizer, None, counters, config_yaml, cfg.keep_checkpoints
+                ckpt_dir, step, model, optimizer, None, counters, config_yaml, cfg.keep_checkpoints, extra
             )
     procs.barrier()
     model.eval()
     return {"steps": cfg.steps, "wall_s": time.perf_counter() - t_start, "skipped_steps": guard.total}
 
 
-def resume_state(path: Path, procs, model, optimizer, guard, state: dict, order, log) -> tuple[int, Iterator]:
-    """Load a GRPO checkpoint into the model, optimizer, guard and counters; returns the first step to run
-    and the batch order past the batches already drawn."""
-    saved = procs.load_checkpoint(path, model, optimizer)
+def resume_state(
+    path: Path, procs, model, optimizer, guard, state: dict, order, log, extra=None
+) -> tuple[int, Iterator]:
+    """Load a GRPO checkpoint into the model, optimizer, guard, counters and `extra` modules (PPO's value
+    head); returns the first step to run and the batch order past the batches already drawn."""
+    saved = procs.load_checkpoint(path, model, optimizer, extra=extra)
     state |= {"drawn": saved["drawn"], "empty_steps": saved["empty_steps"]}
     guard.total, guard.in_row = saved["skipped"], saved["in_row"]
     log.truncate(saved["step"])
@@ -299,23 +389,28 @@ def rollout(draw, cfg, processor, video: VideoConfig) -> tuple[Rollout | None, d
 
 
 def learn(
-    net, ref, model, processor, ro: Rollout, cfg, optimizer, guard, procs, seed: int, step: int
+    net, ref, model, processor, ro: Rollout, cfg, optimizer, guard, procs, seed: int, step: int, head=None
 ) -> dict:
-    """Advantages within each group, then `cfg.updates_per_rollout` optimizer steps against the sampling
-    policy's log-probs (masks and token picks drawn from `(seed, step)`); the last update's metrics."""
-    gen = _generator(seed, step, 1)
-    advantages = compute_advantages(
-        ro.rewards, cfg.advantage, procs.sum if procs.world > 1 else None
-    ).flatten()
+    """Advantages within each group (or, with PPO's value `head`, GAE against its values), then
+    `cfg.updates_per_rollout` optimizer steps against the sampling policy's log-probs (masks and token
+    picks drawn from `(seed, step)`); the last update's metrics."""
+    gen, critic, extra = _generator(seed, step, 1), None, {}
     model.train()
-    # mu = 1: the sampling policy is the current one, so its log-probs are the detached current ones
-    old_logp = rollout_logprobs(model, ro, cfg.micro_batch_size) if cfg.updates_per_rollout > 1 else None
+    if head is None:
+        all_sum = procs.sum if procs.world > 1 else None
+        advantages = compute_advantages(ro.rewards, cfg.advantage, all_sum).flatten()
+        # mu = 1: the sampling policy is the current one, so its log-probs are the detached current ones
+        mu = cfg.updates_per_rollout
+        old_logp = rollout_logprobs(model, ro, cfg.micro_batch_size) if mu > 1 else None
+    else:
+        advantages, old_logp, critic, extra = critic_targets(model, ref, head, ro, cfg)
+    stepped = model if head is None else torch.nn.ModuleList([model, head])  # clipped and stepped together
     for _ in range(cfg.updates_per_rollout):
-        metrics = update(net, ref, processor, ro, advantages, old_logp, cfg, gen, procs)
+        metrics = update(net, ref, processor, ro, advantages, old_logp, cfg, gen, procs, critic)
         loss = torch.tensor(metrics["loss/total"])
-        metrics["optim/grad_norm"] = apply_gradients(model, optimizer, loss, cfg.grad_clip, guard, step)
+        metrics["optim/grad_norm"] = apply_gradients(stepped, optimizer, loss, cfg.grad_clip, guard, step)
     model.eval()
-    return metrics
+    return metrics | extra
 
 
 def step_metrics(
@@ -326,7 +421,7 @@ def step_metrics(
     if ro is not None:
         metrics |= {
             **mean_terms(ro.terms),
-            "reward/group_spread": (ro.rewards.std(dim=1) > 0).float().mean(),
+            "reward/group_spread": (ro.rewards.amax(1) > ro.rewards.amin(1)).float().mean(),
             "rollout/len": ro.mask.sum(1).float().mean(),
             "rollout/truncated": ro.truncated.float().mean(),
         }
