@@ -177,6 +177,20 @@ class LossSpec:
     kl_cov_coef: float = 1.0
 
 
+def _cov_control(per_token, unclipped, is_clipped, logprobs, old_logprobs, advantages, mask, s, generator):
+    """Clip-Cov / KL-Cov (Cui et al. 2025) on the per-token loss: `(per_token, selected, is_clipped)`."""
+    cov = token_covariance(logprobs, advantages, mask)
+    if s.cov_mode == "clip_cov":
+        lo, hi = s.clip_cov_bounds
+        selected = clip_cov_select(cov, mask, is_clipped, s.cov_ratio, lo, hi, generator)
+        return per_token.masked_fill(selected, 0.0), selected, is_clipped
+    if s.cov_mode == "kl_cov":
+        selected = kl_cov_select(cov, mask, s.cov_ratio)
+        penalty = s.kl_cov_coef * (logprobs - old_logprobs).abs()
+        return torch.where(selected, -unclipped + penalty, -unclipped), selected, torch.zeros_like(is_clipped)
+    raise ValueError(f"unknown cov_mode {s.cov_mode!r}; choose one of {COV_MODES}")
+
+
 def grpo_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
@@ -232,18 +246,9 @@ def grpo_loss(
         per_token = torch.where(adv < 0, torch.minimum(per_token, -dual_clip * adv), per_token)
     selected = torch.zeros_like(mask, dtype=torch.bool)
     if cov_mode != "none":
-        cov = token_covariance(logprobs, advantages, mask)
-        if cov_mode == "clip_cov":
-            lo, hi = s.clip_cov_bounds
-            selected = clip_cov_select(cov, mask, is_clipped, s.cov_ratio, lo, hi, generator)
-            per_token = per_token.masked_fill(selected, 0.0)
-        elif cov_mode == "kl_cov":
-            selected = kl_cov_select(cov, mask, s.cov_ratio)
-            penalty = s.kl_cov_coef * (logprobs - old_logprobs).abs()
-            per_token = torch.where(selected, -unclipped + penalty, -unclipped)
-            is_clipped = torch.zeros_like(is_clipped)
-        else:
-            raise ValueError(f"unknown cov_mode {cov_mode!r}; choose one of {COV_MODES}")
+        per_token, selected, is_clipped = _cov_control(
+            per_token, unclipped, is_clipped, logprobs, old_logprobs, advantages, mask, s, generator
+        )
     sizes = {"num_seqs": num_seqs, "num_tokens": num_tokens}
     policy_loss = aggregate(per_token, mask, agg, agg_norm, **sizes)
     zero = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
