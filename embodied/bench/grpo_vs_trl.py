@@ -202,11 +202,17 @@ def _require_trl() -> str:
     return trl.__version__
 
 
+WORKLOAD = {"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 32, "kl_coef": 0.04, "lr": 5e-5}
+"""The GRPO settings both sides run (docs/benchmarks.md), fixed so that the ratio stays comparable across
+runs whatever the training defaults become; the remaining `grpo.*` settings apply to both sides."""
+
+
 def run(cfg, out: Path, progress: bool = True) -> dict:
     """Time GRPO steps of TRL and of this framework side by side; returns the JSON-ready result."""
     import transformers
 
     trl_version = _require_trl()
+    cfg = dataclasses.replace(cfg, grpo=dataclasses.replace(cfg.grpo, **WORKLOAD))
     b, grpo, video = cfg.bench, cfg.grpo, cfg.video
     path = resolve_policy_path(cfg.policy.path, cfg.policy.tiny_seed)
     examples = simulate_examples(b.prompts, cfg.seed)
