@@ -209,3 +209,19 @@ def test_evaluate_env_best_of_n_and_vote(tiny_policy, episodes):
     # The untrained tiny model never writes a parseable action: nothing succeeds, nothing is hidden.
     assert result["test_time"]["best_of@4"] == 0.0 and result["test_time"]["vote@4"] == 0.0
     assert result["seconds_per_episode"]["best_of@4"] > result["seconds_per_episode"]["best_of@1"] > 0
+
+
+def test_embodied_eval_on_episodes_runs_the_simulator(tmp_path):
+    """`embodied eval` on an episode dataset: success, spread, best-of-N and vote, and a clear refusal of
+    a shortcut baseline (episodes have no letter to guess)."""
+    from embodied.config import load_config
+    from embodied.run import eval as eval_cmd
+
+    env = EnvConfig(root=str(tmp_path / "env"), n_train=0, n_test=1)
+    generate_episodes(env, progress=False)
+    over = [f"data.root={env.root}", f"run_dir={tmp_path}/run", "policy.path=tiny", "eval.samples=2"]
+    result = eval_cmd(load_config(None, over + ["eval.k=[1,2]", "eval.max_new_tokens=8"]), progress=False)
+    assert result["n"] == 3 and set(result["test_time"]) >= {"best_of@2", "vote@2", "per_task"}
+    assert "best-of-2" in (tmp_path / "run" / "eval_test.md").read_text()
+    with pytest.raises(ValueError, match="interactive episodes"):
+        eval_cmd(load_config(None, over + ["eval.baseline=blind"]), progress=False)

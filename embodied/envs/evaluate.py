@@ -218,6 +218,11 @@ def summarize_env(predictions: Sequence[dict], records: dict | None = None) -> d
     return stats(list(predictions)) | {"per_task": per_task}
 
 
+def _corr(spread: dict) -> str:
+    value = spread.get("corr_decisive")
+    return "" if value is None else "n/a" if value != value else f"{value:.2f}"
+
+
 def env_markdown(result: dict, title: str = "") -> str:
     """A markdown table of an `evaluate_env` result: success, spread of the answers and, when sampled,
     best-of-N and majority vote with their seconds per episode; one row per task and one for all."""
@@ -238,7 +243,7 @@ def env_markdown(result: dict, title: str = "") -> str:
         cells += [
             f"{s['unparseable']:.1%}",
             str(spread.get("distinct", "")),
-            f"{spread.get('corr_decisive', '')}",
+            _corr(spread),
         ]
         if tt:
             c = tt if name == "**all**" else tt["per_task"][name]
