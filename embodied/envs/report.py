@@ -295,39 +295,15 @@ def plot_test_time(rows: list[dict], out: Path) -> bool:
     if row is None:
         return False
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
-    for s, v in row["stages"].items():
-        env = v["env"]
-        ks = env["settings"]["k"]
-        sec = env["seconds_per_episode"]
-        (line,) = axes[0].plot(
-            ks, [env["test_time"][f"best_of@{n}"] for n in ks], marker="o", label=f"{s} best-of-N"
-        )
-        axes[0].plot(
-            ks,
-            [env["test_time"][f"vote@{n}"] for n in ks],
-            marker="x",
-            ls="--",
-            color=line.get_color(),
-            label=f"{s} vote",
-        )
-        axes[1].plot(
-            [sec[f"best_of@{n}"] for n in ks],
-            [env["test_time"][f"best_of@{n}"] for n in ks],
-            marker="o",
-            color=line.get_color(),
-            label=f"{s} best-of-N",
-        )
-        axes[1].plot(
-            [sec[f"vote@{n}"] for n in ks],
-            [env["test_time"][f"vote@{n}"] for n in ks],
-            marker="x",
-            ls="--",
-            color=line.get_color(),
-            label=f"{s} vote",
-        )
-        axes[2].plot(
-            ks, [v["mcq"][f"cons@{n}"] for n in ks], marker="x", ls="--", color=line.get_color(), label=s
-        )
+    for i, (s, v) in enumerate(row["stages"].items()):
+        env, colour = v["env"], f"C{i}"
+        ks, sec = env["settings"]["k"], env["seconds_per_episode"]
+        for kind, marker, ls, name in (("best_of", "o", "-", "best-of-N"), ("vote", "x", "--", "vote")):
+            success = [env["test_time"][f"{kind}@{n}"] for n in ks]
+            style = {"marker": marker, "ls": ls, "color": colour, "label": f"{s} {name}"}
+            axes[0].plot(ks, success, **style)
+            axes[1].plot([sec[f"{kind}@{n}"] for n in ks], success, **style)
+        axes[2].plot(ks, [v["mcq"][f"cons@{n}"] for n in ks], marker="x", ls="--", color=colour, label=s)
     for ax, (x, y, title) in zip(
         axes,
         (
