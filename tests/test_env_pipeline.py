@@ -91,8 +91,9 @@ def test_env_feedback_experiment_end_to_end(tmp_path):
     assert len(list((tmp_path / "run" / "videos").glob("*.mp4"))) == 3 * 3
     text = (tmp_path / "run" / "results.md").read_text()
     assert "best constant answer" in text and "best-of-2" in text and "benchmark, all" in text
-    again = run(cfg, tmp_path / "run", progress=False)  # every seed reused, same figures
-    assert again["stages"] == json.loads(json.dumps(summary["stages"]))
+    again = run(cfg, tmp_path / "run", progress=False)  # every stage reused, same figures
+    same = json.dumps(again["stages"], sort_keys=True) == json.dumps(summary["stages"], sort_keys=True)
+    assert same  # compared as text: an undefined correlation is NaN, and NaN != NaN
 
 
 def test_random_answers_are_well_formed_and_in_range(episodes):
