@@ -52,10 +52,10 @@ def generate(cfg: Config, progress: bool = True) -> dict:
     return {k: manifest[k] for k in keys if k in manifest} | {"root": cfg.data.root}
 
 
-def _write_eval(out: Path, name: str, result: dict, title: str = "") -> str:
-    """`eval_<name>.json` and its markdown table `eval_<name>.md`; returns the table."""
+def _write_eval(out: Path, name: str, result: dict, title: str = "", table_fn=markdown_table) -> str:
+    """`eval_<name>.json` and its markdown table `eval_<name>.md` (`table_fn`); returns the table."""
     (out / f"eval_{name}.json").write_text(json.dumps(result, indent=2))
-    table = markdown_table(result, title or name)
+    table = table_fn(result, title or name)
     (out / f"eval_{name}.md").write_text(table)
     return table
 
@@ -127,10 +127,7 @@ def _eval_env(cfg: Config, model, processor, examples, skipped, out: Path, progr
         seed=cfg.seed,
     )
     result["skipped_videos"] = skipped
-    (out / f"eval_{e.split}.json").write_text(json.dumps(result, indent=2))
-    table = env_markdown(result, f"{cfg.policy.path} on {cfg.data.root}/{e.split}")
-    (out / f"eval_{e.split}.md").write_text(table)
-    print(table)
+    print(_write_eval(out, e.split, result, f"{cfg.policy.path} on {cfg.data.root}/{e.split}", env_markdown))
     return {k: v for k, v in result.items() if k != "predictions"}
 
 

@@ -33,8 +33,9 @@ from tqdm.auto import tqdm
 
 from embodied.envs import task
 from embodied.envs.parity import answer_text
+from embodied.eval.loop import sampled_responses
 from embodied.eval.stats import majority_vote, pass_at_k, resolve_k, wilson_interval
-from embodied.policy.model import decode, encode_prompts, generate, repeat_batch
+from embodied.policy.model import decode, encode_prompts, generate
 from embodied.rl.rewards import env_reward
 
 
@@ -77,28 +78,22 @@ def evaluate_env(
             for rec, text, t in zip(records, texts, terms)
         ]
         if samples:
-            _sample(model, processor, batch, records, rows, samples, max_new_tokens, temperature, seconds)
+            t0 = time.perf_counter()
+            sampled = sampled_responses(model, processor, batch, samples, max_new_tokens, temperature)
+            seconds["generate"] += time.perf_counter() - t0
+            for row, texts in zip(rows, sampled):
+                row["sampled"] = [{"response": t} for t in texts]
             _sample_terms(records, rows, backend, format_weight, seconds)
         predictions += rows
     model.train(was_training)
-    result = summarize_env(predictions, {e.record["id"]: e.record for e in examples})
+    by_id = {e.record["id"]: e.record for e in examples}
+    result = summarize_env(predictions, by_id)
     if samples:
-        _vote(predictions, {e.record["id"]: e.record for e in examples}, ks, backend, format_weight)
+        _vote(predictions, by_id, ks, backend, format_weight)
         per_sample = {key: v / (len(predictions) * samples) for key, v in seconds.items()}
         result |= test_time_compute(predictions, ks, per_sample)
         result["settings"] = {"samples": samples, "k": ks, "temperature": temperature, "seed": seed}
     return result | {"predictions": predictions}
-
-
-def _sample(model, processor, batch, records, rows, n, max_new_tokens, temperature, seconds) -> None:
-    t0 = time.perf_counter()
-    ids, mask = generate(
-        model, processor, repeat_batch(batch, n), max_new_tokens, temperature, do_sample=True
-    )
-    texts = decode(processor, ids, mask)
-    seconds["generate"] += time.perf_counter() - t0
-    for i, row in enumerate(rows):
-        row["sampled"] = [{"response": t} for t in texts[i * n : (i + 1) * n]]
 
 
 def _sample_terms(records, rows, backend, format_weight, seconds) -> None:

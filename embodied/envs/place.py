@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from embodied.envs import core
+from embodied.tasks import LETTERS
 
 NAME = "place"
 NUMERIC = False  # the answer is a lettered option
@@ -165,7 +166,7 @@ def describe(action: int) -> str:
 
 def random_answer(rng: np.random.Generator) -> str:
     """The body of a well-formed answer naming a uniformly random option (no physics in it)."""
-    return "ABCDE"[int(rng.integers(len(OFFSETS_CM)))]
+    return LETTERS[int(rng.integers(len(OFFSETS_CM)))]
 
 
 def action_value(action: int) -> float:

@@ -78,14 +78,14 @@ def _choice_scores(
 
 
 @torch.no_grad()
-def _sampled_letters(
+def sampled_responses(
     model, processor, batch, n: int, max_new_tokens: int, temperature: float
-) -> list[list[str | None]]:
-    """`n` responses per prompt sampled at `temperature`, parsed: `(B, n)` letters (None if unparseable)."""
+) -> list[list[str]]:
+    """`n` responses per prompt of `batch`, sampled at `temperature`: `(B, n)` texts."""
     grouped = repeat_batch(batch, n)
     ids, mask = generate(model, processor, grouped, max_new_tokens, temperature, do_sample=True)
-    letters = [parse_answer(t) for t in decode(processor, ids, mask)]
-    return [letters[i : i + n] for i in range(0, len(letters), n)]
+    texts = decode(processor, ids, mask)
+    return [texts[i : i + n] for i in range(0, len(texts), n)]
 
 
 def _items(examples: Sequence[Example], baseline: str, seed: int) -> list[tuple[dict, Clip, int]]:
@@ -162,7 +162,10 @@ def evaluate(
         )
         t0 = time.perf_counter()
         sampled = (
-            _sampled_letters(model, processor, batch, samples, max_new_tokens, temperature)
+            [
+                [parse_answer(t) for t in texts]
+                for texts in sampled_responses(model, processor, batch, samples, max_new_tokens, temperature)
+            ]
             if samples
             else [None] * len(chunk)
         )
