@@ -265,15 +265,16 @@ def plot_reward_curves(out: Path, arms: list[str], seeds: list[int]) -> None:
 
     keys = ("reward/total", "reward/success", "reward/accuracy")
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
-    for arm in arms:
+    for i, arm in enumerate(arms):
+        logs = [read_metrics(out / f"seed{seed}" / arm / "metrics.jsonl") for seed in seeds]
         for ax, key in zip(axes, keys):
-            runs = []
-            for seed in seeds:
-                rows = read_metrics(out / f"seed{seed}" / arm / "metrics.jsonl")
-                runs.append({r["step"]: r[key] for r in rows if r.get("stage") == "grpo" and key in r})
+            runs = [
+                {r["step"]: r[key] for r in rows if r.get("stage") == "grpo" and key in r} for rows in logs
+            ]
             steps = sorted(set.intersection(*(set(r) for r in runs))) if runs else []
-            if steps:
-                ax.plot(steps, [np.mean([r[s] for r in runs]) for s in steps], marker=".", label=arm)
+            if steps:  # C0 is the start's colour in the other plots
+                mean = [np.mean([r[s] for r in runs]) for s in steps]
+                ax.plot(steps, mean, marker=".", color=f"C{i + 1}", label=arm)
     for ax, key in zip(axes, ("reward/total", "reward/success (interactive)", "reward/accuracy (MCQ)")):
         ax.set_title(key + " (mean over seeds)", fontsize=9)
         ax.set_xlabel("GRPO step", fontsize=8)
