@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from embodied.data.build import dataset_matches, generate_dataset
+from embodied.data.build import ensure_dataset
 from embodied.data.episodes import generate_episodes, matches
 from embodied.data.load import load_examples
 from embodied.envs.evaluate import best_constant, evaluate_env, rollout_video
@@ -71,8 +71,7 @@ def benchmark_config(cfg):
 
 def _load_data(cfg, progress: bool) -> dict[str, list]:
     """MCQ train/test, benchmark, interactive train/test examples, generating what is missing or stale."""
-    if not dataset_matches(cfg.data):
-        generate_dataset(cfg.data, progress=progress)
+    ensure_dataset(cfg.data, progress)
     if not matches(cfg.env):
         generate_episodes(cfg.env, progress=progress)
     fps, mf = cfg.video.fps, cfg.video.max_frames
@@ -84,8 +83,7 @@ def _load_data(cfg, progress: bool) -> dict[str, list]:
         "env_test": load_examples(cfg.env.root, "test", fps, mf)[0],
     }
     if (bench := benchmark_config(cfg)) is not None:
-        if not dataset_matches(bench):
-            generate_dataset(bench, progress=progress)
+        ensure_dataset(bench, progress)
         data["bench"] = load_examples(bench.root, "test", fps, mf)[0]
     empty = [k for k, v in data.items() if not v]
     if empty:
