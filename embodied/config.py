@@ -15,7 +15,7 @@ from omegaconf.errors import OmegaConfBaseException
 from embodied.bench import BenchConfig
 from embodied.data.schema import DataConfig
 from embodied.envs.config import EnvConfig
-from embodied.experiments.config import RecipesConfig, ZeroLabelConfig
+from embodied.experiments.config import CosmosConfig, RecipesConfig, ZeroLabelConfig
 from embodied.policy.model import PolicyConfig
 from embodied.train.pretrain import PretrainConfig
 from embodied.train.tracking import LogConfig
@@ -49,6 +49,12 @@ class SFTConfig:
     eval_every: int = 100
     """Greedy accuracy on `eval_examples` validation clips every this many steps (0 = never)."""
     eval_examples: int = 100
+    stop_at: float = 0.0
+    """Stop at the first validation whose accuracy reaches this (0 = never): e.g. a start that half-solves
+    the task, for a recipe comparison (`embodied experiment recipes`)."""
+    max_seconds: float = 0.0
+    """Stop after the first step that ends this many seconds into training (0 = no limit): continued SFT on
+    the same wall time as an RL stage (`embodied experiment cosmos`)."""
     checkpoint_every: int = 100
     """Write a resumable checkpoint every this many steps and at the end (0 = never)."""
     keep_checkpoints: int = 2
@@ -224,6 +230,7 @@ class Config:
     bench: BenchConfig = field(default_factory=BenchConfig)
     recipes: RecipesConfig = field(default_factory=RecipesConfig)
     zero_label: ZeroLabelConfig = field(default_factory=ZeroLabelConfig)
+    cosmos: CosmosConfig = field(default_factory=CosmosConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     log: LogConfig = field(default_factory=LogConfig)
 

@@ -182,3 +182,25 @@ def test_grpo_runs_with_every_switch_and_rejects_unknown_ones(examples, tiny_pat
         train_grpo(
             model, processor, examples, GRPOConfig(advantage="ppo"), VideoConfig(), tmp_path, progress=False
         )
+
+
+def test_sft_stop_rules():
+    from embodied.train.sft import stops_here
+
+    cfg = SFTConfig(steps=10, stop_at=0.6)
+    assert not stops_here(cfg, 3, None, 5.0)  # no validation this step
+    assert not stops_here(cfg, 3, 0.59, 5.0)
+    assert stops_here(cfg, 3, 0.6, 5.0)  # at or above
+    assert stops_here(cfg, 10, None, 5.0)  # the last step
+    assert not stops_here(SFTConfig(steps=10), 3, 1.0, 1e9)  # both rules off by default
+    assert stops_here(SFTConfig(steps=10, max_seconds=30), 3, None, 30.0)
+    assert not stops_here(SFTConfig(steps=10, max_seconds=30), 3, None, 29.9)
+
+
+def test_sft_max_seconds_stops_after_the_step_that_runs_out(examples, tiny_path, tmp_path):
+    model, processor = load_policy(tiny_path)
+    cfg = SFTConfig(steps=50, batch_size=4, log_every=1, eval_every=0, checkpoint_every=10, max_seconds=1e-6)
+    done = train_sft(model, processor, examples, cfg, VideoConfig(), tmp_path, progress=False)
+    assert done["steps"] == 1
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1]
+    assert (tmp_path / "checkpoints" / "sft" / "step-00000001").is_dir()  # the last step is checkpointed

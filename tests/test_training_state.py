@@ -495,25 +495,56 @@ def test_sft_killed_during_checkpoint_write_resumes_from_the_previous_one(tiny_p
 
 
 def test_recipe_comparison_experiment_end_to_end(tmp_path, monkeypatch):
+    """Two seeds' starts (format SFT, then labelled SFT stopped by validation), two arms each, the table
+    over seeds, the plot; a rerun reuses every start and run."""
     from embodied.cli import main
 
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     monkeypatch.chdir(tmp_path)
     arms = f"[{repo}/configs/recipes/grpo.yaml,{repo}/configs/recipes/papo.yaml]"
-    rc = main(
+    args = (
         ["experiment", "recipes", "-q", "-c", f"{repo}/configs/experiment_recipes.yaml", "run_dir=out"]
         + ["data.n_train=8", "data.n_val=4", "data.n_test=4", "data.workers=0", "sft.batch_size=4"]
         + ["grpo.prompts_per_step=2", "grpo.group_size=2", "grpo.max_new_tokens=8", "grpo.log_every=1"]
-        + ["recipes.sft_steps=2", "recipes.steps=2", "recipes.eval_every=1", f"recipes.arms={arms}"]
+        + ["recipes.format_steps=2", "recipes.half_max_steps=3", "recipes.half_eval_examples=2"]
+        + ["recipes.steps=2", "recipes.eval_every=1", "recipes.seeds=[0,1]", "recipes.workers=1"]
+        + [f"recipes.arms={arms}"]
     )
-    assert rc == 0
+    assert main(args) == 0
     result = json.loads((tmp_path / "out" / "recipes.json").read_text())
-    assert [a["arm"] for a in result["arms"]] == ["grpo", "papo"]
-    for arm in result["arms"]:
-        assert [s for s, _ in arm["val_curve"]] == [0, 1, 2] and 0 <= arm["test_accuracy"] <= 1
-    assert result["arms"][1]["masked_input_accuracy"] is not None
-    assert (tmp_path / "out" / "recipes.png").is_file()
-    assert "| papo |" in (tmp_path / "out" / "recipes.md").read_text()
+    assert [(r["arm"], r["seed"]) for r in result["runs"]] == [
+        ("grpo", 0),
+        ("grpo", 1),
+        ("papo", 0),
+        ("papo", 1),
+    ]
+    for start in result["starts"]:  # stopped at the first validation >= 0.6, or after all 3 steps
+        assert 1 <= start["labelled_steps"] <= 3
+        assert Path(start["policy"]).is_dir()
+    for run in result["runs"]:
+        assert [s for s, _, _ in run["curves"]["val"]] == [0, 1, 2] and 0 <= run["test_accuracy"] <= 1
+    summary = {s["arm"]: s for s in result["summary"]}
+    assert summary["papo"]["papo_masked"] is not None and summary["grpo"]["papo_masked"] is None
+    lo, hi = summary["grpo"]["test_ci95"]
+    assert lo <= summary["grpo"]["test_mean"] <= hi and summary["grpo"]["seeds"] == 2
+    assert (tmp_path / "out" / "recipes.png").stat().st_size > 0
+    text = (tmp_path / "out" / "recipes.md").read_text()
+    assert "| papo |" in text and "masked input" in text
+    assert main(args) == 0
+    again = json.loads((tmp_path / "out" / "recipes.json").read_text())
+    assert again["runs"] == result["runs"] and again["starts"] == result["starts"]
+
+
+def test_blend_of_two_snapshots():
+    from embodied.experiments.recipes import _blend
+
+    prev = {"w": torch.tensor([0.0, 2.0]), "n": torch.tensor(3)}
+    last = {"w": torch.tensor([1.0, 4.0]), "n": torch.tensor(5)}
+    assert torch.equal(_blend(prev, last, 0.0)["w"], prev["w"]) and torch.equal(
+        _blend(prev, last, 1.0)["w"], last["w"]
+    )
+    assert _blend(prev, last, 0.25)["w"].tolist() == [0.25, 2.5]
+    assert int(_blend(prev, last, 0.25)["n"]) == 5  # integer buffers are not blended: the last step's
 
 
 def test_papo_black_is_what_the_processor_makes_of_a_black_clip(tiny_policy):

@@ -186,3 +186,22 @@ def evaluate(
     }
     result["predictions"] = rows
     return result
+
+
+def evaluate_free(model, processor, examples: Sequence[Example], cfg, **kwargs) -> dict:
+    """`evaluate` with a run config's video and `eval` settings, free generation (no forced choice), no bar,
+    seeded by `cfg.seed`; `kwargs` go through (baseline, samples, k). The result has `wall_s`."""
+    t0 = time.perf_counter()
+    result = evaluate(
+        model,
+        processor,
+        examples,
+        cfg.video,
+        cfg.eval.batch_size,
+        cfg.eval.max_new_tokens,
+        choice=False,
+        progress=False,
+        seed=cfg.seed,
+        **kwargs,
+    )
+    return result | {"wall_s": time.perf_counter() - t0}

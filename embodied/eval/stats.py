@@ -30,6 +30,26 @@ def wilson_interval(successes: float, n: int, z: float = 1.96) -> tuple[float, f
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
+# two-sided 95% quantiles of Student's t by degrees of freedom (1-10); beyond 10, the normal's 1.96 + a margin
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+
+
+def seed_interval(values: Sequence[float]) -> tuple[float, float, float]:
+    """(mean, low, high): the mean over seeds with its 95% Student-t interval, the spread a rerun with new
+    seeds can be expected to land in (with 3 seeds the interval is mean +- 2.48 sample standard deviations).
+    One value gives an interval of zero width: no spread was measured."""
+    n = len(values)
+    if n == 0:
+        raise ValueError("seed_interval needs at least one value")
+    mean = sum(values) / n
+    if n == 1:
+        return (mean, mean, mean)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    t = _T95[n - 2] if n - 1 <= len(_T95) else 1.96 + 2.5 / (n - 1)
+    half = t * sd / math.sqrt(n)
+    return (mean, mean - half, mean + half)
+
+
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k from `n` samples of which `c` are correct: 1 - C(n-c, k) / C(n, k)
     (Chen et al. 2021, "Evaluating Large Language Models Trained on Code", eq. 1): the chance that

@@ -1,4 +1,4 @@
-"""Config sections of the experiments (`recipes:` and `zero_label:` in YAML); `env.feedback` is in
+"""Config sections of the experiments (`recipes:`, `zero_label:` and `cosmos:` in YAML); `env.feedback` is in
 `embodied.envs.config`. A leaf: `embodied.config` imports it for every command."""
 
 from __future__ import annotations
@@ -15,19 +15,40 @@ class RecipesConfig:
             "configs/recipes/grpo.yaml",
             "configs/recipes/dapo.yaml",
             "configs/recipes/drgrpo.yaml",
+            "configs/recipes/gspo.yaml",
+            "configs/recipes/reinforce_pp.yaml",
             "configs/recipes/papo.yaml",
+            "configs/recipes/ppo.yaml",
         ]
     )
     """Preset YAML files, each layered on the run's config for its arm (paths relative to the working dir)."""
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    """One start per seed (its SFT draws and data order); every arm runs from each with that seed."""
     start: str = ""
-    """Starting policy folder; empty: train one with `sft_steps` of SFT (cached in run_dir/start_model)."""
-    sft_steps: int = 650
+    """A starting policy folder shared by every seed; empty: build one per seed (`format_steps`, then
+    labelled SFT until validation reaches `half_at`), kept in run_dir/start_seed<S>."""
+    format_steps: int = 200
+    """SFT steps with random-letter targets (`sft.targets=format`): the answer format, never the answer."""
+    half_at: float = 0.65
+    """Labelled SFT after the format steps stops at the first validation at or above this."""
+    half_high: float = 0.8
+    """When that step jumps above this (the tiny policy finds the cue in one step), the start is the point
+    between the last two steps whose validation lies in [half_at, half_high] (`recipes._bisect`)."""
+    half_lr: float = 3e-4
+    """Learning rate of the labelled steps: lower than SFT's, so that one step moves accuracy little."""
+    half_max_steps: int = 60
+    half_eval_examples: int = 200
+    """Validation clips read after every labelled step (the first of the val split)."""
     steps: int = 60
-    """GRPO steps per arm (equal for all arms)."""
+    """RL steps per arm (equal for all arms)."""
     eval_every: int = 5
     eval_examples: int = 200
+    """Validation clips of the curves (the first of the val split; the start was chosen on the first
+    `half_eval_examples` of them, so the start's test accuracy is the unbiased figure)."""
     target: float = 0.9
-    """Report the first step at which validation accuracy reaches this."""
+    """Report the first step and second at which validation accuracy reaches this."""
+    workers: int = 2
+    """Runs at once, each in its own process (set `threads=1` with 2 on a 2-core machine)."""
 
 
 @dataclass
@@ -45,3 +66,21 @@ class ZeroLabelConfig:
     eval_examples: int = 200
     target: float = 0.9
     """Report the first step and second at which validation accuracy reaches this."""
+
+
+@dataclass
+class CosmosConfig:
+    """`embodied experiment cosmos`: Cosmos-Reason1's SFT -> RL table in miniature (stage lengths:
+    `sft.steps`, `grpo.steps`)."""
+
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    benchmark: str = "configs/physics_bench.yaml"
+    """The held-out benchmark's config (its `data:` section), evaluated at `benchmark_n_test` questions."""
+    benchmark_n_test: int = 400
+    format_steps: int = 200
+    """SFT steps with random-letter targets before GRPO alone (the row that never saw a right answer)."""
+    transfer_scenes: list[str] = field(default_factory=lambda: ["drop", "slide"])
+    """The transfer run trains on the families in these scenes and is tested on the benchmark's questions
+    of the same tasks in every other scene (empty: no transfer run)."""
+    workers: int = 2
+    """Jobs at once, each in its own process (set `threads=1` with 2 on a 2-core machine)."""

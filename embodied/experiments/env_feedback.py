@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import multiprocessing as mp
 import time
 from pathlib import Path
 
@@ -40,8 +39,8 @@ from embodied.data.episodes import generate_episodes, matches
 from embodied.data.load import load_examples
 from embodied.envs.evaluate import best_constant, evaluate_env, rollout_video
 from embodied.envs.report import write_report
-from embodied.eval.loop import evaluate
-from embodied.experiments.reuse import reuse_or_run
+from embodied.eval.loop import evaluate_free
+from embodied.experiments.reuse import reuse_or_run, run_jobs
 from embodied.policy.model import load, load_policy, save_policy
 from embodied.rl.rewards import routed_rewards
 from embodied.train.common import seed_everything
@@ -105,22 +104,7 @@ def _train_set(arm: str, data: dict, seed: int) -> list:
 
 
 def _mcq(model, processor, examples, cfg, samples: int = 0, ks=()) -> dict:
-    t0 = time.perf_counter()
-    r = evaluate(
-        model,
-        processor,
-        examples,
-        cfg.video,
-        cfg.eval.batch_size,
-        cfg.eval.max_new_tokens,
-        choice=False,
-        progress=False,
-        samples=samples,
-        k=ks,
-        seed=cfg.seed,
-    )
-    r["wall_s"] = time.perf_counter() - t0
-    return r
+    return evaluate_free(model, processor, examples, cfg, samples=samples, k=ks)
 
 
 def evaluate_stage(model, processor, data: dict, cfg, test_time: bool) -> dict:
@@ -255,12 +239,8 @@ def run_stage(
 
 
 def _run_all(cfg, out: Path, data: dict, jobs: list[tuple[int, str]], progress: bool) -> list[dict]:
-    fb = cfg.env.feedback
-    if fb.workers > 1 and len(jobs) > 1:
-        ctx = mp.get_context("spawn")  # fresh processes: torch and GL state do not survive fork
-        with ctx.Pool(min(fb.workers, len(jobs))) as pool:
-            return pool.starmap(run_stage, [(cfg, out, seed, stage) for seed, stage in jobs])
-    return [run_stage(cfg, out, seed, stage, progress, data) for seed, stage in jobs]
+    args = [(cfg, out, seed, stage) for seed, stage in jobs]
+    return run_jobs(run_stage, args, cfg.env.feedback.workers, (progress, data))
 
 
 def _best_constant(cfg, data: dict, progress: bool) -> dict:

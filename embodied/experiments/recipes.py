@@ -1,16 +1,26 @@
-"""GRPO, DAPO, Dr. GRPO and PAPO side by side, from one SFT starting point, on the quickstart scale.
+"""The recipe comparison: GRPO, DAPO, Dr. GRPO, GSPO, REINFORCE++, PAPO and PPO from a start that half-solves
+the task, three seeds each.
 
-`embodied experiment recipes --config configs/experiment_recipes.yaml` runs:
+`embodied experiment recipes -c configs/experiment_recipes.yaml` runs:
 
-1. the quickstart dataset (generated unless `data.root` already holds it),
-2. a starting policy: `recipes.start` if given, else `recipes.sft_steps` of SFT from the tiny model, stopped
-   early on purpose so that reinforcement learning has something left to learn,
-3. for every preset in `recipes.arms` (YAML files layered on this config): `recipes.steps` GRPO steps from
-   that same starting point with the same seed, validation accuracy every `recipes.eval_every` steps,
-4. held-out test accuracy per arm with its 95% interval, and the first step where validation accuracy reached
-   `recipes.target`.
+1. the dataset (the quickstart's unless `data` says otherwise; generated unless `data.root` holds it);
+2. per seed in `recipes.seeds`, a start that half-solves it (`recipes.start` if given): `policy.path`, then
+   `recipes.format_steps` of format-only SFT (random letters), then labelled SFT at `recipes.half_lr` that
+   stops at the first validation at or above `recipes.half_at`. The number of labelled steps is chosen per
+   seed by validation because the tiny policy finds the cue suddenly: a fixed count lands at 0.5 on one
+   seed and 0.8 on another (docs/perception.md). When that step overshoots `recipes.half_high`, the start
+   is the point between the last two iterates whose validation lies in the band (bisection);
+3. per seed and preset in `recipes.arms` (YAML layered on this config): `recipes.steps` RL steps from that
+   seed's start with that seed, validation accuracy every `recipes.eval_every` steps, entropy and group
+   spread from the training log, held-out test accuracy at the end;
+4. per arm, over seeds: test accuracy with its 95% Student-t interval, steps and seconds to
+   `recipes.target`, and for PAPO the greedy accuracy on masked against real input.
 
-It writes `recipes.md` and `recipes.json` (the table) and `recipes.png` (validation accuracy per step).
+Every finished start and run is kept (`start_seed<S>/result.json`, `seed<S>/<arm>/result.json`) and reused
+when the settings match. `recipes.workers` runs go at once in separate processes.
+
+It writes `recipes.md`, `recipes.json` and `recipes.png` (accuracy against steps and against seconds,
+entropy, group spread: mean over seeds with the min-max band).
 """
 
 from __future__ import annotations
@@ -20,134 +30,384 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
+import torch
+
+from embodied.experiments.reuse import reuse_or_run, run_jobs
+
+_DATA: dict = {}  # the loaded splits, once per process
+
+
+def _load_data(cfg, progress: bool) -> dict:
+    from embodied.data.load import load_split
+
+    if "data" not in _DATA:
+        _DATA["data"] = {
+            s: load_split(cfg.data.root, s, cfg.video, progress) for s in ("train", "val", "test")
+        }
+    return _DATA["data"]
+
+
+def _worker(cfg, progress: bool) -> dict:
+    """The splits; in a worker process, also its thread count."""
+    if "data" not in _DATA:  # a fresh spawn process
+        torch.set_num_threads(cfg.threads if cfg.threads > 0 else 1)
+    return _load_data(cfg, progress)
+
 
 def steps_to(curve: list[tuple[int, float]], target: float) -> int | None:
     """First step whose accuracy is >= target (None if never)."""
     return next((s for s, acc in curve if acc >= target), None)
 
 
-def _start_policy(cfg, out: Path, train, val, progress: bool) -> Path:
-    from embodied.policy.model import load, save_policy
+def _sft(cfg, **changes):
+    keep = {"eval_every": 0, "checkpoint_every": 0, "restart_every": 0}
+    return dataclasses.replace(cfg.sft, **(keep | changes))
+
+
+def _half_solving(model, processor, cfg, data: dict, seed: int, folder: Path, progress: bool) -> dict:
+    """Format-only SFT, then labelled SFT until validation reaches `half_at`. The tiny policy finds the cue
+    within one step (a measured seed: validation 0.500 after 21 labelled steps, 0.925 after 22), so when
+    the first step at or above `half_at` lands above `half_high`, the start is the point between the last
+    two iterates, theta_prev + alpha (theta_last - theta_prev), whose validation lies in [half_at,
+    half_high], found by bisection on alpha."""
     from embodied.train.sft import train_sft
 
-    if cfg.recipes.start:
-        return Path(cfg.recipes.start)
-    path = out / "start_model"
-    marker = out / "start_model.json"
-    want = {"sft": dataclasses.asdict(cfg.sft) | {"steps": cfg.recipes.sft_steps}, "seed": cfg.seed}
-    if (path / "config.json").is_file() and marker.is_file() and json.loads(marker.read_text()) == want:
-        print(f"reusing the starting policy {path}")
-        return path
-    model, processor = load(cfg.policy)
-    sft = dataclasses.replace(cfg.sft, steps=cfg.recipes.sft_steps, checkpoint_every=0)
-    train_sft(model, processor, train, sft, cfg.video, out / "start_sft", val, cfg.seed, progress)
-    save_policy(model, processor, path)
-    marker.write_text(json.dumps(want))
-    return path
+    rc = cfg.recipes
+    fmt = _sft(cfg, steps=rc.format_steps, targets="format")
+    train_sft(model, processor, data["train"], fmt, cfg.video, folder / "sft_format", (), seed, progress)
+    half = _sft(
+        cfg,
+        steps=rc.half_max_steps,
+        lr=rc.half_lr,
+        targets="answer",
+        eval_every=1,
+        eval_examples=rc.half_eval_examples,
+        stop_at=rc.half_at,
+    )
+    snaps = [(0, None, _snapshot(model))]
+
+    def keep(step: int, acc: float) -> None:
+        snaps[:] = [snaps[-1], (step, acc, _snapshot(model))]
+
+    sel = data["val"][: rc.half_eval_examples]
+    done = train_sft(
+        model,
+        processor,
+        data["train"],
+        half,
+        cfg.video,
+        folder / "sft_half",
+        sel,
+        seed,
+        progress,
+        on_validate=keep,
+    )
+    made = {"labelled_steps": done["steps"], "interpolation": None}
+    if snaps[-1][1] is not None and snaps[-1][1] > rc.half_high:
+        made["interpolation"] = _bisect(model, processor, snaps[0][2], snaps[-1][2], sel, cfg)
+    return made
+
+
+def _snapshot(model) -> dict:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _blend(prev: dict, last: dict, alpha: float) -> dict:
+    return {k: v + alpha * (last[k] - v) if v.is_floating_point() else last[k] for k, v in prev.items()}
+
+
+def _bisect(model, processor, prev: dict, last: dict, val: list, cfg, iters: int = 8) -> dict:
+    """Load the point of the segment prev -> last whose validation accuracy lies in [half_at, half_high]
+    (bisection on alpha; validation is below the band at prev and above it at last), or else the closest
+    one tried. Returns alpha, its validation accuracy and every (alpha, accuracy) tried."""
+    from embodied.eval.loop import evaluate
+
+    rc = cfg.recipes
+    lo, hi, tried = 0.0, 1.0, []
+    for _ in range(iters):
+        alpha = (lo + hi) / 2
+        model.load_state_dict(_blend(prev, last, alpha))
+        acc = evaluate(model, processor, val, cfg.video, choice=False, progress=False)["accuracy"]
+        tried.append((alpha, acc))
+        if rc.half_at <= acc <= rc.half_high:
+            break
+        lo, hi = (alpha, hi) if acc < rc.half_at else (lo, alpha)
+    alpha, acc = min(tried, key=lambda t: max(rc.half_at - t[1], t[1] - rc.half_high, 0.0))
+    model.load_state_dict(_blend(prev, last, alpha))
+    return {"alpha": alpha, "val_accuracy": acc, "tried": tried}
+
+
+def build_start(cfg, out: Path, seed: int, progress: bool = False) -> dict:
+    """One seed's half-solving start, saved in `out/start_seed<seed>/model` (or its saved row)."""
+    rc = cfg.recipes
+    folder = out / f"start_seed{seed}"
+    key = {
+        "seed": seed,
+        "policy": dataclasses.asdict(cfg.policy),
+        "data": dataclasses.asdict(cfg.data),
+        "video": dataclasses.asdict(cfg.video),
+        "sft": dataclasses.asdict(cfg.sft),
+        "recipes": {
+            k: getattr(rc, k)
+            for k in ("start", "format_steps", "half_at", "half_high", "half_lr", "half_max_steps")
+        }
+        | {"half_eval_examples": rc.half_eval_examples},
+    }
+
+    def compute() -> dict:
+        from embodied.eval.loop import evaluate
+        from embodied.policy.model import load, load_policy, save_policy
+        from embodied.train.common import seed_everything
+
+        data = _worker(cfg, progress)
+        t0 = time.perf_counter()
+        made = {"labelled_steps": 0, "interpolation": None}
+        if rc.start:
+            model, processor = load_policy(rc.start, cfg.policy.dtype, cfg.policy.device)
+        else:
+            seed_everything(seed)
+            model, processor = load(cfg.policy)
+            made = _half_solving(model, processor, cfg, data, seed, folder, progress)
+        save_policy(model, processor, folder / "model")
+        val = evaluate(
+            model, processor, data["val"][: rc.eval_examples], cfg.video, choice=False, progress=False
+        )
+        test = evaluate(model, processor, data["test"], cfg.video, choice=False, progress=False)
+        print(
+            f"[start seed {seed}] {made['labelled_steps']} labelled steps: val {val['accuracy']:.3f}, "
+            f"test {test['accuracy']:.3f}"
+        )
+        return {
+            "seed": seed,
+            "policy": str(folder / "model"),
+            **made,
+            "val_accuracy": round(val["accuracy"], 4),
+            "test_accuracy": round(test["accuracy"], 4),
+            "test_ci95": [round(x, 4) for x in test["ci95"]],
+            "wall_s": round(time.perf_counter() - t0, 1),
+        }
+
+    return reuse_or_run(folder / "result.json", key, compute, f"start seed {seed}")
+
+
+def _curves(metrics: list[dict], start_val: float) -> dict:
+    logged = [r for r in metrics if "reward/total" in r]
+    evals = [r for r in metrics if "eval/accuracy" in r]
+
+    def series(key: str) -> list:
+        return [(r["step"], r[key]) for r in logged if key in r]
+
+    return {
+        "val": [(0, 0.0, start_val)] + [(r["step"], r["time/elapsed"], r["eval/accuracy"]) for r in evals],
+        "entropy": series("entropy/mean"),
+        "group_spread": series("reward/group_spread"),
+        "papo_real": series("papo/accuracy_real"),
+        "papo_masked": series("papo/accuracy_masked"),
+    }
+
+
+def run_arm(cfg, out: Path, seed: int, arm_path: str, start: dict, progress: bool = False) -> dict:
+    """`recipes.steps` RL steps of one preset from one seed's start (or the saved row)."""
+    from embodied.config import load_config
+
+    rc = cfg.recipes
+    name = Path(arm_path).stem
+    arm = load_config(arm_path, base=dataclasses.replace(cfg, seed=seed))
+    grpo = dataclasses.replace(
+        arm.grpo, steps=rc.steps, eval_every=rc.eval_every, eval_examples=rc.eval_examples, checkpoint_every=0
+    )
+    folder = out / f"seed{seed}" / name
+    key = {"start": start, "grpo": dataclasses.asdict(grpo), "video": dataclasses.asdict(cfg.video)}
+
+    def compute() -> dict:
+        from embodied.eval.loop import evaluate
+        from embodied.policy.model import load_policy
+        from embodied.train.common import seed_everything
+        from embodied.train.grpo import train_grpo
+        from embodied.train.metrics import read_metrics
+
+        data = _worker(cfg, progress)
+        val = data["val"][: rc.eval_examples]
+        (folder / "metrics.jsonl").unlink(missing_ok=True)
+        seed_everything(seed)
+        model, processor = load_policy(start["policy"], cfg.policy.dtype, cfg.policy.device)
+        t0 = time.perf_counter()
+        train_grpo(model, processor, data["train"], grpo, cfg.video, folder, val, seed, progress)
+        wall = time.perf_counter() - t0
+        test = evaluate(model, processor, data["test"], cfg.video, choice=False, progress=False)
+        curves = _curves(read_metrics(folder / "metrics.jsonl"), start["val_accuracy"])
+        reached = next(((s, t) for s, t, acc in curves["val"] if acc >= rc.target), (None, None))
+        print(
+            f"[{name} seed {seed}] test {test['accuracy']:.3f} in {wall:.0f} s; "
+            f"{rc.target} at step {reached[0]}"
+        )
+        return {
+            "arm": name,
+            "seed": seed,
+            "test_accuracy": round(test["accuracy"], 4),
+            "test_ci95": [round(x, 4) for x in test["ci95"]],
+            "test_unparseable": round(test["unparseable"], 4),
+            "steps_to_target": reached[0],
+            "seconds_to_target": None if reached[1] is None else round(reached[1], 1),
+            "wall_s": round(wall, 1),
+            "curves": curves,
+        }
+
+    return reuse_or_run(folder / "result.json", key, compute, f"{name} seed {seed}")
 
 
 def run(cfg, out: Path, progress: bool = True) -> dict:
-    from embodied.config import load_config
-    from embodied.data.build import dataset_matches, generate_dataset
-    from embodied.data.load import load_split
-    from embodied.eval.loop import evaluate
-    from embodied.policy.model import load_policy
-    from embodied.train.common import seed_everything
-    from embodied.train.grpo import train_grpo
-    from embodied.train.metrics import read_metrics
+    from embodied.data.build import ensure_dataset
 
     rc = cfg.recipes
-    if not dataset_matches(cfg.data):
-        generate_dataset(cfg.data, progress=progress)
-    train = load_split(cfg.data.root, "train", cfg.video, progress)
-    val = load_split(cfg.data.root, "val", cfg.video, progress)
-    test = load_split(cfg.data.root, "test", cfg.video, progress)
-    val = val[: rc.eval_examples]
-    start = _start_policy(cfg, out, train, val, progress)
-    model, processor = load_policy(start, cfg.policy.dtype, cfg.policy.device)
-    start_val = evaluate(model, processor, val, cfg.video, choice=False, progress=False)["accuracy"]
-    start_test = evaluate(model, processor, test, cfg.video, choice=False, progress=False)
-    rows = []
-    for arm_path in rc.arms:
-        name = Path(arm_path).stem
-        arm = load_config(arm_path, base=cfg)
-        grpo = dataclasses.replace(arm.grpo, steps=rc.steps, eval_every=rc.eval_every, eval_examples=len(val))
-        arm_out = out / name
-        (arm_out / "metrics.jsonl").unlink(missing_ok=True)
-        seed_everything(cfg.seed)
-        model, processor = load_policy(start, cfg.policy.dtype, cfg.policy.device)
-        t0 = time.perf_counter()
-        train_grpo(model, processor, train, grpo, cfg.video, arm_out, val, cfg.seed, progress)
-        wall = time.perf_counter() - t0
-        metrics = read_metrics(arm_out / "metrics.jsonl")
-        curve = [(0, start_val)] + [(r["step"], r["eval/accuracy"]) for r in metrics if "eval/accuracy" in r]
-        res = evaluate(model, processor, test, cfg.video, choice=False, progress=False)
-        masked = [r["papo/accuracy_masked"] for r in metrics if "papo/accuracy_masked" in r]
-        rows.append(
-            {
-                "arm": name,
-                "preset": arm_path,
-                "test_accuracy": round(res["accuracy"], 4),
-                "test_ci95": [round(x, 4) for x in res["ci95"]],
-                "test_unparseable": round(res["unparseable"], 4),
-                "final_val_accuracy": round(curve[-1][1], 4),
-                "steps_to_target": steps_to(curve, rc.target),
-                "val_curve": curve,
-                "masked_input_accuracy": round(sum(masked) / len(masked), 4) if masked else None,
-                "wall_s": round(wall, 1),
-            }
-        )
-        print(f"[{name}] test {res['accuracy']:.3f}, steps to {rc.target}: {rows[-1]['steps_to_target']}")
+    t0 = time.perf_counter()
+    out = Path(out)
+    ensure_dataset(cfg.data, progress)
+    _load_data(cfg, progress)
+    serial = (progress,)  # runs in this process show their bars; worker processes stay quiet
+    starts = run_jobs(build_start, [(cfg, out, seed) for seed in rc.seeds], rc.workers, serial)
+    jobs = [(cfg, out, s["seed"], arm, s) for arm in rc.arms for s in starts]
+    rows = run_jobs(run_arm, jobs, rc.workers, serial)
     result = {
-        "start": {"policy": str(start), "val_accuracy": start_val, "test_accuracy": start_test["accuracy"]},
-        "grpo_steps": rc.steps,
+        "policy": cfg.policy.path,
+        "steps": rc.steps,
         "target": rc.target,
-        "n_val": len(val),
-        "n_test": len(test),
-        "arms": rows,
+        "n_val": min(rc.eval_examples, len(_DATA["data"]["val"])),
+        "n_test": len(_DATA["data"]["test"]),
+        "starts": starts,
+        "summary": summarise(rows, [Path(a).stem for a in rc.arms], rc.steps),
+        "runs": rows,
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "threads": cfg.threads,
+        "workers": rc.workers,
     }
-    (out / "recipes.json").write_text(json.dumps(result, indent=2))
+    (out / "recipes.json").write_text(json.dumps(result, indent=1))
     (out / "recipes.md").write_text(recipes_table(result))
-    plot_recipe_curves(rows, out / "recipes.png", rc.target)
+    plot_recipes(rows, out / "recipes.png", rc.target)
     print(recipes_table(result))
     return result
 
 
+def summarise(rows: list[dict], arms: list[str], steps: int) -> list[dict]:
+    """Per arm, over its seeds: test accuracy (mean, 95% t-interval, min, max), steps and seconds to the
+    target (a seed that never reached it counts as `steps` in the mean, and is counted), mean entropy and
+    group spread over the run, PAPO's real and masked greedy accuracy, wall seconds."""
+    from embodied.eval.stats import seed_interval
+
+    out = []
+    for arm in arms:
+        mine = [r for r in rows if r["arm"] == arm]
+        test = [r["test_accuracy"] for r in mine]
+        mean, lo, hi = seed_interval(test)
+        out.append(
+            {
+                "arm": arm,
+                "seeds": len(mine),
+                "test_mean": round(mean, 4),
+                "test_ci95": [round(lo, 4), round(hi, 4)],
+                "test_min": min(test),
+                "test_max": max(test),
+                "reached": sum(r["steps_to_target"] is not None for r in mine),
+                "steps_to_target": round(float(np.mean([r["steps_to_target"] or steps for r in mine])), 1),
+                "seconds_to_target": [r["seconds_to_target"] for r in mine],
+                "entropy": _run_mean(mine, "entropy"),
+                "group_spread": _run_mean(mine, "group_spread"),
+                "papo_real": _run_mean(mine, "papo_real"),
+                "papo_masked": _run_mean(mine, "papo_masked"),
+                "wall_s": round(float(np.mean([r["wall_s"] for r in mine])), 1),
+            }
+        )
+    return out
+
+
+def _run_mean(runs: list[dict], key: str) -> float | None:
+    """The mean of a logged curve over every logged step of every run (None when never logged)."""
+    vals = [v for r in runs for _, v in r["curves"][key]]
+    return round(float(np.mean(vals)), 4) if vals else None
+
+
 def recipes_table(result: dict) -> str:
     t = result["target"]
+    starts = ", ".join(
+        f"seed {s['seed']}: {s['labelled_steps']} labelled steps, val {s['val_accuracy']:.3f}, "
+        f"test {s['test_accuracy']:.3f}"
+        for s in result["starts"]
+    )
     lines = [
-        f"Start: validation accuracy {result['start']['val_accuracy']:.3f}, test "
-        f"{result['start']['test_accuracy']:.3f}; {result['grpo_steps']} GRPO steps per arm; "
-        f"n_val = {result['n_val']}, n_test = {result['n_test']}.",
+        f"{result['steps']} RL steps per arm and seed from `{result['policy']}`; n_val = {result['n_val']}, "
+        f"n_test = {result['n_test']}; wall {result['wall_s']} s in all ({result['workers']} workers, "
+        f"{result['threads']} thread(s) each).",
         "",
-        f"| arm | test accuracy [95% CI] | unparseable | final val | steps to {t} | masked-input acc | wall s"
-        " |",
-        "|---|---|---|---|---|---|---|",
+        f"Starts: {starts}.",
+        "",
+        f"| arm | test: mean [95% CI over seeds] | min-max | reached {t} | steps to {t} (mean) | s to {t} "
+        "per seed | entropy | groups with spread | wall s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in result["arms"]:
-        lo, hi = r["test_ci95"]
-        masked = "-" if r["masked_input_accuracy"] is None else f"{r['masked_input_accuracy']:.3f}"
-        reached = r["steps_to_target"] if r["steps_to_target"] is not None else "not reached"
+    for s in result["summary"]:
+        secs = " / ".join("-" if x is None else f"{x:.0f}" for x in s["seconds_to_target"])
         lines.append(
-            f"| {r['arm']} | {r['test_accuracy']:.3f} [{lo:.3f}, {hi:.3f}] | {r['test_unparseable']:.3f} | "
-            f"{r['final_val_accuracy']:.3f} | {reached} | {masked} | {r['wall_s']} |"
+            f"| {s['arm']} | {s['test_mean']:.3f} [{s['test_ci95'][0]:.3f}, {s['test_ci95'][1]:.3f}] | "
+            f"{s['test_min']:.3f}-{s['test_max']:.3f} | {s['reached']}/{s['seeds']} | "
+            f"{s['steps_to_target']} | "
+            f"{secs} | {_fmt(s['entropy'])} | {_fmt(s['group_spread'])} | {s['wall_s']} |"
+        )
+    papo = [s for s in result["summary"] if s["papo_real"] is not None]
+    if papo:
+        lines += [
+            "",
+            "| arm | greedy accuracy on the step's prompts, real input | masked input |",
+            "|---|---|---|",
+        ]
+        lines += [f"| {s['arm']} | {s['papo_real']:.3f} | {s['papo_masked']:.3f} |" for s in papo]
+    lines += ["", "| arm | seed | test [95% CI] | unparseable | steps to target |", "|---|---|---|---|---|"]
+    for r in result["runs"]:
+        lo, hi = r["test_ci95"]
+        lines.append(
+            f"| {r['arm']} | {r['seed']} | {r['test_accuracy']:.3f} [{lo:.3f}, {hi:.3f}] | "
+            f"{r['test_unparseable']:.3f} | {r['steps_to_target'] or 'not reached'} |"
         )
     return "\n".join(lines) + "\n"
 
 
-def plot_recipe_curves(rows: list[dict], path: Path, target: float) -> None:
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def plot_recipes(rows: list[dict], path: Path, target: float) -> None:
+    """Per arm, mean over seeds with the min-max band: val accuracy against steps and against seconds,
+    token entropy and the share of groups with reward spread against steps."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    for r in rows:
-        steps, acc = zip(*r["val_curve"])
-        ax.plot(steps, acc, marker="o", ms=3, label=r["arm"])
-    ax.axhline(target, color="grey", ls="--", lw=0.8)
-    ax.set(xlabel="GRPO step", ylabel="validation accuracy", ylim=(0, 1.02))
-    ax.legend()
+    fig, axes = plt.subplots(1, 4, figsize=(18, 3.6))
+    arms = list(dict.fromkeys(r["arm"] for r in rows))
+    for i, arm in enumerate(arms):
+        mine = [r for r in rows if r["arm"] == arm]
+        colour = f"C{i}"
+        steps = [s for s, _, _ in mine[0]["curves"]["val"]]
+        acc = np.array([[a for _, _, a in r["curves"]["val"]] for r in mine])
+        secs = np.array([[t for _, t, _ in r["curves"]["val"]] for r in mine]).mean(0)
+        for ax, x in ((axes[0], steps), (axes[1], secs)):
+            ax.plot(x, acc.mean(0), color=colour, label=arm)
+            ax.fill_between(x, acc.min(0), acc.max(0), color=colour, alpha=0.15)
+        for ax, key in zip(axes[2:], ("entropy", "group_spread")):
+            if mine[0]["curves"][key]:
+                xs = [s for s, _ in mine[0]["curves"][key]]
+                ys = np.array([[v for _, v in r["curves"][key]] for r in mine])
+                ax.plot(xs, ys.mean(0), color=colour)
+                ax.fill_between(xs, ys.min(0), ys.max(0), color=colour, alpha=0.15)
+    for ax in axes[:2]:
+        ax.axhline(target, color="grey", ls="--", lw=0.8)
+        ax.set_ylim(0, 1.02)
+    titles = ("val accuracy", "val accuracy", "token entropy (nats)", "groups with reward spread")
+    for ax, title, xl in zip(axes, titles, ("RL step", "RL seconds (mean over seeds)", "step", "step")):
+        ax.set(title=title, xlabel=xl)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -4,6 +4,7 @@ an interrupted run stopped instead of repeating it."""
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,3 +19,12 @@ def reuse_or_run(path: Path, key: dict, compute: Callable[[], dict], name: str) 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"key": key, "row": row}, indent=1, default=float))
     return row
+
+
+def run_jobs(func: Callable, jobs: list[tuple], workers: int, serial: tuple = ()) -> list:
+    """`func(*job)` for every job, in `workers` fresh processes when more than one (spawned: torch and GL
+    state do not survive fork), else here as `func(*job, *serial)`; results in the order of `jobs`."""
+    if workers > 1 and len(jobs) > 1:
+        with mp.get_context("spawn").Pool(min(workers, len(jobs))) as pool:
+            return pool.starmap(func, jobs)
+    return [func(*job, *serial) for job in jobs]

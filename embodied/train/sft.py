@@ -65,6 +65,13 @@ def sft_targets(records: Sequence[dict], cfg, seed: int, step: int) -> list[str]
     ]
 
 
+def stops_here(cfg, step: int, accuracy: float | None, elapsed_s: float) -> bool:
+    """Whether SFT ends after `step`: the last step, a validation `accuracy` (None: none this step) at or
+    above `cfg.stop_at`, or `cfg.max_seconds` spent (0 switches either off)."""
+    reached = accuracy is not None and 0 < cfg.stop_at <= accuracy
+    return step >= cfg.steps or reached or 0 < cfg.max_seconds <= elapsed_s
+
+
 def train_sft(
     model,
     processor,
@@ -79,13 +86,15 @@ def train_sft(
     config_yaml: str = "",
     procs: Processes | None = None,
     target_fn: Callable[[dict], str] | None = None,
+    on_validate: Callable[[int, float], None] | None = None,
 ) -> dict:
     """Run `cfg.steps` SFT steps (`cfg` is an `SFTConfig`); metrics go to `out_dir/metrics.jsonl`.
 
     Checkpoints go to `out_dir/checkpoints/sft`; `resume` is "", "auto" or a checkpoint folder. Under
     several processes (`procs`), each trains on its slice of every global batch; only the first logs,
     evaluates and writes checkpoints. `target_fn(record)` gives each record's target text (default: the
-    family's answer format, `tasks.sft_target`).
+    family's answer format, `tasks.sft_target`). `on_validate(step, accuracy)` is called after each
+    validation (on the processes that validate), e.g. to keep a snapshot of the model.
     """
     procs = procs or Processes()
     if cfg.targets not in ("answer", "format"):
@@ -117,13 +126,22 @@ def train_sft(
         run.schedule.step()
         run.loss_sum += procs.sum(loss.detach()).item()
         run.tokens += int(tokens)
-        if step % cfg.log_every == 0 or step == cfg.steps:
+        acc, t_eval = None, time.perf_counter()
+        if procs.all_forward and cfg.eval_every and val and step % cfg.eval_every == 0:
+            acc = _validate(
+                model, processor, val[: cfg.eval_examples], video, log, bar, step, t_start, procs.main
+            )
+            if on_validate is not None:
+                on_validate(step, acc)
+        t0 += time.perf_counter() - t_eval  # time/step leaves validation out
+        last = stops_here(cfg, step, acc, time.perf_counter() - t_start)
+        if (cfg.stop_at or cfg.max_seconds) and procs.world > 1:  # one decision, the same on every process
+            last = bool(procs.sum(torch.tensor(float(last), device=device)) > 0)
+        if step % cfg.log_every == 0 or last:
             if procs.main:
                 bar.set_postfix(loss=f"{run.log_metrics(log, step, cfg, grad_norm, t0):.3f}")
             run.loss_sum = 0.0
-        if procs.all_forward and cfg.eval_every and val and step % cfg.eval_every == 0:
-            _validate(model, processor, val[: cfg.eval_examples], video, log, bar, step, t_start, procs.main)
-        if cfg.checkpoint_every and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
+        if cfg.checkpoint_every and (step % cfg.checkpoint_every == 0 or last):
             procs.save_checkpoint(
                 ckpt_dir,
                 step,
@@ -134,9 +152,11 @@ def train_sft(
                 config_yaml,
                 cfg.keep_checkpoints,
             )
+        if last:
+            break
     procs.barrier()
     model.eval()
-    return {"steps": cfg.steps, "wall_s": time.perf_counter() - t_start, "skipped_steps": run.guard.total}
+    return {"steps": step, "wall_s": time.perf_counter() - t_start, "skipped_steps": run.guard.total}
 
 
 def _fresh_optimizer(model, cfg, cycle: int):
@@ -193,9 +213,11 @@ class _Run:
 
 def _validate(
     model, processor, val, video, log: MetricsLog, bar, step: int, t_start: float, main: bool
-) -> None:
+) -> float:
+    """Greedy validation accuracy, logged and returned."""
     res = evaluate(model, processor, val, video, choice=False, progress=False)
     if main:
         metrics = {"eval/accuracy": res["accuracy"], "eval/unparseable": res["unparseable"]}
         log.log(step, metrics | {"time/elapsed": time.perf_counter() - t_start})
         bar.write(f"sft step {step}: val accuracy {res['accuracy']:.3f}")
+    return res["accuracy"]

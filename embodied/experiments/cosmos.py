@@ -1,0 +1,456 @@
+"""Cosmos-Reason1's Table 10 in miniature: does RL on self-supervised questions beat more SFT, per family?
+
+`embodied experiment cosmos -c configs/experiment_cosmos.yaml` runs:
+
+1. the training set (`data`, every family of `configs/physics_mix.yaml` by default) and the held-out
+   benchmark (`cosmos.benchmark` at `cosmos.benchmark_n_test` questions, from the seed stream no training
+   split draws from), each generated unless its root already holds it;
+2. the base policy (`policy.path`) on the benchmark, once;
+3. per seed in `cosmos.seeds`, three jobs (`cosmos.workers` at once, each in its own process):
+   - **main**: `sft.steps` of labelled SFT from the base (SFT); `grpo.steps` of GRPO from it (SFT + GRPO);
+     from the same SFT policy, continued SFT for as many seconds as the GRPO stage took (`sft.max_seconds`:
+     more training without RL, the control); the blind and single-frame baselines of the SFT + GRPO policy;
+   - **zero**: `cosmos.format_steps` of format-only SFT (random letters: never a right answer), then
+     `grpo.steps` of GRPO (GRPO alone);
+   - **transfer**: SFT, then SFT + GRPO, trained only on the families whose scene is in
+     `cosmos.transfer_scenes`, evaluated on the benchmark's questions of the same tasks in other scenes;
+4. tables per family (and tier) with the mean over seeds, its 95% Student-t interval and the min-max; the
+   three targets of the issue checked from them (every family above chance after SFT + GRPO; GRPO beats
+   continued SFT on the family average, paired by seed; blind and single-frame contain chance).
+
+Every finished job is kept in `seed<S>/<job>/result.json` and reused when its settings match. It writes
+`cosmos.md`, `cosmos.json` and `cosmos.png`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from embodied.experiments.reuse import reuse_or_run, run_jobs
+
+JOBS = ("main", "zero", "transfer")
+ROWS = ("base", "sft", "sft_grpo", "more_sft", "grpo_only", "blind", "single_frame")
+ROW_NAMES = {
+    "chance": "chance",
+    "base": "base",
+    "sft": "SFT",
+    "sft_grpo": "SFT + GRPO",
+    "more_sft": "SFT + more SFT (GRPO's wall time)",
+    "grpo_only": "GRPO alone (format-only start)",
+    "blind": "SFT + GRPO, blind",
+    "single_frame": "SFT + GRPO, single frame",
+}
+_DATA: dict = {}
+
+
+def benchmark_config(cfg):
+    """The `data:` section of `cosmos.benchmark` at `cosmos.benchmark_n_test` questions, in its own root."""
+    from embodied.config import load_config
+
+    bench = load_config(cfg.cosmos.benchmark).data
+    n = cfg.cosmos.benchmark_n_test
+    return dataclasses.replace(bench, n_test=n, root=f"{bench.root}_n{n}")
+
+
+def _load_data(cfg, progress: bool) -> dict:
+    from embodied.data.build import ensure_dataset
+    from embodied.data.load import load_split
+
+    if "data" not in _DATA:
+        bench = benchmark_config(cfg)
+        ensure_dataset(cfg.data, progress)
+        ensure_dataset(bench, progress)
+        _DATA["data"] = {s: load_split(cfg.data.root, s, cfg.video, progress) for s in ("train", "val")}
+        _DATA["data"]["bench"] = load_split(bench.root, "test", cfg.video, progress)
+    return _DATA["data"]
+
+
+def scene(example) -> str:
+    return example.record["meta"].get("scene", "")
+
+
+def bench_eval(model, processor, examples, cfg, baseline: str = "none") -> dict:
+    """Greedy accuracy on `examples` overall, per family and per family x tier (no predictions kept)."""
+    from embodied.eval.loop import evaluate_free
+
+    r = evaluate_free(model, processor, examples, cfg, baseline=baseline)
+    keep = ("accuracy", "ci95", "n", "chance", "unparseable")
+    return {k: r[k] for k in keep} | {
+        "per_task": {t: {k: v[k] for k in keep} for t, v in r["per_task"].items()},
+        "per_task_tier": {
+            t: {tier: {k: v[k] for k in keep} for tier, v in tiers.items()}
+            for t, tiers in r["per_task_tier"].items()
+        },
+    }
+
+
+def _sft(model, processor, train, cfg, seed: int, out: Path, progress: bool, **changes) -> dict:
+    from embodied.train.sft import train_sft
+
+    sft = dataclasses.replace(cfg.sft, eval_every=0, checkpoint_every=0, **changes)
+    return train_sft(model, processor, train, sft, cfg.video, out, (), seed, progress)
+
+
+def _grpo(model, processor, train, cfg, seed: int, out: Path, progress: bool) -> float:
+    from embodied.train.grpo import train_grpo
+
+    grpo = dataclasses.replace(cfg.grpo, eval_every=0, checkpoint_every=0)
+    (out / "metrics.jsonl").unlink(missing_ok=True)
+    t0 = time.perf_counter()
+    train_grpo(model, processor, train, grpo, cfg.video, out, (), seed, progress)
+    return time.perf_counter() - t0
+
+
+def _main_job(cfg, data: dict, seed: int, out: Path, progress: bool) -> dict:
+    """SFT -> SFT + GRPO (with its blind and single-frame baselines); SFT -> as many seconds of more SFT."""
+    import copy
+
+    from embodied.policy.model import load
+
+    model, processor = load(cfg.policy)
+    t_sft = _sft(model, processor, data["train"], cfg, seed, out / "sft", progress)["wall_s"]
+    sft_model = copy.deepcopy(model)
+    row = {"sft": bench_eval(model, processor, data["bench"], cfg), "sft_s": round(t_sft, 1)}
+    grpo_s = _grpo(model, processor, data["train"], cfg, seed, out / "grpo", progress)
+    row |= {"sft_grpo": bench_eval(model, processor, data["bench"], cfg), "grpo_s": round(grpo_s, 1)}
+    for name, baseline in (("blind", "blind"), ("single_frame", "single-frame")):
+        row[name] = bench_eval(model, processor, data["bench"], cfg, baseline)
+    more = _sft(
+        sft_model,
+        processor,
+        data["train"],
+        cfg,
+        seed + 1000,
+        out / "more_sft",
+        progress,
+        steps=10**6,
+        max_seconds=grpo_s,
+    )  # fmt: skip: the cosine over 10**6 steps keeps the SFT's peak learning rate
+    row |= {"more_sft": bench_eval(sft_model, processor, data["bench"], cfg), "more_sft_steps": more["steps"]}
+    row["more_sft_s"] = round(more["wall_s"], 1)
+    return row
+
+
+def _zero_job(cfg, data: dict, seed: int, out: Path, progress: bool) -> dict:
+    """Format-only SFT (never a right answer), then GRPO."""
+    from embodied.policy.model import load
+
+    model, processor = load(cfg.policy)
+    _sft(
+        model,
+        processor,
+        data["train"],
+        cfg,
+        seed,
+        out / "format",
+        progress,
+        steps=cfg.cosmos.format_steps,
+        targets="format",
+    )
+    start = bench_eval(model, processor, data["bench"], cfg)
+    grpo_s = _grpo(model, processor, data["train"], cfg, seed, out / "grpo", progress)
+    return {
+        "format": start,
+        "grpo_only": bench_eval(model, processor, data["bench"], cfg),
+        "grpo_s": round(grpo_s, 1),
+    }
+
+
+def transfer_split(data: dict, scenes: list[str]) -> tuple[list, list]:
+    """Training examples whose scene is in `scenes`; benchmark questions of the same tasks in other scenes."""
+    train = [e for e in data["train"] if scene(e) in scenes]
+    tasks = {e.record["task"] for e in train}
+    test = [e for e in data["bench"] if scene(e) not in scenes and e.record["task"] in tasks]
+    return train, test
+
+
+def _transfer_job(cfg, data: dict, seed: int, out: Path, progress: bool) -> dict:
+    from embodied.policy.model import load
+
+    train, test = transfer_split(data, cfg.cosmos.transfer_scenes)
+    if not train or not test:
+        raise ValueError(
+            f"cosmos.transfer_scenes={cfg.cosmos.transfer_scenes}: {len(train)} training examples in those "
+            "scenes "
+            f"and {len(test)} benchmark questions of their tasks elsewhere; name scenes of data.families"
+        )
+    model, processor = load(cfg.policy)
+    _sft(model, processor, train, cfg, seed, out / "sft", progress)
+    row = {"sft": bench_eval(model, processor, test, cfg)}
+    row["grpo_s"] = round(_grpo(model, processor, train, cfg, seed, out / "grpo", progress), 1)
+    row["sft_grpo"] = bench_eval(model, processor, test, cfg)
+    row["scenes"] = sorted({scene(e) for e in test})
+    return row
+
+
+def run_job(cfg, out: Path, seed: int, job: str, progress: bool = False) -> dict:
+    """One seed's job (`main`, `zero` or `transfer`), or its saved result when the settings match."""
+    cfg = dataclasses.replace(cfg, seed=seed)
+    key = {"job": job, "seed": seed} | {
+        k: dataclasses.asdict(getattr(cfg, k)) for k in ("policy", "data", "video", "sft", "grpo", "cosmos")
+    }
+    key["cosmos"] = {k: v for k, v in key["cosmos"].items() if k not in ("seeds", "workers")}
+    folder = out / f"seed{seed}" / job
+    fn = {"main": _main_job, "zero": _zero_job, "transfer": _transfer_job}[job]
+
+    def compute() -> dict:
+        from embodied.train.common import seed_everything
+
+        if "data" not in _DATA:  # a fresh worker process (the parent loaded the data before starting it)
+            torch.set_num_threads(cfg.threads if cfg.threads > 0 else 1)
+        data = _load_data(cfg, progress)
+        seed_everything(seed)
+        return fn(cfg, data, seed, folder, progress)
+
+    return reuse_or_run(folder / "result.json", key, compute, f"seed {seed} {job}")
+
+
+def _base(cfg, data: dict, out: Path) -> dict:
+    from embodied.policy.model import load
+
+    key = {"policy": dataclasses.asdict(cfg.policy), "bench": dataclasses.asdict(benchmark_config(cfg))}
+
+    def compute() -> dict:
+        model, processor = load(cfg.policy)
+        return bench_eval(model, processor, data["bench"], cfg)
+
+    return reuse_or_run(out / "base" / "result.json", key, compute, "base")
+
+
+def run(cfg, out: Path, progress: bool = True) -> dict:
+    cc = cfg.cosmos
+    t0 = time.perf_counter()
+    out = Path(out)
+    data = _load_data(cfg, progress)  # generated here, so that workers find both datasets on disk
+    base = _base(cfg, data, out)
+    jobs = [
+        (cfg, out, seed, job) for seed in cc.seeds for job in JOBS if job != "transfer" or cc.transfer_scenes
+    ]
+    results = run_jobs(run_job, jobs, cc.workers, (progress,))
+    per_seed = {seed: {} for seed in cc.seeds}
+    for (_, _, seed, job), res in zip(jobs, results):
+        per_seed[seed][job] = res
+    result = summarise(base, per_seed, cfg)
+    result["wall_s"] = round(time.perf_counter() - t0, 1)
+    (out / "cosmos.json").write_text(json.dumps(result | {"per_seed": per_seed}, indent=1))
+    (out / "cosmos.md").write_text(markdown(result))
+    plot(result, out / "cosmos.png")
+    print(markdown(result))
+    return result
+
+
+def _stat(values: list[float]) -> dict:
+    from embodied.eval.stats import seed_interval
+
+    mean, lo, hi = seed_interval(values)
+    return {
+        "mean": round(mean, 4),
+        "ci95": [round(lo, 4), round(hi, 4)],
+        "min": min(values),
+        "max": max(values),
+    }
+
+
+def _family_mean(ev: dict) -> float:
+    """Unweighted mean accuracy over families (Cosmos-Reason1's "average" column)."""
+    return float(np.mean([v["accuracy"] for v in ev["per_task"].values()]))
+
+
+def _rows(base: dict, per_seed: dict) -> dict[str, list[dict]]:
+    """Each table row's evaluation per seed (base: the same one for every seed)."""
+    seeds = list(per_seed)
+    get = {
+        "base": lambda s: base,
+        "sft": lambda s: per_seed[s]["main"]["sft"],
+        "sft_grpo": lambda s: per_seed[s]["main"]["sft_grpo"],
+        "more_sft": lambda s: per_seed[s]["main"]["more_sft"],
+        "grpo_only": lambda s: per_seed[s]["zero"]["grpo_only"],
+        "blind": lambda s: per_seed[s]["main"]["blind"],
+        "single_frame": lambda s: per_seed[s]["main"]["single_frame"],
+    }
+    return {row: [get[row](s) for s in seeds] for row in ROWS}
+
+
+def summarise(base: dict, per_seed: dict, cfg) -> dict:
+    """Per row and family: mean over seeds with its t-interval; the issue's three targets checked."""
+    rows = _rows(base, per_seed)
+    families = sorted(base["per_task"])
+    table = {
+        row: {f: _stat([e["per_task"][f]["accuracy"] for e in evs]) for f in families}
+        | {"average": _stat([_family_mean(e) for e in evs])}
+        for row, evs in rows.items()
+    }
+    tiers = {
+        row: {
+            f: {
+                t: _stat([e["per_task_tier"][f][t]["accuracy"] for e in evs])
+                for t in base["per_task_tier"][f]
+            }
+            for f in families
+        }
+        for row, evs in rows.items()
+    }
+    chance = {f: base["per_task"][f]["chance"] for f in families}
+    chance["average"] = float(np.mean(list(chance.values())))
+    diff = [_family_mean(a) - _family_mean(b) for a, b in zip(rows["sft_grpo"], rows["more_sft"])]
+    targets = {
+        "sft_grpo_above_chance": {f: table["sft_grpo"][f]["ci95"][0] > chance[f] for f in families},
+        "grpo_minus_more_sft": _stat(diff),
+        "baselines_contain_chance": {
+            b: {f: table[b][f]["ci95"][0] <= chance[f] <= table[b][f]["ci95"][1] for f in families}
+            for b in ("blind", "single_frame")
+        },
+    }
+    targets["grpo_beats_more_sft"] = targets["grpo_minus_more_sft"]["ci95"][0] > 0
+    return {
+        "families": families,
+        "chance": chance,
+        "table": table,
+        "tiers": tiers,
+        "targets": targets,
+        "transfer": _transfer_table(per_seed),
+        "timings_s": _timings(per_seed),
+        "n_bench": base["n"],
+        "seeds": list(per_seed),
+        "policy": cfg.policy.path,
+        "sft_steps": cfg.sft.steps,
+        "grpo_steps": cfg.grpo.steps,
+    }
+
+
+def _transfer_table(per_seed: dict) -> dict:
+    runs = [r["transfer"] for r in per_seed.values() if "transfer" in r]
+    if not runs:
+        return {}
+    families = sorted(runs[0]["sft"]["per_task"])
+    out = {
+        row: {f: _stat([r[row]["per_task"][f]["accuracy"] for r in runs]) for f in families}
+        | {"all": _stat([r[row]["accuracy"] for r in runs])}
+        for row in ("sft", "sft_grpo")
+    }
+    return out | {"scenes": runs[0]["scenes"], "n": runs[0]["sft"]["n"]}
+
+
+def _timings(per_seed: dict) -> dict:
+    keys = {
+        "main": ("sft_s", "grpo_s", "more_sft_s", "more_sft_steps"),
+        "zero": ("grpo_s",),
+        "transfer": ("grpo_s",),
+    }
+    return {
+        f"{job}/{k}": [r[job][k] for r in per_seed.values() if job in r]
+        for job, ks in keys.items()
+        for k in ks
+        if any(job in r for r in per_seed.values())
+    }
+
+
+def _cell(s: dict) -> str:
+    return f"{s['mean']:.3f} [{s['ci95'][0]:.2f}, {s['ci95'][1]:.2f}]"
+
+
+def markdown(result: dict) -> str:
+    fams = result["families"] + ["average"]
+    head = "| row | " + " | ".join(f.replace("_", " ") for f in fams) + " |"
+    lines = [
+        f"`{result['policy']}`: {result['sft_steps']} SFT steps, {result['grpo_steps']} GRPO steps; "
+        "benchmark "
+        f"n = {result['n_bench']}; seeds {result['seeds']}; wall {result.get('wall_s', '-')} s. Cells: mean "
+        "over seeds [95% t-interval].",
+        "",
+        head,
+        "|---" * (len(fams) + 1) + "|",
+        "| chance | " + " | ".join(f"{result['chance'][f]:.3f}" for f in fams) + " |",
+    ]
+    for row, cells in result["table"].items():
+        lines.append(f"| {ROW_NAMES[row]} | " + " | ".join(_cell(cells[f]) for f in fams) + " |")
+    t = result["targets"]
+    d = t["grpo_minus_more_sft"]
+    above = [f for f, ok in t["sft_grpo_above_chance"].items() if ok]
+    lines += [
+        "",
+        f"- Families whose SFT + GRPO interval lies above chance: {len(above)} of {len(result['families'])} "
+        f"({', '.join(above) or 'none'}).",
+        f"- SFT + GRPO minus continued SFT, family average, paired by seed: {d['mean']:+.3f} "
+        f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]: GRPO "
+        f"{'beats' if t['grpo_beats_more_sft'] else 'does not beat'} "
+        "more SFT.",
+    ]
+    for b, fams_ok in t["baselines_contain_chance"].items():
+        missing = [f for f, ok in fams_ok.items() if not ok]
+        ok = len(fams_ok) - len(missing)
+        but = f" (not: {', '.join(missing)})" if missing else ""
+        lines.append(f"- {ROW_NAMES[b]}: interval contains chance on {ok} of {len(fams_ok)} families{but}.")
+    lines += _tier_lines(result) + _transfer_lines(result["transfer"])
+    tm = result["timings_s"]
+    lines += ["", "Seconds per seed: " + "; ".join(f"{k} {v}" for k, v in tm.items()) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def _tier_lines(result: dict) -> list[str]:
+    lines = [
+        "",
+        "| family | tier | " + " | ".join(ROW_NAMES[r] for r in ("sft", "sft_grpo", "more_sft")) + " |",
+    ]
+    lines.append("|---|---|---|---|---|")
+    for f in result["families"]:
+        for tier in result["tiers"]["sft"][f]:
+            cells = [_cell(result["tiers"][r][f][tier]) for r in ("sft", "sft_grpo", "more_sft")]
+            lines.append(f"| {f} | {tier} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _transfer_lines(tr: dict) -> list[str]:
+    if not tr:
+        return []
+    fams = [f for f in tr["sft"] if f != "all"] + ["all"]
+    lines = [
+        "",
+        f"Transfer: trained on the other scenes, tested on {', '.join(tr['scenes'])} (n = {tr['n']}).",
+        "",
+        "| row | " + " | ".join(fams) + " |",
+        "|---" * (len(fams) + 1) + "|",
+    ]
+    for row in ("sft", "sft_grpo"):
+        lines.append(f"| {ROW_NAMES[row]} | " + " | ".join(_cell(tr[row][f]) for f in fams) + " |")
+    return lines
+
+
+def plot(result: dict, path: Path) -> None:
+    """Grouped bars: per family, each row's mean over seeds with its interval, and chance as a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fams = result["families"] + ["average"]
+    rows = list(result["table"])
+    fig, ax = plt.subplots(figsize=(2.2 * len(fams) + 2, 4))
+    width = 0.8 / len(rows)
+    for i, row in enumerate(rows):
+        cells = [result["table"][row][f] for f in fams]
+        x = np.arange(len(fams)) + (i - (len(rows) - 1) / 2) * width
+        means = [c["mean"] for c in cells]
+        err = [
+            [m - c["ci95"][0] for m, c in zip(means, cells)],
+            [c["ci95"][1] - m for m, c in zip(means, cells)],
+        ]
+        ax.bar(x, means, width, yerr=err, capsize=2, label=ROW_NAMES[row], color=f"C{i}")
+    for j, f in enumerate(fams):
+        ax.hlines(result["chance"][f], j - 0.45, j + 0.45, color="black", ls="--", lw=1)
+    ax.set_xticks(range(len(fams)), [f.replace("_", "\n") for f in fams])
+    ax.set(
+        ylabel="benchmark accuracy",
+        ylim=(0, 1.05),
+        title="per family: mean over seeds, 95% interval; -- chance",
+    )
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,59 @@
+"""`embodied experiment cosmos` at toy size: every row, the targets, transfer, reuse."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from embodied.config import load_config
+
+REPO = Path(__file__).parents[1]
+
+
+def test_cosmos_experiment_end_to_end(tmp_path):
+    from embodied.experiments.cosmos import run
+
+    overrides = [
+        f"data.root={tmp_path}/mix", "data.n_train=24", "data.n_val=2", "data.n_test=2", "data.workers=0",
+        "data.clip.num_frames=4", "sft.steps=2", "sft.batch_size=4", "grpo.steps=1",
+        "grpo.prompts_per_step=2",
+        "grpo.group_size=2", "grpo.max_new_tokens=8", "cosmos.seeds=[0,1]", "cosmos.workers=1",
+        "cosmos.format_steps=1", "cosmos.benchmark_n_test=16", "eval.max_new_tokens=8",
+    ]  # fmt: skip
+    cfg = load_config([REPO / "configs/physics_mix.yaml", REPO / "configs/experiment_cosmos.yaml"], overrides)
+    spec = (
+        (REPO / "configs/physics_bench.yaml")
+        .read_text()
+        .replace("data/benchmarks/physics_v1", f"{tmp_path}/bench")
+    )
+    (tmp_path / "bench.yaml").write_text(spec.replace("num_frames: 8", "num_frames: 4"))
+    cfg.cosmos.benchmark = str(tmp_path / "bench.yaml")
+    result = run(cfg, tmp_path / "run", progress=False)
+    assert set(result["table"]) == {
+        "base",
+        "sft",
+        "sft_grpo",
+        "more_sft",
+        "grpo_only",
+        "blind",
+        "single_frame",
+    }
+    for row in result["table"].values():
+        assert set(row) == set(result["families"]) | {"average"}
+        for cell in row.values():
+            assert cell["ci95"][0] <= cell["mean"] <= cell["ci95"][1]
+    assert set(result["families"]) <= {
+        "arrow_of_time",
+        "temporal_puzzle",
+        "spatial_puzzle",
+        "object_permanence",
+    }
+    assert result["transfer"]["scenes"] and "drop" not in result["transfer"]["scenes"]
+    assert "slide" not in result["transfer"]["scenes"]
+    assert len(result["timings_s"]["main/more_sft_steps"]) == 2
+    for name in ("cosmos.md", "cosmos.json", "cosmos.png"):
+        assert (tmp_path / "run" / name).stat().st_size > 0
+    text = (tmp_path / "run" / "cosmos.md").read_text()
+    assert "SFT + more SFT" in text and "Transfer" in text and "| chance |" in text
+    again = run(cfg, tmp_path / "run", progress=False)  # every job reused
+    assert json.dumps(again["table"], sort_keys=True) == json.dumps(result["table"], sort_keys=True)
