@@ -15,7 +15,7 @@ def test_cosmos_experiment_end_to_end(tmp_path):
 
     overrides = [
         f"data.root={tmp_path}/mix", "data.n_train=24", "data.n_val=2", "data.n_test=2", "data.workers=0",
-        "data.clip.num_frames=4", "sft.steps=2", "sft.batch_size=4", "grpo.steps=1",
+        "sft.steps=2", "sft.batch_size=4", "grpo.steps=1",
         "grpo.prompts_per_step=2",
         "grpo.group_size=2", "grpo.max_new_tokens=8", "cosmos.seeds=[0,1]", "cosmos.workers=1",
         "cosmos.format_steps=1", "cosmos.benchmark_n_test=16", "eval.max_new_tokens=8",
@@ -51,6 +51,9 @@ def test_cosmos_experiment_end_to_end(tmp_path):
     assert result["transfer"]["scenes"] and "drop" not in result["transfer"]["scenes"]
     assert "slide" not in result["transfer"]["scenes"]
     assert len(result["timings_s"]["main/more_sft_steps"]) == 2
+    assert isinstance(result["probe"], dict)
+    bench = json.loads(next((tmp_path).glob("bench_n16_112x112_4f/manifest.json")).read_text())
+    assert bench["config"]["clip"]["num_frames"] == 4  # rendered like the training clips
     for name in ("cosmos.md", "cosmos.json", "cosmos.png"):
         assert (tmp_path / "run" / name).stat().st_size > 0
     text = (tmp_path / "run" / "cosmos.md").read_text()

@@ -82,5 +82,8 @@ class CosmosConfig:
     transfer_scenes: list[str] = field(default_factory=lambda: ["drop", "slide"])
     """The transfer run trains on the families in these scenes and is tested on the benchmark's questions
     of the same tasks in every other scene (empty: no transfer run)."""
+    probe_train: int = 2000
+    """Training clips of the linear probes of the base's visual tokens per family (0 = no probes): does the
+    vision tower carry the answer at all (`embodied.eval.probe`)?"""
     workers: int = 2
     """Jobs at once, each in its own process (set `threads=1` with 2 on a 2-core machine)."""

@@ -50,12 +50,14 @@ _DATA: dict = {}
 
 
 def benchmark_config(cfg):
-    """The `data:` section of `cosmos.benchmark` at `cosmos.benchmark_n_test` questions, in its own root."""
+    """The `data:` section of `cosmos.benchmark` at `cosmos.benchmark_n_test` questions, rendered at the
+    training data's size and clip length (a policy trained on 4 frames is asked about 4), in its own root."""
     from embodied.config import load_config
 
     bench = load_config(cfg.cosmos.benchmark).data
-    n = cfg.cosmos.benchmark_n_test
-    return dataclasses.replace(bench, n_test=n, root=f"{bench.root}_n{n}")
+    n, d = cfg.cosmos.benchmark_n_test, cfg.data
+    root = f"{bench.root}_n{n}_{d.width}x{d.height}_{d.clip.num_frames}f"
+    return dataclasses.replace(bench, n_test=n, width=d.width, height=d.height, clip=d.clip, root=root)
 
 
 def _load_data(cfg, progress: bool) -> dict:
@@ -223,12 +225,34 @@ def _base(cfg, data: dict, out: Path) -> dict:
     return reuse_or_run(out / "base" / "result.json", key, compute, "base")
 
 
+def _probe(cfg, data: dict, out: Path) -> dict:
+    """Linear probes of the base's visual tokens per family group: fitted on up to `cosmos.probe_train`
+    training clips, scored on the benchmark (`embodied.eval.probe`)."""
+    from embodied.eval.probe import probe_families
+    from embodied.policy.model import load
+
+    n = cfg.cosmos.probe_train
+    key = {
+        "policy": dataclasses.asdict(cfg.policy),
+        "data": dataclasses.asdict(cfg.data),
+        "bench": dataclasses.asdict(benchmark_config(cfg)),
+        "n": n,
+    }
+
+    def compute() -> dict:
+        model, processor = load(cfg.policy)
+        return probe_families(model, processor, data["train"][:n], data["bench"], cfg.video)
+
+    return reuse_or_run(out / "probe" / "result.json", key, compute, "linear probe")
+
+
 def run(cfg, out: Path, progress: bool = True) -> dict:
     cc = cfg.cosmos
     t0 = time.perf_counter()
     out = Path(out)
     data = _load_data(cfg, progress)  # generated here, so that workers find both datasets on disk
     base = _base(cfg, data, out)
+    probe = _probe(cfg, data, out) if cc.probe_train else {}
     jobs = [
         (cfg, out, seed, job) for seed in cc.seeds for job in JOBS if job != "transfer" or cc.transfer_scenes
     ]
@@ -236,7 +260,7 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
     per_seed = {seed: {} for seed in cc.seeds}
     for (_, _, seed, job), res in zip(jobs, results):
         per_seed[seed][job] = res
-    result = summarise(base, per_seed, cfg)
+    result = summarise(base, per_seed, cfg) | {"probe": probe}
     result["wall_s"] = round(time.perf_counter() - t0, 1)
     (out / "cosmos.json").write_text(json.dumps(result | {"per_seed": per_seed}, indent=1))
     (out / "cosmos.md").write_text(markdown(result))
@@ -387,7 +411,7 @@ def markdown(result: dict) -> str:
         ok = len(fams_ok) - len(missing)
         but = f" (not: {', '.join(missing)})" if missing else ""
         lines.append(f"- {ROW_NAMES[b]}: interval contains chance on {ok} of {len(fams_ok)} families{but}.")
-    lines += _tier_lines(result) + _transfer_lines(result["transfer"])
+    lines += _tier_lines(result) + _transfer_lines(result["transfer"]) + _probe_lines(result["probe"])
     tm = result["timings_s"]
     lines += ["", "Seconds per seed: " + "; ".join(f"{k} {v}" for k, v in tm.items()) + "."]
     return "\n".join(lines) + "\n"
@@ -419,6 +443,26 @@ def _transfer_lines(tr: dict) -> list[str]:
     ]
     for row in ("sft", "sft_grpo"):
         lines.append(f"| {ROW_NAMES[row]} | " + " | ".join(_cell(tr[row][f]) for f in fams) + " |")
+    return lines
+
+
+def _probe_lines(probe: dict) -> list[str]:
+    if not probe:
+        return []
+    lines = [
+        "",
+        "Linear probe of the base's visual tokens (answer text from the clip's tokens; fitted on training "
+        "clips, scored on the benchmark):",
+        "",
+        "| family / scene | classes | n test | probe accuracy [95% CI] | majority class |",
+        "|---|---|---|---|---|",
+    ]
+    for group, p in probe.items():
+        lo, hi = p["ci95"]
+        lines.append(
+            f"| {group} | {p['classes']} | {p['n_test']} | {p['accuracy']:.3f} [{lo:.3f}, {hi:.3f}] | "
+            f"{p['majority']:.3f} |"
+        )
     return lines
 
 

@@ -286,7 +286,7 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
     (out / "recipes.md").write_text(recipes_table(result))
     plot_recipes(rows, out / "recipes.png", rc.target)
     print(recipes_table(result))
-    return result
+    return {k: v for k, v in result.items() if k != "runs"}
 
 
 def summarise(rows: list[dict], arms: list[str], steps: int) -> list[dict]:

@@ -1,0 +1,121 @@
+"""Does the vision tower carry the answer? A linear probe on a policy's visual tokens, per question family.
+
+When a policy stays at chance on a family, two reasons look alike in its accuracy: its visual tokens do not
+hold what decides the answer (perception), or they do and the language model does not learn to read it
+(learning). A linear classifier trained on the frozen tokens separates them: if it reads the answer well
+above the majority class, the information is there.
+
+The probe's target is the answer's option text (forward / reversed, a segment order, a patch position), so
+that the class means the same thing in every question whatever letter it got. Features are every merged
+visual token of the clip, flattened in Qwen's order (temporal patch, row, column), standardised with the
+training set's mean and deviation. The classifier is multinomial logistic regression fitted by full-batch
+AdamW; its weight decay is chosen on a fifth of the training examples held out, then refitted on all.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+import torch
+
+from embodied.data.load import Example
+from embodied.eval.stats import wilson_interval
+
+WEIGHT_DECAYS = (1e-3, 1e-2, 1e-1, 1.0)
+
+
+def group_of(example: Example) -> str:
+    """`task/scene` (plus `/variant` where a family has several): the unit a probe is fitted on."""
+    meta = example.record.get("meta", {})
+    parts = [example.record["task"], meta.get("scene", "")]
+    if meta.get("variant") not in (None, "", "outcome", "arrangement"):
+        parts.append(meta["variant"])
+    return "/".join(p for p in parts if p)
+
+
+def answer_text(example: Example) -> str:
+    rec = example.record
+    return rec["options"][ord(rec["answer"]) - ord("A")]
+
+
+@torch.no_grad()
+def visual_features(model, processor, examples: Sequence[Example], video) -> list[torch.Tensor]:
+    """Each example's merged visual tokens, flattened: a list of 1-D tensors (tiers of one family may differ
+    in frame count, so in length)."""
+    from embodied.policy.model import encode_prompts
+
+    vis = model.model.visual
+    rows = []
+    for e in examples:
+        batch = encode_prompts(processor, [e.record], [e.clip], video)
+        if "pixel_values_videos" in batch:
+            pixels, grid = batch["pixel_values_videos"], batch["video_grid_thw"]
+        else:
+            pixels, grid = batch["pixel_values"], batch["image_grid_thw"]
+        rows.append(vis(pixels.to(vis.dtype), grid_thw=grid).pooler_output.float().flatten())
+    return rows
+
+
+def _padded(rows: list[torch.Tensor], width: int) -> torch.Tensor:
+    """Rows zero-padded to `width` (a shorter clip's missing tokens read as 0)."""
+    return torch.stack([torch.nn.functional.pad(r, (0, width - r.numel())) for r in rows])
+
+
+def _fit(x: torch.Tensor, y: torch.Tensor, n_classes: int, weight_decay: float, steps: int = 300):
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(x.shape[1], n_classes)
+    opt = torch.optim.AdamW(lin.parameters(), lr=1e-2, weight_decay=weight_decay)
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(lin(x), y).backward()
+        opt.step()
+    return lin
+
+
+def linear_probe(x_train, y_train: list[str], x_test, y_test: list[str]) -> dict:
+    """Accuracy of a linear classifier of the answer text on held-out features, against the majority class
+    of the training answers (its share of the test answers)."""
+    classes = sorted(set(y_train))
+    index = {c: i for i, c in enumerate(classes)}
+    mean, std = x_train.mean(0), x_train.std(0) + 1e-6
+    xtr, xte = (x_train - mean) / std, (x_test - mean) / std
+    ytr = torch.tensor([index[c] for c in y_train])
+    n_fit = len(ytr) - max(1, len(ytr) // 5)
+    scores = {}
+    for wd in WEIGHT_DECAYS:
+        lin = _fit(xtr[:n_fit], ytr[:n_fit], len(classes), wd)
+        scores[wd] = (lin(xtr[n_fit:]).argmax(1) == ytr[n_fit:]).float().mean().item()
+    wd = max(WEIGHT_DECAYS, key=lambda w: (scores[w], w))  # ties: the stronger decay
+    pred = _fit(xtr, ytr, len(classes), wd)(xte).argmax(1).tolist()
+    correct = sum(classes[p] == t for p, t in zip(pred, y_test))
+    majority = max(classes, key=lambda c: (y_train.count(c), c))
+    base = sum(t == majority for t in y_test)
+    return {
+        "n_train": len(y_train),
+        "n_test": len(y_test),
+        "classes": len(classes),
+        "accuracy": round(correct / len(y_test), 4),
+        "ci95": [round(v, 4) for v in wilson_interval(correct, len(y_test))],
+        "majority": round(base / len(y_test), 4),
+        "weight_decay": wd,
+    }
+
+
+def probe_families(model, processor, train: Sequence[Example], test: Sequence[Example], video) -> dict:
+    """`linear_probe` per family group present in both `train` and `test` (`group_of`), on zero-padded
+    features."""
+    by_group: dict[str, list[list[Example]]] = defaultdict(lambda: [[], []])
+    for side, examples in enumerate((train, test)):
+        for e in examples:
+            by_group[group_of(e)][side].append(e)
+    out = {}
+    for group, (tr, te) in sorted(by_group.items()):
+        if len(tr) < 10 or not te:
+            continue
+        x_tr = visual_features(model, processor, tr, video)
+        x_te = visual_features(model, processor, te, video)
+        width = max(r.numel() for r in x_tr + x_te)
+        x_tr, x_te = _padded(x_tr, width), _padded(x_te, width)
+        out[group] = linear_probe(x_tr, [answer_text(e) for e in tr], x_te, [answer_text(e) for e in te])
+    return out
