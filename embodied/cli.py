@@ -32,13 +32,14 @@ NAMED = {"bench": "embodied.bench", "experiment": "embodied.experiments"}
 
 
 def _named(package: str) -> list[str]:
-    """The modules of `package` that `run` can call, with dashes for underscores (`config` holds settings)."""
+    """The modules of `package` that define `run` (helpers such as `config` do not), dashes for underscores."""
     import importlib
     import pkgutil
 
     pkg = importlib.import_module(package)
-    names = [m.name for m in pkgutil.iter_modules(pkg.__path__)]
-    return sorted(n.replace("_", "-") for n in names if not n.startswith("_") and n != "config")
+    names = [m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_")]
+    runnable = [n for n in names if hasattr(importlib.import_module(f"{package}.{n}"), "run")]
+    return sorted(n.replace("_", "-") for n in runnable)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -102,6 +102,10 @@ class GRPOConfig:
     value_clip: float = 0.2
     """advantage=gae: the clipped value loss keeps each new value within this of the rollout-time one
     (OpenAI baselines' ppo2, TRL's cliprange_value 0.2); 0 = plain squared error."""
+    whiten: bool = True
+    """advantage=gae: whiten the advantages over the batch's tokens (mean 0, variance 1), as PPO
+    implementations do. When nearly every answer is right the raw advantages are tiny and whitening scales
+    their noise back to unit size (docs/recipes.md); False keeps them in reward units."""
     value_lr_scale: float = 1.0
     """advantage=gae: learning rate of the value head relative to `lr`. The head starts at zero; at a large
     model's lr (~1e-6) a fresh linear head learns slowly, so raise this there."""

@@ -314,6 +314,8 @@ def test_gae_advantages_by_hand():
     _, ret = gae_advantages(torch.tensor([1.0, -1.0]), torch.zeros(2, 2), mask, 1.0, 1.0, kl, kl_coef=0.5)
     # token rewards (-0.1, 1 - 0.2) and (-1 - 0.05, pad) -> returns-to-go (0.7, 0.8) and (-1.05, 0)
     assert _close(ret, [[0.7, 0.8], [-1.05, 0.0]])
+    raw, _ = gae_advantages(torch.tensor([1.0, -1.0]), torch.zeros(2, 2), mask, 1.0, 1.0, whitened=False)
+    assert _close(raw, [[1.0, 1.0], [-1.0, 0.0]])  # the return-to-go minus V = 0, padding 0
 
 
 def test_explained_variance_by_hand():

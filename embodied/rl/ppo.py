@@ -151,6 +151,7 @@ def gae_advantages(
     kl: torch.Tensor | None = None,
     kl_coef: float = 0.0,
     all_sum: Callable | None = None,
+    whitened: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """PPO's advantages for one rollout: `(whitened advantages, returns)`, both `(B, T)` float32.
 
@@ -158,9 +159,12 @@ def gae_advantages(
     token (`token_rewards`); GAE(gamma, lam) against the rollout-time `values` (`gae`); the advantages are
     whitened over the batch's real tokens (`whiten`, with `all_sum` across processes) for the policy loss,
     while the returns (A + V, not whitened) are the critic's regression targets (`value_loss`).
+    `whitened=False` leaves the advantages in reward units (masked to the real tokens).
     """
     r = token_rewards(rewards.float(), mask, kl, kl_coef)
     adv, returns = gae(r, values, mask, gamma, lam)
+    if not whitened:
+        return adv.masked_fill(~mask.bool(), 0.0), returns
     return whiten(adv, mask, all_sum=all_sum), returns
 
 

@@ -243,7 +243,9 @@ def critic_targets(
         kl = kl_estimate(old_logp, rollout_logprobs(ref, ro, cfg.micro_batch_size), cfg.kl_estimator)
     kl_coef = cfg.kl_coef if kl is not None else 0.0
     rewards = ro.rewards.flatten()
-    advantages, returns = gae_advantages(rewards, old_values, mask, cfg.gamma, cfg.lam, kl, kl_coef)
+    advantages, returns = gae_advantages(
+        rewards, old_values, mask, cfg.gamma, cfg.lam, kl, kl_coef, whitened=cfg.whiten
+    )
     metrics = {
         "critic/value_mean": float(masked_mean(old_values, mask)),
         "critic/return_mean": float(masked_mean(returns, mask)),
