@@ -32,7 +32,7 @@ NAMED = {"bench": "embodied.bench", "experiment": "embodied.experiments"}
 
 
 def _named(package: str) -> list[str]:
-    """The modules of `package` that define `run` (helpers such as `config` do not), dashes for underscores."""
+    """The modules of `package` that define `run` (helpers such as `config` do not), dashes for `_`."""
     import importlib
     import pkgutil
 

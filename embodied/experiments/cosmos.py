@@ -34,7 +34,7 @@ import torch
 
 from embodied.experiments.reuse import reuse_or_run, run_jobs
 
-JOBS = ("main", "zero", "transfer")
+JOBS = ("main", "transfer", "zero")  # longest first
 ROWS = ("base", "sft", "sft_grpo", "more_sft", "grpo_only", "blind", "single_frame")
 ROW_NAMES = {
     "chance": "chance",
@@ -253,9 +253,8 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
     data = _load_data(cfg, progress)  # generated here, so that workers find both datasets on disk
     base = _base(cfg, data, out)
     probe = _probe(cfg, data, out) if cc.probe_train else {}
-    jobs = [
-        (cfg, out, seed, job) for seed in cc.seeds for job in JOBS if job != "transfer" or cc.transfer_scenes
-    ]
+    wanted = [job for job in JOBS if job != "transfer" or cc.transfer_scenes]
+    jobs = [(cfg, out, seed, job) for job in wanted for seed in cc.seeds]  # the longest jobs first
     results = run_jobs(run_job, jobs, cc.workers, (progress,))
     per_seed = {seed: {} for seed in cc.seeds}
     for (_, _, seed, job), res in zip(jobs, results):

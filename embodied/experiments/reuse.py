@@ -26,5 +26,5 @@ def run_jobs(func: Callable, jobs: list[tuple], workers: int, serial: tuple = ()
     state do not survive fork), else here as `func(*job, *serial)`; results in the order of `jobs`."""
     if workers > 1 and len(jobs) > 1:
         with mp.get_context("spawn").Pool(min(workers, len(jobs))) as pool:
-            return pool.starmap(func, jobs)
+            return pool.starmap(func, jobs, chunksize=1)  # jobs differ in length: hand them out one by one
     return [func(*job, *serial) for job in jobs]
