@@ -123,6 +123,7 @@ def _main_job(cfg, data: dict, seed: int, out: Path, progress: bool) -> dict:
     row |= {"sft_grpo": bench_eval(model, processor, data["bench"], cfg), "grpo_s": round(grpo_s, 1)}
     for name, baseline in (("blind", "blind"), ("single_frame", "single-frame")):
         row[name] = bench_eval(model, processor, data["bench"], cfg, baseline)
+    # continued SFT for GRPO's seconds; a cosine over 10**6 steps keeps the SFT's peak learning rate
     more = _sft(
         sft_model,
         processor,
@@ -133,7 +134,7 @@ def _main_job(cfg, data: dict, seed: int, out: Path, progress: bool) -> dict:
         progress,
         steps=10**6,
         max_seconds=grpo_s,
-    )  # fmt: skip: the cosine over 10**6 steps keeps the SFT's peak learning rate
+    )
     row |= {"more_sft": bench_eval(sft_model, processor, data["bench"], cfg), "more_sft_steps": more["steps"]}
     row["more_sft_s"] = round(more["wall_s"], 1)
     return row
@@ -179,8 +180,8 @@ def _transfer_job(cfg, data: dict, seed: int, out: Path, progress: bool) -> dict
     if not train or not test:
         raise ValueError(
             f"cosmos.transfer_scenes={cfg.cosmos.transfer_scenes}: {len(train)} training examples in those "
-            "scenes "
-            f"and {len(test)} benchmark questions of their tasks elsewhere; name scenes of data.families"
+            f"scenes and {len(test)} benchmark questions of their tasks elsewhere; name scenes of "
+            "data.families"
         )
     model, processor = load(cfg.policy)
     _sft(model, processor, train, cfg, seed, out / "sft", progress)

@@ -110,6 +110,7 @@ def train_sft(
         run.resume(path, model, cfg, cycle, procs, log)
     bar = tqdm(range(run.start, cfg.steps + 1), desc="sft", unit="step", disable=not progress)
     t_start = time.perf_counter()
+    step = run.start - 1  # a run resumed at its last step trains no more
     for step in bar:
         t0 = time.perf_counter()
         if (step - 1) % cycle == 0:  # start, and each warm restart
