@@ -204,3 +204,26 @@ def test_sft_max_seconds_stops_after_the_step_that_runs_out(examples, tiny_path,
     assert done["steps"] == 1
     assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1]
     assert (tmp_path / "checkpoints" / "sft" / "step-00000001").is_dir()  # the last step is checkpointed
+
+
+def test_rl_curves_and_first_reaching_from_metrics_rows():
+    from embodied.train.metrics import first_reaching, rl_curves
+
+    rows = [
+        {
+            "step": 5,
+            "reward/total": 1.2,
+            "reward/accuracy": 0.5,
+            "reward/group_spread": 0.75,
+            "entropy/mean": 0.2,
+        },
+        {"step": 5, "eval/accuracy": 0.8, "time/elapsed": 10.04},
+        {"step": 10, "reward/total": 1.5, "reward/group_spread": 0.25, "papo/accuracy_masked": 0.4},
+        {"step": 10, "eval/accuracy": 0.95, "time/elapsed": 20.06},
+    ]
+    c = rl_curves(rows, start_val=0.5)
+    assert c["val"] == [(0, 0.0, 0.5), (5, 10.04, 0.8), (10, 20.06, 0.95)]
+    assert c["reward"] == [(5, 0.5), (10, 1.5)]  # accuracy where scored, else the total
+    assert c["group_spread"] == [(5, 0.75), (10, 0.25)] and c["entropy"] == [(5, 0.2)]
+    assert c["papo_masked"] == [(10, 0.4)] and c["papo_real"] == []
+    assert first_reaching(c["val"], 0.9) == (10, 20.1) and first_reaching(c["val"], 0.99) == (None, None)

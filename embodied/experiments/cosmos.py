@@ -30,9 +30,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from embodied.experiments.reuse import reuse_or_run, run_jobs
+from embodied.experiments.reuse import process_data, reuse_or_run, run_jobs
 
 JOBS = ("main", "transfer", "zero")  # longest first
 ROWS = ("base", "sft", "sft_grpo", "more_sft", "grpo_only", "blind", "single_frame")
@@ -46,7 +45,6 @@ ROW_NAMES = {
     "blind": "SFT + GRPO, blind",
     "single_frame": "SFT + GRPO, single frame",
 }
-_DATA: dict = {}
 
 
 def benchmark_config(cfg):
@@ -61,16 +59,20 @@ def benchmark_config(cfg):
 
 
 def _load_data(cfg, progress: bool) -> dict:
+    """Train and val splits and the benchmark, generated if missing (once per process)."""
     from embodied.data.build import ensure_dataset
     from embodied.data.load import load_split
 
-    if "data" not in _DATA:
-        bench = benchmark_config(cfg)
+    bench = benchmark_config(cfg)
+
+    def load() -> dict:
         ensure_dataset(cfg.data, progress)
         ensure_dataset(bench, progress)
-        _DATA["data"] = {s: load_split(cfg.data.root, s, cfg.video, progress) for s in ("train", "val")}
-        _DATA["data"]["bench"] = load_split(bench.root, "test", cfg.video, progress)
-    return _DATA["data"]
+        data = {s: load_split(cfg.data.root, s, cfg.video, progress) for s in ("train", "val")}
+        return data | {"bench": load_split(bench.root, "test", cfg.video, progress)}
+
+    key = {k: dataclasses.asdict(v) for k, v in (("data", cfg.data), ("bench", bench), ("video", cfg.video))}
+    return process_data(key, load, cfg.threads)
 
 
 def scene(example) -> str:
@@ -205,8 +207,6 @@ def run_job(cfg, out: Path, seed: int, job: str, progress: bool = False) -> dict
     def compute() -> dict:
         from embodied.train.common import seed_everything
 
-        if "data" not in _DATA:  # a fresh worker process (the parent loaded the data before starting it)
-            torch.set_num_threads(cfg.threads if cfg.threads > 0 else 1)
         data = _load_data(cfg, progress)
         seed_everything(seed)
         return fn(cfg, data, seed, folder, progress)

@@ -40,7 +40,7 @@ from embodied.data.load import load_examples
 from embodied.envs.evaluate import best_constant, evaluate_env, rollout_video
 from embodied.envs.report import write_report
 from embodied.eval.loop import evaluate_free
-from embodied.experiments.reuse import reuse_or_run, run_jobs
+from embodied.experiments.reuse import process_data, reuse_or_run, run_jobs
 from embodied.policy.model import load, load_policy, save_policy
 from embodied.rl.rewards import routed_rewards
 from embodied.train.common import seed_everything
@@ -221,10 +221,8 @@ def run_stage(
     """The start (`stage="start"`) or one arm of `seed`, or its saved result when the settings match."""
     cfg = dataclasses.replace(cfg, seed=seed)
     if data is None:  # in a worker process
-        torch.set_num_threads(cfg.threads if cfg.threads > 0 else 1)
-        if "data" not in _DATA:
-            _DATA["data"] = _load_data(cfg, progress=False)
-        data = _DATA["data"]
+        key = {k: dataclasses.asdict(getattr(cfg, k)) for k in ("data", "env", "video")}
+        data = process_data(key, lambda: _load_data(cfg, progress=False), cfg.threads)
 
     def compute() -> dict:
         return (

@@ -31,33 +31,19 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from embodied.experiments.reuse import reuse_or_run, run_jobs
-
-_DATA: dict = {}  # the loaded splits, once per process
+from embodied.experiments.reuse import process_data, reuse_or_run, run_jobs
 
 
 def _load_data(cfg, progress: bool) -> dict:
+    """The train, val and test splits (once per process)."""
     from embodied.data.load import load_split
 
-    if "data" not in _DATA:
-        _DATA["data"] = {
-            s: load_split(cfg.data.root, s, cfg.video, progress) for s in ("train", "val", "test")
-        }
-    return _DATA["data"]
+    def load() -> dict:
+        return {s: load_split(cfg.data.root, s, cfg.video, progress) for s in ("train", "val", "test")}
 
-
-def _worker(cfg, progress: bool) -> dict:
-    """The splits; in a worker process, also its thread count."""
-    if "data" not in _DATA:  # a fresh spawn process
-        torch.set_num_threads(cfg.threads if cfg.threads > 0 else 1)
-    return _load_data(cfg, progress)
-
-
-def steps_to(curve: list[tuple[int, float]], target: float) -> int | None:
-    """First step whose accuracy is >= target (None if never)."""
-    return next((s for s, acc in curve if acc >= target), None)
+    key = {"data": dataclasses.asdict(cfg.data), "video": dataclasses.asdict(cfg.video)}
+    return process_data(key, load, cfg.threads)
 
 
 def _sft(cfg, **changes):
@@ -85,10 +71,10 @@ def _half_solving(model, processor, cfg, data: dict, seed: int, folder: Path, pr
         eval_examples=rc.half_eval_examples,
         stop_at=rc.half_at,
     )
-    snaps = [(0, None, _snapshot(model))]
+    snaps = [(None, _snapshot(model))]  # (validation accuracy, weights) of the last two validations
 
     def keep(step: int, acc: float) -> None:
-        snaps[:] = [snaps[-1], (step, acc, _snapshot(model))]
+        snaps[:] = [snaps[-1], (acc, _snapshot(model))]
 
     sel = data["val"][: rc.half_eval_examples]
     done = train_sft(
@@ -104,8 +90,8 @@ def _half_solving(model, processor, cfg, data: dict, seed: int, folder: Path, pr
         on_validate=keep,
     )
     made = {"labelled_steps": done["steps"], "interpolation": None}
-    if snaps[-1][1] is not None and snaps[-1][1] > rc.half_high:
-        made["interpolation"] = _bisect(model, processor, snaps[0][2], snaps[-1][2], sel, cfg)
+    if snaps[-1][0] is not None and snaps[-1][0] > rc.half_high:
+        made["interpolation"] = _bisect(model, processor, snaps[0][1], snaps[-1][1], sel, cfg)
     return made
 
 
@@ -150,9 +136,16 @@ def build_start(cfg, out: Path, seed: int, progress: bool = False) -> dict:
         "sft": dataclasses.asdict(cfg.sft),
         "recipes": {
             k: getattr(rc, k)
-            for k in ("start", "format_steps", "half_at", "half_high", "half_lr", "half_max_steps")
-        }
-        | {"half_eval_examples": rc.half_eval_examples},
+            for k in (
+                "start",
+                "format_steps",
+                "half_at",
+                "half_high",
+                "half_lr",
+                "half_max_steps",
+                "half_eval_examples",
+            )
+        },
     }
 
     def compute() -> dict:
@@ -160,7 +153,7 @@ def build_start(cfg, out: Path, seed: int, progress: bool = False) -> dict:
         from embodied.policy.model import load, load_policy, save_policy
         from embodied.train.common import seed_everything
 
-        data = _worker(cfg, progress)
+        data = _load_data(cfg, progress)
         t0 = time.perf_counter()
         made = {"labelled_steps": 0, "interpolation": None}
         if rc.start:
@@ -191,22 +184,6 @@ def build_start(cfg, out: Path, seed: int, progress: bool = False) -> dict:
     return reuse_or_run(folder / "result.json", key, compute, f"start seed {seed}")
 
 
-def _curves(metrics: list[dict], start_val: float) -> dict:
-    logged = [r for r in metrics if "reward/total" in r]
-    evals = [r for r in metrics if "eval/accuracy" in r]
-
-    def series(key: str) -> list:
-        return [(r["step"], r[key]) for r in logged if key in r]
-
-    return {
-        "val": [(0, 0.0, start_val)] + [(r["step"], r["time/elapsed"], r["eval/accuracy"]) for r in evals],
-        "entropy": series("entropy/mean"),
-        "group_spread": series("reward/group_spread"),
-        "papo_real": series("papo/accuracy_real"),
-        "papo_masked": series("papo/accuracy_masked"),
-    }
-
-
 def run_arm(cfg, out: Path, seed: int, arm_path: str, start: dict, progress: bool = False) -> dict:
     """`recipes.steps` RL steps of one preset from one seed's start (or the saved row)."""
     from embodied.config import load_config
@@ -225,9 +202,9 @@ def run_arm(cfg, out: Path, seed: int, arm_path: str, start: dict, progress: boo
         from embodied.policy.model import load_policy
         from embodied.train.common import seed_everything
         from embodied.train.grpo import train_grpo
-        from embodied.train.metrics import read_metrics
+        from embodied.train.metrics import first_reaching, read_metrics, rl_curves
 
-        data = _worker(cfg, progress)
+        data = _load_data(cfg, progress)
         val = data["val"][: rc.eval_examples]
         (folder / "metrics.jsonl").unlink(missing_ok=True)
         seed_everything(seed)
@@ -236,8 +213,8 @@ def run_arm(cfg, out: Path, seed: int, arm_path: str, start: dict, progress: boo
         train_grpo(model, processor, data["train"], grpo, cfg.video, folder, val, seed, progress)
         wall = time.perf_counter() - t0
         test = evaluate(model, processor, data["test"], cfg.video, choice=False, progress=False)
-        curves = _curves(read_metrics(folder / "metrics.jsonl"), start["val_accuracy"])
-        reached = next(((s, t) for s, t, acc in curves["val"] if acc >= rc.target), (None, None))
+        curves = rl_curves(read_metrics(folder / "metrics.jsonl"), start["val_accuracy"])
+        reached = first_reaching(curves["val"], rc.target)
         print(
             f"[{name} seed {seed}] test {test['accuracy']:.3f} in {wall:.0f} s; "
             f"{rc.target} at step {reached[0]}"
@@ -249,7 +226,7 @@ def run_arm(cfg, out: Path, seed: int, arm_path: str, start: dict, progress: boo
             "test_ci95": [round(x, 4) for x in test["ci95"]],
             "test_unparseable": round(test["unparseable"], 4),
             "steps_to_target": reached[0],
-            "seconds_to_target": None if reached[1] is None else round(reached[1], 1),
+            "seconds_to_target": reached[1],
             "wall_s": round(wall, 1),
             "curves": curves,
         }
@@ -264,7 +241,7 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
     t0 = time.perf_counter()
     out = Path(out)
     ensure_dataset(cfg.data, progress)
-    _load_data(cfg, progress)
+    data = _load_data(cfg, progress)
     serial = (progress,)  # runs in this process show their bars; worker processes stay quiet
     starts = run_jobs(build_start, [(cfg, out, seed) for seed in rc.seeds], rc.workers, serial)
     jobs = [(cfg, out, s["seed"], arm, s) for arm in rc.arms for s in starts]
@@ -273,8 +250,8 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
         "policy": cfg.policy.path,
         "steps": rc.steps,
         "target": rc.target,
-        "n_val": min(rc.eval_examples, len(_DATA["data"]["val"])),
-        "n_test": len(_DATA["data"]["test"]),
+        "n_val": min(rc.eval_examples, len(data["val"])),
+        "n_test": len(data["test"]),
         "starts": starts,
         "summary": summarise(rows, [Path(a).stem for a in rc.arms], rc.steps),
         "runs": rows,

@@ -52,22 +52,6 @@ def _start(cfg, train, val, start: str, seed: int, out: Path, progress: bool):
     return model, processor
 
 
-def _curves(metrics: list[dict], start_val: float) -> dict:
-    evals = [r for r in metrics if "eval/accuracy" in r]
-    logged = [r for r in metrics if "reward/total" in r]
-    return {
-        "val": [(0, 0.0, start_val)] + [(r["step"], r["time/elapsed"], r["eval/accuracy"]) for r in evals],
-        "reward": [(r["step"], r.get("reward/accuracy", r["reward/total"])) for r in logged],
-        "group_spread": [(r["step"], r["reward/group_spread"]) for r in logged],
-        "entropy": [(r["step"], r["entropy/mean"]) for r in logged if "entropy/mean" in r],
-    }
-
-
-def first_reaching(val: list, target: float) -> tuple[int | None, float | None]:
-    """(step, seconds) of the first validation point at or above `target`."""
-    return next(((s, round(t, 1)) for s, t, acc in val if acc >= target), (None, None))
-
-
 def _run_key(cfg, start: str, seed: int) -> dict:
     """Everything one run depends on: a finished run with the same key is reused, not repeated."""
     zc = dataclasses.asdict(cfg.zero_label)
@@ -92,7 +76,7 @@ def one_run(cfg, data: dict, start: str, seed: int, out: Path, progress: bool) -
 def _one_run(cfg, data: dict, start: str, seed: int, run_out: Path, progress: bool) -> dict:
     from embodied.eval.loop import evaluate
     from embodied.train.grpo import train_grpo
-    from embodied.train.metrics import read_metrics
+    from embodied.train.metrics import first_reaching, read_metrics, rl_curves
 
     zc = cfg.zero_label
     (run_out / "metrics.jsonl").unlink(missing_ok=True)
@@ -105,7 +89,7 @@ def _one_run(cfg, data: dict, start: str, seed: int, run_out: Path, progress: bo
     train_grpo(model, processor, data["train"], grpo, cfg.video, run_out, val, seed, progress)
     wall = time.perf_counter() - t0
     after = evaluate(model, processor, data["test"], cfg.video, choice=False, progress=False)
-    curves = _curves(read_metrics(run_out / "metrics.jsonl"), before_val)
+    curves = rl_curves(read_metrics(run_out / "metrics.jsonl"), before_val)
     step, seconds = first_reaching(curves["val"], zc.target)
     row = {
         "start": start,

@@ -96,6 +96,31 @@ def read_metrics(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in p.read_text().splitlines() if line.strip()] if p.exists() else []
 
 
+def rl_curves(metrics: list[dict], start_val: float) -> dict:
+    """An RL run's curves from its metrics rows: `val` as (step, seconds, accuracy) starting from
+    `start_val` at step 0, and (step, value) series of reward (accuracy where scored), groups with reward
+    spread, token entropy and PAPO's real / masked-input accuracy (empty where never logged)."""
+    logged = [r for r in metrics if "reward/total" in r]
+    evals = [r for r in metrics if "eval/accuracy" in r]
+
+    def series(key: str) -> list:
+        return [(r["step"], r[key]) for r in logged if key in r]
+
+    return {
+        "val": [(0, 0.0, start_val)] + [(r["step"], r["time/elapsed"], r["eval/accuracy"]) for r in evals],
+        "reward": [(r["step"], r.get("reward/accuracy", r["reward/total"])) for r in logged],
+        "group_spread": series("reward/group_spread"),
+        "entropy": series("entropy/mean"),
+        "papo_real": series("papo/accuracy_real"),
+        "papo_masked": series("papo/accuracy_masked"),
+    }
+
+
+def first_reaching(val: list, target: float) -> tuple[int | None, float | None]:
+    """(step, seconds) of the first point of an `rl_curves` validation curve at or above `target`."""
+    return next(((s, round(t, 1)) for s, t, acc in val if acc >= target), (None, None))
+
+
 def plot_curves(rows: Sequence[dict], out: str | Path, keys: Sequence[str] | None = None) -> Path:
     """One panel per metric (all stages overlaid, x = step within the stage); saved as PNG."""
     import matplotlib
