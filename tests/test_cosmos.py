@@ -19,6 +19,7 @@ def test_cosmos_experiment_end_to_end(tmp_path):
         "grpo.prompts_per_step=2",
         "grpo.group_size=2", "grpo.max_new_tokens=8", "cosmos.seeds=[0,1]", "cosmos.workers=1",
         "cosmos.format_steps=1", "cosmos.benchmark_n_test=16", "eval.max_new_tokens=8",
+        "cosmos.curriculum=[{tasks: [arrow_of_time], steps: 2}]",
     ]  # fmt: skip
     cfg = load_config([REPO / "configs/physics_mix.yaml", REPO / "configs/experiment_cosmos.yaml"], overrides)
     spec = (
@@ -58,5 +59,24 @@ def test_cosmos_experiment_end_to_end(tmp_path):
         assert (tmp_path / "run" / name).stat().st_size > 0
     text = (tmp_path / "run" / "cosmos.md").read_text()
     assert "SFT + more SFT" in text and "Transfer" in text and "| chance |" in text
+    assert "SFT 2 on arrow_of_time, then 2 steps on every family" in text
+    stage = [json.loads(line) for line in (tmp_path / "run/seed0/main/stage0/metrics.jsonl").open()]
+    assert stage[-1]["step"] == 2  # the curriculum stage ran before the mix
     again = run(cfg, tmp_path / "run", progress=False)  # every job reused
     assert json.dumps(again["table"], sort_keys=True) == json.dumps(result["table"], sort_keys=True)
+
+
+def test_curriculum_examples_pick_the_stage_families():
+    import pytest
+
+    from embodied.experiments.cosmos import curriculum_examples
+
+    class E:
+        def __init__(self, task):
+            self.record = {"task": task}
+
+    train = [E("arrow_of_time"), E("spatial_puzzle"), E("arrow_of_time")]
+    assert len(curriculum_examples(train, ["arrow_of_time"])) == 2
+    assert len(curriculum_examples(train, ["arrow_of_time", "spatial_puzzle"])) == 3
+    with pytest.raises(ValueError, match="object_permanence.*the data has"):
+        curriculum_examples(train, ["object_permanence"])

@@ -69,6 +69,16 @@ class ZeroLabelConfig:
 
 
 @dataclass
+class CurriculumStage:
+    """One SFT stage before the mixed SFT of `embodied experiment cosmos`."""
+
+    tasks: list[str] = field(default_factory=list)
+    """Train only on these question families (`task` names of `data.families`)."""
+    steps: int = 0
+    """SFT steps of this stage (its own warm-up and cosine schedule at `sft.lr`)."""
+
+
+@dataclass
 class CosmosConfig:
     """`embodied experiment cosmos`: Cosmos-Reason1's SFT -> RL table in miniature (stage lengths:
     `sft.steps`, `grpo.steps`)."""
@@ -87,3 +97,6 @@ class CosmosConfig:
     vision tower carry the answer at all (`embodied.eval.probe`)?"""
     workers: int = 2
     """Jobs at once, each in its own process (set `threads=1` with 2 on a 2-core machine)."""
+    curriculum: list[CurriculumStage] = field(default_factory=list)
+    """SFT stages on subsets of the families, in order, before the `sft.steps` on every family (main job
+    only; its SFT row is the policy after all of them). Empty: the mix from the first step."""

@@ -7,7 +7,8 @@
    split draws from), each generated unless its root already holds it;
 2. the base policy (`policy.path`) on the benchmark, once;
 3. per seed in `cosmos.seeds`, three jobs (`cosmos.workers` at once, each in its own process):
-   - **main**: `sft.steps` of labelled SFT from the base (SFT); `grpo.steps` of GRPO from it (SFT + GRPO);
+   - **main**: the `cosmos.curriculum` stages (SFT on some families only, e.g. arrow of time first), then
+     `sft.steps` of labelled SFT on every family (SFT); `grpo.steps` of GRPO from it (SFT + GRPO);
      from the same SFT policy, continued SFT for as many seconds as the GRPO stage took (`sft.max_seconds`:
      more training without RL, the control); the blind and single-frame baselines of the SFT + GRPO policy;
    - **zero**: `cosmos.format_steps` of format-only SFT (random letters: never a right answer), then
@@ -111,6 +112,15 @@ def _grpo(model, processor, train, cfg, seed: int, out: Path, progress: bool) ->
     return time.perf_counter() - t0
 
 
+def curriculum_examples(train: list, tasks: list[str]) -> list:
+    """The training examples of a curriculum stage's families."""
+    chosen = [e for e in train if e.record["task"] in tasks]
+    if not chosen:
+        have = sorted({e.record["task"] for e in train})
+        raise ValueError(f"cosmos.curriculum: no training example of tasks {tasks}; the data has {have}")
+    return chosen
+
+
 def _main_job(cfg, data: dict, seed: int, out: Path, progress: bool) -> dict:
     """SFT -> SFT + GRPO (with its blind and single-frame baselines); SFT -> as many seconds of more SFT."""
     import copy
@@ -118,7 +128,11 @@ def _main_job(cfg, data: dict, seed: int, out: Path, progress: bool) -> dict:
     from embodied.policy.model import load
 
     model, processor = load(cfg.policy)
-    t_sft = _sft(model, processor, data["train"], cfg, seed, out / "sft", progress)["wall_s"]
+    t_sft = 0.0
+    for i, stage in enumerate(cfg.cosmos.curriculum):
+        train = curriculum_examples(data["train"], stage.tasks)
+        t_sft += _sft(model, processor, train, cfg, seed, out / f"stage{i}", progress, steps=stage.steps)["wall_s"]
+    t_sft += _sft(model, processor, data["train"], cfg, seed, out / "sft", progress)["wall_s"]
     sft_model = copy.deepcopy(model)
     row = {"sft": bench_eval(model, processor, data["bench"], cfg), "sft_s": round(t_sft, 1)}
     grpo_s = _grpo(model, processor, data["train"], cfg, seed, out / "grpo", progress)
@@ -344,6 +358,7 @@ def summarise(base: dict, per_seed: dict, cfg) -> dict:
         "seeds": list(per_seed),
         "policy": cfg.policy.path,
         "sft_steps": cfg.sft.steps,
+        "curriculum": [dataclasses.asdict(st) for st in cfg.cosmos.curriculum],
         "grpo_steps": cfg.grpo.steps,
     }
 
@@ -382,8 +397,10 @@ def _cell(s: dict) -> str:
 def markdown(result: dict) -> str:
     fams = result["families"] + ["average"]
     head = "| row | " + " | ".join(f.replace("_", " ") for f in fams) + " |"
+    stages = "".join(f"{st['steps']} on {' + '.join(st['tasks'])}, then " for st in result.get("curriculum", []))
     lines = [
-        f"`{result['policy']}`: {result['sft_steps']} SFT steps, {result['grpo_steps']} GRPO steps; "
+        f"`{result['policy']}`: SFT {stages}{result['sft_steps']} steps on every family; {result['grpo_steps']} "
+        "GRPO steps; "
         "benchmark "
         f"n = {result['n_bench']}; seeds {result['seeds']}; wall {result.get('wall_s', '-')} s. Cells: mean "
         "over seeds [95% t-interval].",
