@@ -48,7 +48,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, help_ in COMMANDS.items():
-        s = sub.add_parser(name, help=help_, description=help_)
+        # argparse %-formats help strings (not descriptions): "95% interval" must reach it as "95%% interval"
+        s = sub.add_parser(name, help=help_.replace("%", "%%"), description=help_)
         if name in NAMED:
             s.add_argument("--list", action="store_true", help=f"list the available {name} names")
         if name == "eval":

@@ -126,3 +126,14 @@ def test_cli_bad_override_exits_2(capsys):
     captured = capsys.readouterr()
     assert "nope" in captured.err and "config error" in captured.err
     assert captured.out == ""
+
+
+@pytest.mark.parametrize("argv", [[], ["eval"], ["experiment"], ["generate"]])
+def test_cli_help_prints_every_command(argv, capsys):
+    with pytest.raises(SystemExit) as done:
+        main([*argv, "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "usage: embodied" in out
+    if not argv:  # the list of commands, with the eval line's "95% interval" intact
+        assert "quickstart" in out and "95% interval" in " ".join(out.split())
