@@ -65,7 +65,7 @@ def test_sft_grpo_and_eval_on_cuda(examples, tiny_path, tmp_path, dtype):
     rows = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["stage"] == "grpo"]
     assert len(rows) == 2 and all(np.isfinite(r["loss/policy"]) for r in rows)
     assert next(model.parameters()).is_cuda
-    result = evaluate(model, processor, examples, VideoConfig(), batch_size=8, max_new_tokens=16, progress=False)
+    result = evaluate(model, processor, examples, VideoConfig(), 8, 16, progress=False)
     assert result["n"] == len(examples) and result["unparseable"] < 1.0
 
 

@@ -131,7 +131,8 @@ def _main_job(cfg, data: dict, seed: int, out: Path, progress: bool) -> dict:
     t_sft = 0.0
     for i, stage in enumerate(cfg.cosmos.curriculum):
         train = curriculum_examples(data["train"], stage.tasks)
-        t_sft += _sft(model, processor, train, cfg, seed, out / f"stage{i}", progress, steps=stage.steps)["wall_s"]
+        done = _sft(model, processor, train, cfg, seed, out / f"stage{i}", progress, steps=stage.steps)
+        t_sft += done["wall_s"]
     t_sft += _sft(model, processor, data["train"], cfg, seed, out / "sft", progress)["wall_s"]
     sft_model = copy.deepcopy(model)
     row = {"sft": bench_eval(model, processor, data["bench"], cfg), "sft_s": round(t_sft, 1)}
@@ -397,10 +398,10 @@ def _cell(s: dict) -> str:
 def markdown(result: dict) -> str:
     fams = result["families"] + ["average"]
     head = "| row | " + " | ".join(f.replace("_", " ") for f in fams) + " |"
-    stages = "".join(f"{st['steps']} on {' + '.join(st['tasks'])}, then " for st in result.get("curriculum", []))
+    stages = "".join(f"{c['steps']} on {' + '.join(c['tasks'])}, then " for c in result.get("curriculum", []))
     lines = [
-        f"`{result['policy']}`: SFT {stages}{result['sft_steps']} steps on every family; {result['grpo_steps']} "
-        "GRPO steps; "
+        f"`{result['policy']}`: SFT {stages}{result['sft_steps']} steps on every family; "
+        f"{result['grpo_steps']} GRPO steps; "
         "benchmark "
         f"n = {result['n_bench']}; seeds {result['seeds']}; wall {result.get('wall_s', '-')} s. Cells: mean "
         "over seeds [95% t-interval].",
