@@ -1,6 +1,6 @@
 """The built-in tiny Qwen2.5-VL, made locally with no download.
 
-`build_tiny_policy` makes a real `Qwen2_5_VLForConditionalGeneration` of about 1.6 M parameters with a
+`build_tiny_policy` makes a real `Qwen2_5_VLForConditionalGeneration` of about 0.84 M parameters with a
 byte-level BPE tokenizer trained locally (plus Qwen's special tokens and chat template), saved as an
 ordinary Hugging Face folder that `embodied.policy.model.load_policy` loads like any real checkpoint.
 """
@@ -64,7 +64,7 @@ CHAT_TEMPLATE = (
 
 @dataclass(frozen=True)
 class TinySpec:
-    """Sizes of the locally built model (defaults: 1.6 M parameters, trains on 2 CPU cores)."""
+    """Sizes of the locally built model (defaults: 0.84 M parameters, trains on 2 CPU cores)."""
 
     seed: int = 0
     vocab_size: int = 4000
