@@ -215,7 +215,8 @@ def run_job(cfg, out: Path, seed: int, job: str, progress: bool = False) -> dict
     key = {"job": job, "seed": seed} | {
         k: dataclasses.asdict(getattr(cfg, k)) for k in ("policy", "data", "video", "sft", "grpo", "cosmos")
     }
-    key["cosmos"] = {k: v for k, v in key["cosmos"].items() if k not in ("seeds", "workers")}
+    unused = ("seeds", "workers") + (() if job == "main" else ("curriculum",))  # only main runs the stages
+    key["cosmos"] = {k: v for k, v in key["cosmos"].items() if k not in unused}
     folder = out / f"seed{seed}" / job
     fn = {"main": _main_job, "zero": _zero_job, "transfer": _transfer_job}[job]
 
