@@ -1,4 +1,4 @@
-"""Shared fixtures: the tiny policy is built once per session into a throwaway cache."""
+"""Shared fixtures: the tiny policy (built into throwaway folders) and a few simulated drop clips."""
 
 from __future__ import annotations
 
@@ -25,3 +25,31 @@ def tiny_policy(tmp_path_factory):
             os.environ.pop("EMBODIED_CACHE", None)
         else:
             os.environ["EMBODIED_CACHE"] = old
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    """A folder holding the built-in tiny Qwen2.5-VL (seed 0), built once per test module."""
+    from embodied.policy.tiny import TinySpec, build_tiny_policy
+
+    return build_tiny_policy(tmp_path_factory.mktemp("tiny") / "m", TinySpec(seed=0))
+
+
+@pytest.fixture(scope="module")
+def examples():
+    """16 arrow-of-time questions on MuJoCo drop clips, 112 x 112, half of them reversed."""
+    import numpy as np
+
+    from embodied.data.load import Example
+    from embodied.tasks import arrow_of_time
+    from embodied.video import Clip
+    from embodied.worlds import DropWorld
+
+    world = DropWorld(112, 112)
+    spec = arrow_of_time.ClipSpec()
+    out = []
+    for i, rev in enumerate(arrow_of_time.balanced_directions(16, np.random.default_rng(0))):
+        record, frames = arrow_of_time.make_example(world, 1000 + i, bool(rev), spec)
+        out.append(Example({"id": f"t-{i}", "video": f"{i}.mp4", **record}, Clip(frames, spec.fps)))
+    world.close()
+    return out

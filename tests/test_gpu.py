@@ -12,30 +12,6 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def examples():
-    from embodied.data.load import Example
-    from embodied.tasks import arrow_of_time
-    from embodied.video import Clip
-    from embodied.worlds import DropWorld
-
-    world = DropWorld(112, 112)
-    spec = arrow_of_time.ClipSpec()
-    out = []
-    for i, rev in enumerate(arrow_of_time.balanced_directions(16, np.random.default_rng(0))):
-        record, frames = arrow_of_time.make_example(world, 1000 + i, bool(rev), spec)
-        out.append(Example({"id": f"g-{i}", "video": f"{i}.mp4", **record}, Clip(frames, spec.fps)))
-    world.close()
-    return out
-
-
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    from embodied.policy.tiny import TinySpec, build_tiny_policy
-
-    return build_tiny_policy(tmp_path_factory.mktemp("tiny") / "m", TinySpec(seed=0))
-
-
 def test_rendering_runs_headless_and_draws_the_scene(examples):
     frames = np.asarray(examples[0].clip.frames)
     assert frames.ndim == 4 and frames.shape[-1] == 3

@@ -15,13 +15,7 @@ from embodied.policy.model import (
     load_policy,
     save_policy,
 )
-from embodied.policy.tiny import TinySpec, build_tiny_policy
 from embodied.video import Clip, VideoConfig
-
-
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    return build_tiny_policy(tmp_path_factory.mktemp("tiny") / "model", TinySpec(seed=0))
 
 
 def _inputs(processor):

@@ -7,33 +7,11 @@ import pytest
 import torch
 
 from embodied.config import GRPOConfig, SFTConfig
-from embodied.data.load import Example
 from embodied.policy.model import load_policy
-from embodied.policy.tiny import TinySpec, build_tiny_policy
-from embodied.tasks import arrow_of_time
 from embodied.train.grpo import train_grpo
 from embodied.train.metrics import read_metrics
 from embodied.train.sft import train_sft
-from embodied.video import Clip, VideoConfig
-
-
-@pytest.fixture(scope="module")
-def examples():
-    from embodied.worlds import DropWorld
-
-    world = DropWorld(112, 112)
-    spec = arrow_of_time.ClipSpec()
-    out = []
-    for i, rev in enumerate(arrow_of_time.balanced_directions(16, np.random.default_rng(0))):
-        record, frames = arrow_of_time.make_example(world, 1000 + i, bool(rev), spec)
-        out.append(Example({"id": f"t-{i}", "video": f"{i}.mp4", **record}, Clip(frames, spec.fps)))
-    world.close()
-    return out
-
-
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    return build_tiny_policy(tmp_path_factory.mktemp("tiny") / "m", TinySpec(seed=0))
+from embodied.video import VideoConfig
 
 
 def _params(model):

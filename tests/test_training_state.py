@@ -20,7 +20,6 @@ from safetensors.torch import load_file
 from embodied.config import GRPOConfig, SFTConfig
 from embodied.data.load import Example
 from embodied.policy.model import load_policy
-from embodied.policy.tiny import TinySpec, build_tiny_policy
 from embodied.tasks import arrow_of_time
 from embodied.train.checkpoint import list_checkpoints, load_checkpoint, resolve_resume, save_checkpoint
 from embodied.train.grpo import sampling_args, train_grpo
@@ -51,11 +50,6 @@ def synthetic_examples(n: int = 12, seed: int = 0) -> list[Example]:
 @pytest.fixture(scope="module")
 def examples():
     return synthetic_examples()
-
-
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    return build_tiny_policy(tmp_path_factory.mktemp("tiny") / "m", TinySpec(seed=0))
 
 
 def _grpo(**kw) -> GRPOConfig:
