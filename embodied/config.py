@@ -163,7 +163,14 @@ class GRPOConfig:
     papo_masked_grad: bool = False
     """Let gradient flow through the masked branch too (PAPO's released runs: no)."""
     accuracy_weight: float = 1.0
+    """Weight of `reward/accuracy` (the exact letter in the one `<answer>`) in `reward/total`."""
     format_weight: float = 0.5
+    """Weight of `reward/format` (the `<think>...</think><answer>...</answer>` layout) in `reward/total`."""
+    order_credit: float = 0.0
+    """Partial credit on ordering questions (temporal puzzles, spatial-puzzle arrangements), 0 = off (exact
+    match only). A wrong option earns this discount times the share of positions where its order agrees
+    with the right option's, logged as `reward/order_credit` and weighted like accuracy; Visual Jigsaw
+    (Wu et al. 2025) used 0.2. Training reward only: `reward/accuracy` and evaluation stay exact match."""
     reward_timeout_s: float = 60.0
     """A reward call (one batch) taking longer stops the run with an error instead of scoring anything."""
     grad_clip: float = 1.0

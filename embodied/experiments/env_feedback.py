@@ -54,7 +54,9 @@ ARMS = ("mcq", "sim", "mixed")
 def routed_reward(cfg):
     """The arms' reward: physics for interactive records, rules for MCQs (`rl.rewards.routed_rewards`)."""
     g = cfg.grpo
-    return routed_rewards(cfg.env.backend, cfg.env.format_weight, g.accuracy_weight, g.format_weight)
+    return routed_rewards(
+        cfg.env.backend, cfg.env.format_weight, g.accuracy_weight, g.format_weight, g.order_credit
+    )
 
 
 def benchmark_config(cfg):

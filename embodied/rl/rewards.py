@@ -3,8 +3,11 @@ between them, DAPO's overlong shaping, and `score`, which checks any reward func
 
 A response must look like `<think>...</think><answer>X</answer>` (Cosmos-Reason1). The accuracy reward is an
 exact match of the letter inside the single `<answer>` block; an empty, missing or duplicated `<answer>`
-earns nothing, so the policy cannot hedge by listing several letters. An interactive answer is parsed by its
-task, executed in MuJoCo and scored by the physical outcome as named terms.
+earns nothing, so the policy cannot hedge by listing several letters. Ordering questions (temporal puzzles,
+spatial-puzzle arrangements) can add partial credit for a wrong order that puts some pieces in place
+(`partial_order_credit`, off by default); it is its own term, `reward/order_credit`, and never changes
+`reward/accuracy`. An interactive answer is parsed by its task, executed in MuJoCo and scored by the
+physical outcome as named terms.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 import torch
 
 from embodied.envs import is_interactive, task
-from embodied.tasks import parse_answer
+from embodied.tasks import LETTERS, parse_answer, spatial_puzzle, temporal_puzzle
 
 # One think block, then one answer block, nothing else but whitespace; no nested or repeated tags.
 _FORMAT = re.compile(
@@ -39,17 +42,88 @@ def format_reward(text: str) -> float:
     return 1.0 if _FORMAT.fullmatch(text) and parse_answer(text) is not None else 0.0
 
 
+def partial_order_credit(chosen: Sequence[int], truth: Sequence[int], discount: float) -> float:
+    """Partial credit for choosing the order `chosen` when `truth` is right: `discount` times the share of
+    positions where the two orders agree, and 0 when they are equal (the right order earns the accuracy
+    reward instead).
+
+    Visual Jigsaw (Wu et al. 2025, "Visual Jigsaw Post-Training Improves MLLMs", arXiv:2509.25190, its
+    reward function): an exact permutation earns 1, a valid but wrong one `gamma * (1/K) * sum_i 1[o_i = g_i]`
+    with `gamma = 0.2`, anything else 0; so accuracy + this credit is their reward. Here the "permutation" is
+    the order of the option the letter chooses (always valid). Their released scorer
+    (penghao-wu/visual_jigsaw, `verl/utils/reward_score/visual_jigsaw.py`) grants the partial credit only for
+    more than 4 pieces; here it applies to every order length.
+    """
+    if len(chosen) != len(truth):
+        raise ValueError(f"orders of different lengths: {list(chosen)} vs {list(truth)}")
+    if list(chosen) == list(truth):
+        return 0.0
+    same = sum(a == b for a, b in zip(chosen, truth))
+    return discount * same / len(truth)
+
+
+def option_orders(record: dict) -> list[list[int]] | None:
+    """The options of an ordering question as orders (`"2, 1, 3"` -> `[2, 1, 3]`), or None for any other
+    question: only temporal puzzles and spatial puzzles of the arrangement variant have orders as options."""
+    name = record.get("task")
+    variant = (record.get("meta") or {}).get("variant") or spatial_puzzle.VARIANTS[0]  # its default
+    if name == temporal_puzzle.NAME or (name == spatial_puzzle.NAME and variant == "arrangement"):
+        return [[int(x) for x in option.split(",")] for option in record["options"]]
+    return None
+
+
+def order_credit_reward(text: str, answer: str, orders: Sequence[Sequence[int]], discount: float) -> float:
+    """`partial_order_credit` of the option that `text`'s one `<answer>` letter chooses among `orders` (the
+    question's options as orders, `answer` the right letter). A missing, empty or duplicated `<answer>`, or a
+    letter that names no option, earns 0."""
+    chosen = parse_answer(text)
+    if chosen is None or chosen not in LETTERS[: len(orders)]:
+        return 0.0
+    return partial_order_credit(orders[LETTERS.index(chosen)], orders[LETTERS.index(answer)], discount)
+
+
 def mcq_reward(
-    text: str, answer: str, accuracy_weight: float = 1.0, format_weight: float = 0.5
+    text: str,
+    answer: str,
+    accuracy_weight: float = 1.0,
+    format_weight: float = 0.5,
+    order_credit: float = 0.0,
+    orders: Sequence[Sequence[int]] | None = None,
 ) -> dict[str, float]:
-    """Named reward terms for one response; `reward/total` is their weighted sum."""
+    """Named reward terms for one response; `reward/total` is their weighted sum.
+
+    With `order_credit > 0` (the discount of `partial_order_credit`) every response also gets
+    `reward/order_credit`: the partial credit of its chosen order when `orders` (the question's options as
+    orders, `option_orders`) is given, else 0. It counts in the total at `accuracy_weight`, as a share of
+    the accuracy reward; `reward/accuracy` stays the exact letter match.
+    """
     acc = accuracy_reward(text, answer)
     fmt = format_reward(text)
-    return {
-        "reward/accuracy": acc,
-        "reward/format": fmt,
-        "reward/total": accuracy_weight * acc + format_weight * fmt,
-    }
+    terms = {"reward/accuracy": acc, "reward/format": fmt}
+    credit = 0.0
+    if order_credit > 0:
+        credit = order_credit_reward(text, answer, orders, order_credit) if orders is not None else 0.0
+        terms["reward/order_credit"] = credit
+    terms["reward/total"] = accuracy_weight * (acc + credit) + format_weight * fmt
+    return terms
+
+
+def check_order_credit(discount: float) -> None:
+    """Raise `ValueError` unless 0 <= `discount` < 1: a wrong order must earn less than the right one."""
+    if not 0.0 <= discount < 1.0:
+        raise ValueError(f"grpo.order_credit must be in [0, 1) (0 = off; Visual Jigsaw: 0.2), got {discount}")
+
+
+def record_reward(
+    text: str,
+    record: dict,
+    accuracy_weight: float = 1.0,
+    format_weight: float = 0.5,
+    order_credit: float = 0.0,
+) -> dict[str, float]:
+    """`mcq_reward` of `text` answering `record`, with the record's orders when partial credit is on."""
+    orders = option_orders(record) if order_credit > 0 else None
+    return mcq_reward(text, record["answer"], accuracy_weight, format_weight, order_credit, orders)
 
 
 ENV_FORMAT_WEIGHT = 0.2
@@ -73,11 +147,17 @@ class RewardError(RuntimeError):
     """A reward function raised, timed out or returned something unusable: the run stops; nothing scores 0."""
 
 
-def mcq_rewards(accuracy_weight: float = 1.0, format_weight: float = 0.5) -> RewardFn:
-    """The rule-based MCQ reward (`mcq_reward`) as a batch `RewardFn`."""
+def mcq_rewards(
+    accuracy_weight: float = 1.0, format_weight: float = 0.5, order_credit: float = 0.0
+) -> RewardFn:
+    """The rule-based MCQ reward (`mcq_reward`) as a batch `RewardFn`; `order_credit` > 0 adds partial credit
+    on ordering questions (`partial_order_credit`)."""
+    check_order_credit(order_credit)
 
     def reward_fn(texts: list[str], records: list[dict]) -> list[dict[str, float]]:
-        return [mcq_reward(t, r["answer"], accuracy_weight, format_weight) for t, r in zip(texts, records)]
+        return [
+            record_reward(t, r, accuracy_weight, format_weight, order_credit) for t, r in zip(texts, records)
+        ]
 
     return reward_fn
 
@@ -172,10 +252,12 @@ def routed_rewards(
     env_format_weight: float = ENV_FORMAT_WEIGHT,
     accuracy_weight: float = 1.0,
     format_weight: float = 0.5,
+    order_credit: float = 0.0,
 ) -> RewardFn:
     """One batch reward for any mix of records: physics (`env_reward`) for interactive ones, rules
-    (`mcq_reward`) for MCQs. Interactive completions of a call are executed together (one Warp batch per
-    task on `warp`)."""
+    (`mcq_reward`, with `order_credit` on ordering questions) for MCQs. Interactive completions of a call are
+    executed together (one Warp batch per task on `warp`)."""
+    check_order_credit(order_credit)
 
     def reward_fn(texts: list[str], records: list[dict]) -> list[dict[str, float]]:
         env_idx = [i for i, r in enumerate(records) if is_interactive(r)]
@@ -189,7 +271,7 @@ def routed_rewards(
             out[i] = terms
         for i, (text, rec) in enumerate(zip(texts, records)):
             if not is_interactive(rec):
-                out[i] = mcq_reward(text, rec["answer"], accuracy_weight, format_weight)
+                out[i] = record_reward(text, rec, accuracy_weight, format_weight, order_credit)
         return out
 
     return reward_fn

@@ -319,7 +319,7 @@ def train_grpo(
     ref = procs.wrap_frozen(copy.deepcopy(model).eval().requires_grad_(False)) if cfg.kl_coef > 0 else None
     net, out_dir, head = procs.wrap(model), Path(out_dir), value_head(model, cfg)
     optimizer, extra = make_optimizer(model, head, cfg), ({"value_head": head} if head is not None else None)
-    reward_fn = reward_fn or mcq_rewards(cfg.accuracy_weight, cfg.format_weight)
+    reward_fn = reward_fn or mcq_rewards(cfg.accuracy_weight, cfg.format_weight, cfg.order_credit)
     log, guard = MetricsLog(out_dir / "metrics.jsonl", "grpo"), NonFiniteGuard()
     ckpt_dir = out_dir / "checkpoints" / "grpo"
     state = {"drawn": 0, "empty_steps": 0}
