@@ -227,7 +227,7 @@ def run_job(cfg, out: Path, seed: int, job: str, progress: bool = False) -> dict
         seed_everything(seed)
         return fn(cfg, data, seed, folder, progress)
 
-    return reuse_or_run(folder / "result.json", key, compute, f"seed {seed} {job}")
+    return reuse_or_run(folder / "result.json", key, compute, f"seed {seed} {job}", cfg.policy)
 
 
 def _base(cfg, data: dict, out: Path) -> dict:
@@ -239,7 +239,7 @@ def _base(cfg, data: dict, out: Path) -> dict:
         model, processor = load(cfg.policy)
         return bench_eval(model, processor, data["bench"], cfg)
 
-    return reuse_or_run(out / "base" / "result.json", key, compute, "base")
+    return reuse_or_run(out / "base" / "result.json", key, compute, "base", cfg.policy)
 
 
 def _probe(cfg, data: dict, out: Path) -> dict:
@@ -260,7 +260,7 @@ def _probe(cfg, data: dict, out: Path) -> dict:
         model, processor = load(cfg.policy)
         return probe_families(model, processor, data["train"][:n], data["bench"], cfg.video)
 
-    return reuse_or_run(out / "probe" / "result.json", key, compute, "linear probe")
+    return reuse_or_run(out / "probe" / "result.json", key, compute, "linear probe", cfg.policy)
 
 
 def run(cfg, out: Path, progress: bool = True) -> dict:

@@ -234,7 +234,11 @@ def run_stage(
         )
 
     return reuse_or_run(
-        out / f"seed{seed}" / stage / "result.json", _stage_key(cfg, stage), compute, f"seed {seed} {stage}"
+        out / f"seed{seed}" / stage / "result.json",
+        _stage_key(cfg, stage),
+        compute,
+        f"seed {seed} {stage}",
+        cfg.policy,
     )
 
 

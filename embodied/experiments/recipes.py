@@ -181,7 +181,7 @@ def build_start(cfg, out: Path, seed: int, progress: bool = False) -> dict:
             "wall_s": round(time.perf_counter() - t0, 1),
         }
 
-    return reuse_or_run(folder / "result.json", key, compute, f"start seed {seed}")
+    return reuse_or_run(folder / "result.json", key, compute, f"start seed {seed}", rc.start or cfg.policy)
 
 
 def run_arm(cfg, out: Path, seed: int, arm_path: str, start: dict, progress: bool = False) -> dict:
@@ -231,7 +231,7 @@ def run_arm(cfg, out: Path, seed: int, arm_path: str, start: dict, progress: boo
             "curves": curves,
         }
 
-    return reuse_or_run(folder / "result.json", key, compute, f"{name} seed {seed}")
+    return reuse_or_run(folder / "result.json", key, compute, f"{name} seed {seed}", start["policy"])
 
 
 def run(cfg, out: Path, progress: bool = True) -> dict:

@@ -1,20 +1,129 @@
 """Finished runs of an experiment are kept and reused: rerunning with the same settings continues where
-an interrupted run stopped instead of repeating it."""
+an interrupted run stopped instead of repeating it.
+
+A saved row is reused only when it was made by the same settings *and* the same producer: its key also
+holds the package version, a hash of the package's Python source and a hash of the weights the row starts
+from (`provenance`), so a changed base or changed code recomputes the row instead of silently reusing it.
+"""
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import multiprocessing as mp
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from embodied.policy.model import PolicyConfig
+
+PACKAGE = Path(__file__).resolve().parents[1]
+"""The `embodied` package folder whose `.py` files make the code hash."""
+PROVENANCE = ("version", "code", "weights")
+"""The parts of a row's provenance, in the order a changed one is reported."""
+_CHUNK = 1 << 23  # 8 MiB reads: a multi-gigabyte checkpoint streams through the hash
 
 
-def reuse_or_run(path: Path, key: dict, compute: Callable[[], dict], name: str) -> dict:
-    """The row saved at `path` if it was made with these settings (`key`), else `compute()` saved there."""
-    key = json.loads(json.dumps(key))  # JSON-normalised, as it is read back
-    if path.is_file() and (saved := json.loads(path.read_text()))["key"] == key:
-        print(f"[{name}] reusing {path}")
-        return saved["row"]
+def source_hash(root: str | Path) -> str:
+    """SHA-256 (first 16 hex digits) of every `.py` file under `root`, with its relative path, in path order.
+    Nothing else counts: editing docs, scenes or weights leaves it unchanged."""
+    root, h = Path(root), hashlib.sha256()
+    for f in sorted(root.rglob("*.py"), key=lambda f: f.relative_to(root).as_posix()):
+        h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+@functools.cache
+def code_hash() -> str:
+    """`source_hash` of the `embodied` package, computed once per process (about 650 KB of source)."""
+    return source_hash(PACKAGE)
+
+
+_WEIGHTS: dict[str, tuple[tuple, str]] = {}
+"""Weight hashes by folder: (the files' names, sizes, modification times and inodes; the hash). A folder
+is read again only when one of those changed."""
+
+
+def folder_weights_hash(folder: str | Path) -> str:
+    """SHA-256 (first 16 hex digits) of a model folder's `*.safetensors` files (names and bytes), cached per
+    folder until a file's size, modification time or inode changes. Raises `FileNotFoundError` when the folder
+    holds no safetensors."""
+    folder = Path(folder).resolve()
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{folder} holds no *.safetensors weights to hash")
+    stats = [f.stat() for f in files]
+    stamp = tuple((f.name, s.st_size, s.st_mtime_ns, s.st_ino) for f, s in zip(files, stats))
+    cached = _WEIGHTS.get(str(folder))
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\0")
+        with f.open("rb") as fh:
+            while chunk := fh.read(_CHUNK):
+                h.update(chunk)
+    _WEIGHTS[str(folder)] = (stamp, h.hexdigest()[:16])
+    return _WEIGHTS[str(folder)][1]
+
+
+def weights_hash(path: str | Path, tiny_seed: int = 0) -> str:
+    """What the weights at `policy.path` are: `tiny` (or empty) is built from a seed, so the hash of its
+    `TinySpec` (`tiny:<key>`, nothing is built); `tiny-base` and any folder, the hash of its safetensors
+    (`folder_weights_hash`), resolved as `policy.path` is (`embodied.policy.model.resolve_policy_path`)."""
+    if not path or str(path) == "tiny":
+        from embodied.policy.tiny import TinySpec
+
+        return f"tiny:{TinySpec(seed=tiny_seed).key()}"
+    from embodied.policy.model import resolve_policy_path
+
+    return folder_weights_hash(resolve_policy_path(str(path), tiny_seed))
+
+
+def provenance(policy: PolicyConfig | str | Path | None = None) -> dict[str, str]:
+    """What produced a row: `version` (the package's), `code` (`code_hash`) and, when the row starts from a
+    policy (a `PolicyConfig`, or a `policy.path`), `weights` (`weights_hash`)."""
+    import embodied
+
+    out = {"version": embodied.__version__, "code": code_hash()}
+    if policy is not None:
+        path, seed = getattr(policy, "path", policy), getattr(policy, "tiny_seed", 0)
+        out["weights"] = weights_hash(path, seed)
+    return out
+
+
+def changed_provenance(saved: dict | None, now: dict) -> list[str]:
+    """The parts of provenance (`PROVENANCE`) that differ between a saved row's and `now`."""
+    saved = saved or {}
+    return [k for k in PROVENANCE if saved.get(k) != now.get(k)]
+
+
+def reuse_or_run(
+    path: Path,
+    key: dict,
+    compute: Callable[[], dict],
+    name: str,
+    policy: PolicyConfig | str | Path | None = None,
+) -> dict:
+    """The row saved at `path` if it was made with these settings (`key`) and the same `provenance` (code,
+    version and the weights of `policy`, the policy the row starts from), else `compute()` saved there. A
+    row whose settings match but whose provenance does not is recomputed, saying which part changed."""
+    if "provenance" in key:
+        raise ValueError(f"[{name}] 'provenance' is reserved in a reuse key")
+    now = provenance(policy)
+    key = json.loads(json.dumps(key | {"provenance": now}))  # JSON-normalised, as it is read back
+    if path.is_file():
+        saved = json.loads(path.read_text())
+        if saved["key"] == key:
+            print(f"[{name}] reusing {path}")
+            return saved["row"]
+        settings = {k: v for k, v in saved["key"].items() if k != "provenance"}
+        if settings == {k: v for k, v in key.items() if k != "provenance"}:
+            old = saved["key"].get("provenance")
+            why = f"{', '.join(changed_provenance(old, now))} changed" if old else "it records no provenance"
+            print(f"[{name}] not reusing {path}: {why} since it was saved")
     row = compute()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"key": key, "row": row}, indent=1, default=float))

@@ -70,6 +70,7 @@ def one_run(cfg, data: dict, start: str, seed: int, out: Path, progress: bool) -
         _run_key(cfg, start, seed),
         lambda: _one_run(cfg, data, start, seed, run_out, progress),
         f"{start} seed {seed}",
+        cfg.policy,
     )
 
 
