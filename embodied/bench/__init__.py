@@ -39,3 +39,11 @@ class BenchConfig:
     )
     """memory: dotted overrides of the quickstart run whose peak memory is measured (batch sizes stay the
     defaults, so the per-step peak is the real quickstart's; fewer clips and steps keep it short)."""
+    memory_quickstart: bool = True
+    """memory: also measure the quickstart's peak (minutes); false prints only the plan (seconds)."""
+    memory_architectures: list[str] = field(default_factory=lambda: ["qwen2.5-vl-3b", "qwen2.5-vl-7b"])
+    """memory: real architectures planned on the meta device (names of `random:NAME`, or config.json
+    files): parameters, FSDP2 units, per-GPU weights/grads/AdamW under DDP and FSDP2
+    (embodied/bench/memory_plan.py). Empty: no plan."""
+    memory_gpus: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    """memory: GPU counts of the plan."""

@@ -1,7 +1,12 @@
-"""Peak memory of the quickstart (generate -> eval -> SFT -> eval -> GRPO -> eval) on the tiny model.
+"""Memory: the plan of real architectures per GPU count, and the measured peak of the quickstart.
 
-The quickstart runs in a child process with this run's config plus `bench.memory_overrides` (by default
-the real batch sizes with fewer clips and steps). Two figures:
+The plan (`bench.memory_architectures`, seconds, no allocation: `embodied.bench.memory_plan`) gives the
+parameter counts, the FSDP2 units and the per-GPU bytes of weights, gradients and AdamW state under DDP and
+FSDP2 for `bench.memory_gpus`. `bench.memory_quickstart=false` stops there.
+
+The quickstart (generate -> eval -> SFT -> eval -> GRPO -> eval on the tiny model) runs in a child process
+with this run's config plus `bench.memory_overrides` (by default the real batch sizes with fewer clips and
+steps). Two figures:
 
 - `main_process_peak_rss_mb`: the child's own peak resident set (`ru_maxrss` from `wait4`), exact;
 - `tree_peak_rss_mb`: the peak of the summed RSS of the child and its workers (simulation workers
@@ -58,6 +63,19 @@ def measure(cmd: list[str], log: Path, env: dict | None = None, interval: float 
 
 
 def run(cfg, out: Path, progress: bool = True) -> dict:
+    """The plan of `bench.memory_architectures`, then (unless `bench.memory_quickstart=false`) the
+    quickstart with `bench.memory_overrides` in a child process and its peak memory."""
+    from embodied.bench.memory_plan import memory_plan
+
+    gpus = [int(n) for n in cfg.bench.memory_gpus]
+    plan = {name: memory_plan(f"random:{name}", gpus) for name in cfg.bench.memory_architectures}
+    result = {"benchmark": "memory", "plan": plan}
+    if not cfg.bench.memory_quickstart:
+        return result
+    return result | measure_quickstart(cfg, out, progress)
+
+
+def measure_quickstart(cfg, out: Path, progress: bool = True) -> dict:
     """Run the quickstart with `bench.memory_overrides` in a child process and report its peak memory."""
     overrides = [
         *cfg.bench.memory_overrides,
@@ -78,7 +96,6 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
     summary_path = out / "quickstart" / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
     return {
-        "benchmark": "memory",
         "what": "embodied quickstart in a child process",
         "overrides": cfg.bench.memory_overrides,
         "config": {

@@ -33,6 +33,7 @@ from embodied.policy.lora import (
     has_lora,
     merged_state_dict,
 )
+from embodied.policy.random_weights import build_random_policy, is_random
 from embodied.policy.tiny import SHIPPED, TinySpec, build_tiny_policy
 from embodied.tasks import format_question
 from embodied.video import Clip, VideoConfig, frame_pixel_cap, processor_video_kwargs
@@ -44,13 +45,18 @@ class PolicyConfig:
 
     path: str = "tiny-base"
     """A local Hugging Face folder (Qwen2-VL / Qwen2.5-VL); `tiny-base`: the built-in tiny model after
-    perception pretraining (embodied/train/pretrain.py); `tiny`: the same model randomly initialised."""
+    perception pretraining (embodied/train/pretrain.py); `tiny`: the same model randomly initialised;
+    `random:qwen2.5-vl-3b` / `random:qwen2.5-vl-7b`: the real architecture with random weights, no download
+    (`policy.device=meta` allocates nothing; embodied/policy/random_weights.py)."""
     dtype: str = "float32"
     """float32 | bfloat16 | float16."""
     device: str = "cpu"
     """cpu | cuda | cuda:N."""
     tiny_seed: int = 0
-    """Initialisation seed of the tiny model (only for path=tiny)."""
+    """Initialisation seed of the tiny model (path=tiny) and of a `random:` policy."""
+    processor: str = ""
+    """Only for a `random:` policy: a local folder with a Qwen2.5-VL tokenizer and processor (no weights
+    needed); empty: the tiny tokenizer with the published image/video processor settings."""
     lora_rank: int = 0
     """LoRA adapter rank (0 = off: full fine-tuning). With LoRA only the adapters train; saving merges them
     into an ordinary Hugging Face folder (see embodied/policy/lora.py)."""
@@ -68,6 +74,11 @@ class PolicyConfig:
 def resolve_policy_path(path: str | None, seed: int = 0) -> Path:
     """`path` if given (must be a local folder); `tiny-base`: the perception-pretrained tiny base shipped
     in the package; `tiny`: the randomly initialised tiny model for `seed` (built and cached)."""
+    if is_random(path):
+        raise ValueError(
+            f"policy.path={path!r} has no folder: a random: policy is built in memory by "
+            "embodied.policy.model.load (save it with save_policy if a folder is needed)"
+        )
     if path == "tiny-base":
         if not (SHIPPED / "config.json").is_file():
             raise FileNotFoundError(
@@ -159,7 +170,13 @@ def count_parameters(model: torch.nn.Module) -> int:
 
 def load(cfg: PolicyConfig):
     """`(model, processor)` for a `PolicyConfig`, with LoRA adapters and gradient checkpointing if set."""
-    model, processor = load_policy(resolve_policy_path(cfg.path, cfg.tiny_seed), cfg.dtype, cfg.device)
+    if is_random(cfg.path):
+        if cfg.dtype not in DTYPES:
+            raise ValueError(f"policy.dtype={cfg.dtype!r}; choose one of {sorted(DTYPES)}")
+        args = (cfg.path, DTYPES[cfg.dtype], cfg.device, cfg.processor, cfg.tiny_seed)
+        model, processor = build_random_policy(*args)
+    else:
+        model, processor = load_policy(resolve_policy_path(cfg.path, cfg.tiny_seed), cfg.dtype, cfg.device)
     if cfg.lora_rank > 0:
         apply_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets, cfg.lora_vision)
     if cfg.gradient_checkpointing:

@@ -83,36 +83,42 @@ def apply_gradients(model, optimizer, loss, grad_clip: float, guard: NonFiniteGu
     return float(grad_norm)
 
 
+def fsdp_units(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The modules `shard` wraps with FSDP2, in wrapping order: every block named in the model's
+    `_no_split_modules` (Qwen2.5-VL: decoder layers and vision blocks), then each tower holding blocks (the
+    vision tower with its patch embedding and merger; not the language model, whose embedding is tied to the
+    root's head), then the root. Needs no process group, so it works on a meta-device model (the memory plan
+    of `embodied bench memory`)."""
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    if not names:
+        raise ValueError(f"{type(model).__name__} names no _no_split_modules: FSDP cannot pick its blocks")
+    blocks = [m for m in model.modules() if type(m).__name__ in names]
+    if not blocks:
+        raise ValueError(f"none of {sorted(names)} found in {type(model).__name__}")
+    # generate() runs the vision tower by itself (visual features before the first forward), so a tower
+    # (the module holding a list of blocks) gathers its own remaining weights (patch embedding, merger)
+    # rather than rely on the root's. Not the language model's: its embedding is tied to the root's head.
+    parent = {id(c): m for m in model.modules() for c in m.children()}
+    embed = model.get_input_embeddings()
+    holders = {id(t): t for b in blocks if (t := parent.get(id(parent.get(id(b))))) is not None}
+    towers = [t for t in holders.values() if t is not model and not any(m is embed for m in t.modules())]
+    return [*blocks, *towers, model]
+
+
 def shard(model: torch.nn.Module, mixed_precision: str = "no") -> torch.nn.Module:
-    """FSDP2: shard every block named in the model's `_no_split_modules` (Qwen2.5-VL: decoder layers and
-    vision blocks), the vision tower, then the rest; bf16 computes in bfloat16 and reduces gradients in
-    float32."""
+    """FSDP2: `fully_shard` every unit of `fsdp_units` (blocks, the vision tower, then the root); bf16
+    computes in bfloat16 and reduces gradients in float32."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     from embodied.policy.lora import has_lora
 
     if has_lora(model):
         raise ValueError("LoRA under FSDP is not supported yet: use distributed=ddp with policy.lora_rank")
-    names = set(getattr(model, "_no_split_modules", None) or [])
-    if not names:
-        raise ValueError(f"{type(model).__name__} names no _no_split_modules: FSDP cannot pick its blocks")
     half = mixed_precision == "bf16"
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if half else None
     kwargs = {"mp_policy": policy} if policy else {}
-    blocks = [m for m in model.modules() if type(m).__name__ in names]
-    if not blocks:
-        raise ValueError(f"none of {sorted(names)} found in {type(model).__name__}")
-    for block in blocks:
-        fully_shard(block, **kwargs)
-    # generate() runs the vision tower by itself (visual features before the first forward), so a tower
-    # (the module holding a list of blocks) gathers its own remaining weights (patch embedding, merger)
-    # rather than rely on the root's. Not the language model's: its embedding is tied to the root's head.
-    parent = {id(c): m for m in model.modules() for c in m.children()}
-    embed = model.get_input_embeddings()
-    for tower in {id(t): t for b in blocks if (t := parent.get(id(parent.get(id(b))))) is not None}.values():
-        if tower is not model and not any(m is embed for m in tower.modules()):
-            fully_shard(tower, **kwargs)
-    fully_shard(model, **kwargs)
+    for unit in fsdp_units(model):
+        fully_shard(unit, **kwargs)
     # FSDP2 picks its root lazily, at the first forward; generate() calls the tower first, which would make
     # the tower a root. Initialise from the real root now (torch has no public call for this yet).
     model._get_fsdp_state()._lazy_init()

@@ -1,0 +1,172 @@
+"""Real architectures with random weights: `policy.path=random:qwen2.5-vl-3b` (or `-7b`) without any download.
+
+The architecture's `config.json` ships in `embodied/assets/architectures/`, written from the published
+`Qwen/Qwen2.5-VL-3B-Instruct` and `Qwen/Qwen2.5-VL-7B-Instruct` files (and their shared
+`preprocessor_config.json`); no weights are read. On `policy.device=meta` the model is built with no memory
+at all (parameter counts, the FSDP2 wrap plan and the memory plan of `embodied bench memory` come from it);
+on any other device its weights are allocated and randomly initialised (seed `policy.tiny_seed`).
+
+The processor. There is no hub, so the real Qwen2.5-VL tokenizer (151,643 BPE tokens) is not here. With
+`policy.processor=""` (the default) a `random:` policy gets the tiny model's tokenizer (a 4,000-token
+byte-level BPE with Qwen's special tokens and chat template, `embodied.policy.tiny`) together with the
+published image and video processor settings (14 px patches, 2 x 2 merge, 2 frames per temporal patch, CLIP
+mean and std); the config's special-token ids (image, video, vision start and end, bos, eos, pad) are
+remapped to that tokenizer's ids, and every size stays the published one (the embedding keeps all its rows;
+only the first ~4,000 are ever used). Such a policy runs end to end (prompts, video, generation, loss) at the
+real size, but its text is not Qwen's. `policy.processor=DIR` takes the tokenizer and processor from a local
+folder instead (a Qwen2.5-VL checkpoint's tokenizer and processor files; weights are not needed) and keeps
+the published ids.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+ARCHITECTURES = Path(__file__).parents[1] / "assets" / "architectures"
+"""The shipped architecture configs: `<name>.json` (a published `config.json`) and the shared
+`qwen2.5-vl-preprocessor.json`."""
+PREFIX = "random:"
+PREPROCESSOR = ARCHITECTURES / "qwen2.5-vl-preprocessor.json"
+SPECIAL_IDS = {
+    "image_token_id": "<|image_pad|>",
+    "video_token_id": "<|video_pad|>",
+    "vision_start_token_id": "<|vision_start|>",
+    "vision_end_token_id": "<|vision_end|>",
+    "vision_token_id": "<|vision_pad|>",
+}
+"""Config fields holding token ids, and the token each one names (text bos/eos/pad are handled apart)."""
+
+
+def is_random(path: str | None) -> bool:
+    """Whether `policy.path` asks for random weights (`random:NAME` or `random:FILE.json`)."""
+    return bool(path) and str(path).startswith(PREFIX)
+
+
+def known_architectures() -> list[str]:
+    """Names accepted after `random:` (the shipped configs)."""
+    return sorted(p.stem for p in ARCHITECTURES.glob("*.json") if p != PREPROCESSOR)
+
+
+def architecture_file(spec: str) -> Path:
+    """The config file of `random:NAME` (a shipped name) or `random:FILE.json` (any Qwen2-VL / Qwen2.5-VL
+    config.json, e.g. a shrunken one for tests). Raises `ValueError` listing the known names."""
+    name = spec[len(PREFIX) :] if spec.startswith(PREFIX) else spec
+    shipped = ARCHITECTURES / f"{name}.json"
+    if name and shipped.is_file() and shipped != PREPROCESSOR:
+        return shipped
+    path = Path(name).expanduser()
+    if name.endswith(".json") and path.is_file():
+        return path
+    raise ValueError(
+        f"policy.path={spec!r}: unknown architecture {name!r}. Known: "
+        f"{', '.join(PREFIX + n for n in known_architectures())}, or random:/path/to/config.json "
+        f"(configs live in {ARCHITECTURES})"
+    )
+
+
+def random_config(spec: str):
+    """The `transformers` config of `random:NAME` (published values, nothing remapped)."""
+    from transformers import AutoConfig
+
+    raw = json.loads(architecture_file(spec).read_text())
+    model_type = raw.get("model_type")
+    if model_type not in ("qwen2_vl", "qwen2_5_vl"):
+        where = architecture_file(spec)
+        raise ValueError(f"{where}: model_type {model_type!r}; expected qwen2_5_vl or qwen2_vl")
+    return AutoConfig.for_model(**raw)
+
+
+def _remap_special_ids(config, tokenizer) -> None:
+    """Point the config's special-token ids at `tokenizer`'s ids for the same tokens (sizes unchanged)."""
+    ids = {field: tokenizer.convert_tokens_to_ids(token) for field, token in SPECIAL_IDS.items()}
+    for field, value in ids.items():
+        if hasattr(config, field):
+            setattr(config, field, value)
+    text = config.get_text_config()
+    bos, eos = tokenizer.convert_tokens_to_ids("<|endoftext|>"), tokenizer.convert_tokens_to_ids("<|im_end|>")
+    for holder in {id(c): c for c in (config, text)}.values():  # the published file has them at the top
+        holder.bos_token_id, holder.pad_token_id, holder.eos_token_id = bos, bos, eos
+    if max(ids.values()) >= text.vocab_size:
+        raise ValueError(f"tokenizer ids {ids} do not fit the vocabulary of {text.vocab_size}")
+
+
+def random_processor(processor_dir: str = ""):
+    """The processor of a `random:` policy (see the module docstring): the tiny tokenizer with the published
+    image/video processor settings, or the processor saved in the local folder `processor_dir`."""
+    from transformers import AutoProcessor, AutoTokenizer, Qwen2_5_VLProcessor
+
+    if processor_dir:
+        folder = Path(processor_dir).expanduser()
+        if not (folder / "tokenizer_config.json").is_file():
+            raise FileNotFoundError(
+                f"policy.processor={processor_dir!r} holds no tokenizer_config.json: give a local folder "
+                "with a Qwen2.5-VL tokenizer and processor (the checkpoint's small files, no weights "
+                "needed), or leave policy.processor empty for the tiny tokenizer"
+            )
+        return AutoProcessor.from_pretrained(folder, trust_remote_code=False, local_files_only=True)
+    from transformers import Qwen2VLImageProcessor, Qwen2VLVideoProcessor
+
+    from embodied.policy.tiny import CHAT_TEMPLATE, build_tiny_policy
+
+    tokenizer = AutoTokenizer.from_pretrained(build_tiny_policy(), local_files_only=True)
+    pre = json.loads(PREPROCESSOR.read_text())
+    keys = ("min_pixels", "max_pixels", "patch_size", "temporal_patch_size", "merge_size")
+    settings = {k: pre[k] for k in (*keys, "image_mean", "image_std")}
+    return Qwen2_5_VLProcessor(
+        image_processor=Qwen2VLImageProcessor(**settings),
+        tokenizer=tokenizer,
+        video_processor=Qwen2VLVideoProcessor(**settings, cap_pixels_per_frame=True, do_sample_frames=False),
+        chat_template=CHAT_TEMPLATE,
+    )
+
+
+def build_random_policy(
+    spec: str,
+    dtype: torch.dtype = torch.float32,
+    device: str = "meta",
+    processor_dir: str = "",
+    seed: int = 0,
+):
+    """`(model, processor)` for `random:NAME`: the real `Qwen2_5_VLForConditionalGeneration` (or Qwen2-VL) of
+    the shipped config with random weights, in `dtype` on `device`.
+
+    `device="meta"` allocates nothing (shapes only: counts and plans); any other device allocates and
+    initialises every weight (3B: ~7.5 GB in bfloat16). `processor_dir`: see `random_processor`.
+    """
+    config = random_config(spec)
+    processor = random_processor(processor_dir)
+    if processor_dir:
+        got = processor.tokenizer.convert_tokens_to_ids(SPECIAL_IDS["video_token_id"])
+        if got != config.video_token_id:
+            raise ValueError(
+                f"policy.processor={processor_dir!r}: its <|video_pad|> is id {got}, the config's "
+                f"video_token_id is {config.video_token_id}; use the tokenizer of the same model family"
+            )
+    else:
+        _remap_special_ids(config, processor.tokenizer)
+    model = instantiate(config, dtype, device, seed)
+    processor.tokenizer.padding_side = "left"
+    return model, processor
+
+
+def instantiate(config, dtype: torch.dtype = torch.float32, device: str = "meta", seed: int = 0):
+    """The model of a `transformers` config with random weights (seed `seed`) in `dtype` on `device`
+    (`meta`: shapes only, nothing allocated)."""
+    from transformers import AutoModelForImageTextToText
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        with torch.device(device):
+            model = AutoModelForImageTextToText.from_config(config, dtype=dtype, trust_remote_code=False)
+    return model.eval()
+
+
+def parameter_counts(model: torch.nn.Module) -> dict[str, int]:
+    """Parameters of a Qwen-VL model (meta or real): `total` (tied weights once), `vision` (the vision tower
+    with its merger), `language` (the rest: decoder, embeddings, head)."""
+    total = sum(p.numel() for p in model.parameters())
+    vision = sum(p.numel() for name, p in model.named_parameters() if ".visual." in f".{name}")
+    return {"total": total, "vision": vision, "language": total - vision}
