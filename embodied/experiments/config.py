@@ -57,7 +57,7 @@ class ZeroLabelConfig:
 
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     starts: list[str] = field(default_factory=lambda: ["format", "half"])
-    """format (never saw a right answer) | half (format + `half_steps` of labelled SFT)."""
+    """format (random-letter SFT targets) | half (format + `half_steps` of labelled SFT)."""
     format_steps: int = 200
     """SFT steps with random-letter targets: the answer format only."""
     half_steps: int = 12
@@ -88,7 +88,7 @@ class CosmosConfig:
     """The held-out benchmark's config (its `data:` section), evaluated at `benchmark_n_test` questions."""
     benchmark_n_test: int = 400
     format_steps: int = 200
-    """SFT steps with random-letter targets before GRPO alone (the row that never saw a right answer)."""
+    """SFT steps with random-letter targets before GRPO alone (random letters: no target tied to the clip)."""
     transfer_scenes: list[str] = field(default_factory=lambda: ["drop", "slide"])
     """The transfer run trains on the families in these scenes and is tested on the benchmark's questions
     of the same tasks in every other scene (empty: no transfer run)."""
@@ -97,6 +97,10 @@ class CosmosConfig:
     vision tower carry the answer at all (`embodied.eval.probe`)?"""
     workers: int = 2
     """Jobs at once, each in its own process (set `threads=1` with 2 on a 2-core machine)."""
+    order_credit: float = 0.0
+    """> 0: the main job also runs its GRPO stage with `grpo.order_credit` at this discount, from the same SFT
+    policy and seed, and the table gets a row for it (partial credit against exact match on the ordering
+    families, paired by seed)."""
     curriculum: list[CurriculumStage] = field(default_factory=list)
     """SFT stages on subsets of the families, in order, before the `sft.steps` on every family (main job
     only; its SFT row is the policy after all of them). Empty: the mix from the first step."""

@@ -35,12 +35,15 @@ import numpy as np
 from embodied.experiments.reuse import process_data, reuse_or_run, run_jobs
 
 JOBS = ("main", "transfer", "zero")  # longest first
-ROWS = ("base", "sft", "sft_grpo", "more_sft", "grpo_only", "blind", "single_frame")
+ROWS = ("base", "sft", "sft_grpo", "sft_grpo_credit", "more_sft", "grpo_only", "blind", "single_frame")
+ORDER_FAMILIES = ("spatial_puzzle", "temporal_puzzle")
+"""Families whose answers are orders (`grpo.order_credit` pays partial credit on them)."""
 ROW_NAMES = {
     "chance": "chance",
     "base": "base",
     "sft": "SFT",
     "sft_grpo": "SFT + GRPO",
+    "sft_grpo_credit": "SFT + GRPO, partial order credit",
     "more_sft": "SFT + more SFT (GRPO's wall time)",
     "grpo_only": "GRPO alone (format-only start)",
     "blind": "SFT + GRPO, blind",
@@ -102,10 +105,10 @@ def _sft(model, processor, train, cfg, seed: int, out: Path, progress: bool, **c
     return train_sft(model, processor, train, sft, cfg.video, out, (), seed, progress)
 
 
-def _grpo(model, processor, train, cfg, seed: int, out: Path, progress: bool) -> float:
+def _grpo(model, processor, train, cfg, seed: int, out: Path, progress: bool, **changes) -> float:
     from embodied.train.grpo import train_grpo
 
-    grpo = dataclasses.replace(cfg.grpo, eval_every=0, checkpoint_every=0)
+    grpo = dataclasses.replace(cfg.grpo, eval_every=0, checkpoint_every=0, **changes)
     (out / "metrics.jsonl").unlink(missing_ok=True)
     t0 = time.perf_counter()
     train_grpo(model, processor, train, grpo, cfg.video, out, (), seed, progress)
@@ -136,6 +139,14 @@ def _main_job(cfg, data: dict, seed: int, out: Path, progress: bool) -> dict:
     t_sft += _sft(model, processor, data["train"], cfg, seed, out / "sft", progress)["wall_s"]
     sft_model = copy.deepcopy(model)
     row = {"sft": bench_eval(model, processor, data["bench"], cfg), "sft_s": round(t_sft, 1)}
+    if cfg.cosmos.order_credit > 0:  # the same GRPO from the same SFT policy, only the reward differs
+        credit = copy.deepcopy(model)
+        kw = {"order_credit": cfg.cosmos.order_credit}
+        row["credit_s"] = round(
+            _grpo(credit, processor, data["train"], cfg, seed, out / "credit", progress, **kw), 1
+        )
+        row["sft_grpo_credit"] = bench_eval(credit, processor, data["bench"], cfg)
+        del credit
     grpo_s = _grpo(model, processor, data["train"], cfg, seed, out / "grpo", progress)
     row |= {"sft_grpo": bench_eval(model, processor, data["bench"], cfg), "grpo_s": round(grpo_s, 1)}
     for name, baseline in (("blind", "blind"), ("single_frame", "single-frame")):
@@ -309,12 +320,14 @@ def _rows(base: dict, per_seed: dict) -> dict[str, list[dict]]:
         "base": lambda s: base,
         "sft": lambda s: per_seed[s]["main"]["sft"],
         "sft_grpo": lambda s: per_seed[s]["main"]["sft_grpo"],
+        "sft_grpo_credit": lambda s: per_seed[s]["main"].get("sft_grpo_credit"),
         "more_sft": lambda s: per_seed[s]["main"]["more_sft"],
         "grpo_only": lambda s: per_seed[s]["zero"]["grpo_only"],
         "blind": lambda s: per_seed[s]["main"]["blind"],
         "single_frame": lambda s: per_seed[s]["main"]["single_frame"],
     }
-    return {row: [get[row](s) for s in seeds] for row in ROWS}
+    rows = {row: [get[row](s) for s in seeds] for row in ROWS}
+    return {row: evs for row, evs in rows.items() if all(e is not None for e in evs)}
 
 
 def summarise(base: dict, per_seed: dict, cfg) -> dict:
@@ -348,6 +361,13 @@ def summarise(base: dict, per_seed: dict, cfg) -> dict:
         },
     }
     targets["grpo_beats_more_sft"] = targets["grpo_minus_more_sft"]["ci95"][0] > 0
+    if "sft_grpo_credit" in rows:  # partial order credit minus exact match, paired by seed
+        pairs = list(zip(rows["sft_grpo_credit"], rows["sft_grpo"]))
+        targets["credit_minus_exact"] = {
+            f: _stat([a["per_task"][f]["accuracy"] - b["per_task"][f]["accuracy"] for a, b in pairs])
+            for f in families
+            if f in ORDER_FAMILIES
+        }
     return {
         "families": families,
         "chance": chance,
@@ -380,7 +400,7 @@ def _transfer_table(per_seed: dict) -> dict:
 
 def _timings(per_seed: dict) -> dict:
     keys = {
-        "main": ("sft_s", "grpo_s", "more_sft_s", "more_sft_steps"),
+        "main": ("sft_s", "grpo_s", "credit_s", "more_sft_s", "more_sft_steps"),
         "zero": ("grpo_s",),
         "transfer": ("grpo_s",),
     }
@@ -388,7 +408,7 @@ def _timings(per_seed: dict) -> dict:
         f"{job}/{k}": [r[job][k] for r in per_seed.values() if job in r]
         for job, ks in keys.items()
         for k in ks
-        if any(job in r for r in per_seed.values())
+        if any(k in r.get(job, {}) for r in per_seed.values())
     }
 
 
@@ -430,6 +450,11 @@ def markdown(result: dict) -> str:
         ok = len(fams_ok) - len(missing)
         but = f" (not: {', '.join(missing)})" if missing else ""
         lines.append(f"- {ROW_NAMES[b]}: interval contains chance on {ok} of {len(fams_ok)} families{but}.")
+    for f, c in t.get("credit_minus_exact", {}).items():
+        lines.append(
+            f"- Partial order credit minus exact match on {f}, paired by seed: {c['mean']:+.3f} "
+            f"[{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}]."
+        )
     lines += _tier_lines(result) + _transfer_lines(result["transfer"]) + _probe_lines(result["probe"])
     tm = result["timings_s"]
     lines += ["", "Seconds per seed: " + "; ".join(f"{k} {v}" for k, v in tm.items()) + "."]

@@ -34,7 +34,7 @@ from embodied.policy.lora import (
     merged_state_dict,
 )
 from embodied.policy.random_weights import build_random_policy, is_random
-from embodied.policy.tiny import SHIPPED, TinySpec, build_tiny_policy
+from embodied.policy.tiny import SHIPPED, SHIPPED_WORLDS, TinySpec, build_tiny_policy
 from embodied.tasks import format_question
 from embodied.video import Clip, VideoConfig, frame_pixel_cap, processor_video_kwargs
 
@@ -73,7 +73,8 @@ class PolicyConfig:
 
 def resolve_policy_path(path: str | None, seed: int = 0) -> Path:
     """`path` if given (must be a local folder); `tiny-base`: the perception-pretrained tiny base shipped
-    in the package; `tiny`: the randomly initialised tiny model for `seed` (built and cached)."""
+    in the package; `tiny-worlds`: the same base continued on every simulated world's captions; `tiny`: the
+    randomly initialised tiny model for `seed` (built and cached)."""
     if is_random(path):
         raise ValueError(
             f"policy.path={path!r} has no folder: a random: policy is built in memory by "
@@ -86,6 +87,13 @@ def resolve_policy_path(path: str | None, seed: int = 0) -> Path:
                 f"pretrain.out={SHIPPED}` (about 4 minutes on 2 CPU cores)"
             )
         return SHIPPED
+    if path == "tiny-worlds":
+        if not (SHIPPED_WORLDS / "config.json").is_file():
+            raise FileNotFoundError(
+                f"the every-world tiny base is missing from {SHIPPED_WORLDS}; rebuild it with "
+                f"`embodied pretrain -c configs/pretrain_worlds.yaml pretrain.out={SHIPPED_WORLDS}`"
+            )
+        return SHIPPED_WORLDS
     if not path or path == "tiny":
         return build_tiny_policy(spec=TinySpec(seed=seed))
     p = Path(path).expanduser()

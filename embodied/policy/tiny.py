@@ -21,6 +21,9 @@ import torch
 SHIPPED = Path(__file__).parents[1] / "assets" / "tiny_base"
 """The perception-pretrained tiny base shipped with the package (`policy.path=tiny-base`; `embodied pretrain`
 rebuilds it)."""
+SHIPPED_WORLDS = Path(__file__).parents[1] / "assets" / "tiny_worlds"
+"""`tiny-base` continued on captions of every simulated world (`policy.path=tiny-worlds`;
+`embodied pretrain -c configs/pretrain_worlds.yaml` rebuilds it)."""
 
 TINY_VERSION = 2
 """2: the tokenizer corpus holds the perception captions' words (embodied.tasks.caption)."""

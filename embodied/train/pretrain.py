@@ -10,8 +10,8 @@ the whole tiny Qwen2.5-VL (vision tower and language model) to caption them from
     frame 1: red high, blue high, green low. frame 2: red floor, blue low, green floor. ...
 
 The captions (`embodied.tasks.caption`) never say which way time runs: the base has never been told an
-arrow-of-time answer, so reinforcement learning on top of it starts from zero labels. The clips come from
-the data engine's workers and stay in memory.
+arrow-of-time answer: reinforcement learning on top of it gets the answer only through its reward. The
+clips come from the data engine's workers and stay in memory.
 
 The result is an ordinary Hugging Face folder. `policy.path=tiny-base` (the default) loads the copy shipped
 in `embodied/assets/tiny_base`, which `embodied pretrain` rebuilds to within 1e-4 on a 2-core CPU
@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from embodied.data.engine import Source, make_all
 from embodied.data.load import Example
-from embodied.tasks.caption import QUESTION, make_clip
+from embodied.tasks.caption import QUESTION, SCENE_QUESTION, make_clip, make_scene_clip
 from embodied.video import Clip
 
 
@@ -60,6 +60,16 @@ class PretrainConfig:
     warmup_steps: int = 50
     workers: int = 2
     """Processes that simulate and render the clips (0 = this one)."""
+    captions: str = "drop"
+    """drop: the drop world's height captions (how `tiny-base` was made) | scene: every world in `worlds`,
+    captioned with where each object is in every frame, whether it is seen, how it stands and whether it
+    moves (`embodied.tasks.caption.make_scene_clip`)."""
+    worlds: list[str] = field(default_factory=lambda: ["drop"])
+    """Worlds the `scene` captions are drawn from, one per clip, uniformly."""
+    num_frames: list[int] = field(default_factory=lambda: [4])
+    """Frames per `scene` clip, drawn per clip from this list (at 2 fps)."""
+    init: str = ""
+    """Continue from this policy (a folder or `tiny-base`) instead of building the tiny model from a seed."""
 
 
 # --- clips --------------------------------------------------------------------------------------------
@@ -74,7 +84,15 @@ class CaptionClips(Source):
         super().__init__(cfg, root="", splits=[], workers=cfg.workers)
 
     def make(self, seed: int) -> tuple:
-        return make_clip(self.world("drop", 112, 112), seed, self.cfg.max_start)
+        pc = self.cfg
+        if pc.captions == "drop":
+            return make_clip(self.world("drop", 112, 112), seed, pc.max_start)
+        pick = np.random.default_rng([seed, 1])  # the clip's own stream (make_scene_clip's) stays untouched
+        name = pc.worlds[int(pick.integers(len(pc.worlds)))]
+        frames = int(pc.num_frames[int(pick.integers(len(pc.num_frames)))])
+        difficulty = ("easy", "hard")[int(pick.integers(2))]
+        made = make_scene_clip(self.world(name, 112, 112), seed, frames, difficulty=difficulty)
+        return made[0], made[1], made[2] | {"world": name}
 
 
 def make_examples(
@@ -91,7 +109,7 @@ def make_examples(
                 "id": f"pretrain-{stream}-{i}",
                 "task": "caption",
                 "video": "",
-                "question": QUESTION,
+                "question": QUESTION if cfg.captions == "drop" else SCENE_QUESTION,
                 "options": [],
                 "instruction": "",
                 "target": text,
@@ -193,6 +211,44 @@ def caption_accuracy(model, processor, examples, video, batch_size: int = 64) ->
     }
 
 
+def scene_caption_accuracy(model, processor, examples, video, batch_size: int = 32) -> dict:
+    """Greedy scene captions against the truth: the object list, and per frame and object the word group
+    (`red d5 upright still`), its square and its state words (hidden / out / pose / moving)."""
+    import torch
+
+    from embodied.policy.model import decode, encode_prompts, generate
+
+    n = {"objects": 0, "groups": 0, "squares": 0, "states": 0, "states_total": 0, "total": 0, "exact": 0}
+    for i in range(0, len(examples), batch_size):
+        chunk = examples[i : i + batch_size]
+        batch = encode_prompts(processor, [e.record for e in chunk], [e.clip for e in chunk], video)
+        with torch.no_grad():
+            ids, mask = generate(model, processor, batch, 320, do_sample=False)
+        for e, text in zip(chunk, decode(processor, ids, mask)):
+            head_t, *frames_t = e.record["target"].rstrip(".").split(". ")
+            head_p, *frames_p = text.strip().rstrip(".").split(". ")
+            n["objects"] += head_p == head_t
+            n["exact"] += text.strip() == e.record["target"]
+            for ft, fp in zip(frames_t, frames_p + [""] * len(frames_t)):
+                gt, gp = ft.split(": ", 1)[-1].split(", "), fp.split(": ", 1)[-1].split(", ")
+                for wt, wp in zip(gt, gp + [""] * len(gt)):
+                    wt, wp = wt.split(), wp.split()
+                    n["total"] += 1
+                    n["groups"] += wt == wp
+                    n["squares"] += len(wp) > 1 and wp[1] == wt[1]
+                    n["states"] += sum(a == b for a, b in zip(wt[2:], wp[2:]))
+                    n["states_total"] += max(0, len(wt) - 2)
+    total = max(1, n["total"])
+    return {
+        "objects_accuracy": n["objects"] / len(examples),
+        "group_accuracy": n["groups"] / total,
+        "square_accuracy": n["squares"] / total,
+        "state_word_accuracy": n["states"] / max(1, n["states_total"]),
+        "exact_match": n["exact"] / len(examples),
+        "n": len(examples),
+    }
+
+
 # --- the command ---------------------------------------------------------------------------------------
 
 
@@ -203,18 +259,20 @@ def pretrain_policy(
     save it to `pc.out` (or `out_dir/model`) and return a summary with the held-out caption accuracy."""
     import torch
 
-    from embodied.policy.model import load_policy, save_policy
+    from embodied.policy.model import load_policy, resolve_policy_path, save_policy
     from embodied.policy.tiny import TinySpec, build_tiny_policy
     from embodied.train.common import seed_everything
     from embodied.train.sft import train_sft
 
     out = Path(pc.out) if pc.out else Path(out_dir) / "model"
+    _check(pc)
     t0 = time.perf_counter()
     train = make_examples(pc.n_clips, pc.seed, 0, pc, progress)
     val = make_examples(pc.n_val, pc.seed, 1, pc, progress)
     t_data = time.perf_counter() - t0
     seed_everything(pc.seed)
-    model, processor = load_policy(build_tiny_policy(spec=TinySpec(seed=tiny_seed)))
+    start = resolve_policy_path(pc.init) if pc.init else build_tiny_policy(spec=TinySpec(seed=tiny_seed))
+    model, processor = load_policy(start)
     t1 = time.perf_counter()
     vision = pretrain_vision(model, processor, train, pc, video, progress) if pc.vision_steps else {}
     t_vision = time.perf_counter() - t1
@@ -222,7 +280,8 @@ def pretrain_policy(
         model, processor, train, sft, video, out_dir, seed=pc.seed, progress=progress, target_fn=_target
     )
     with torch.no_grad():
-        acc = caption_accuracy(model, processor, val, video)
+        score = caption_accuracy if pc.captions == "drop" else scene_caption_accuracy
+        acc = score(model, processor, val, video)
     save_policy(model, processor, out)
     summary = {
         "pretrain": dataclasses.asdict(pc),
@@ -238,6 +297,20 @@ def pretrain_policy(
     }
     (out / "embodied_pretrain.json").write_text(json.dumps(summary, indent=2))
     return summary | {"model": str(out)}
+
+
+def _check(pc: PretrainConfig) -> None:
+    from embodied.worlds import WORLD_NAMES
+
+    if pc.captions not in ("drop", "scene"):
+        raise ValueError(f"pretrain.captions must be 'drop' or 'scene', got {pc.captions!r}")
+    unknown = [w for w in pc.worlds if w not in WORLD_NAMES]
+    if unknown or not pc.worlds:
+        raise ValueError(f"pretrain.worlds: unknown {unknown or 'empty list'}; known: {sorted(WORLD_NAMES)}")
+    if not pc.num_frames or any(f < 2 or f % 2 for f in pc.num_frames):
+        raise ValueError(
+            f"pretrain.num_frames must be even counts >= 2 (2 per temporal patch), got {pc.num_frames}"
+        )
 
 
 def _target(record: dict) -> str:

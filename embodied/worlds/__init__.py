@@ -13,7 +13,16 @@ from typing import Any
 
 from embodied.worlds.render import FrameRenderer, gl_context  # sets MUJOCO_GL first
 
-__all__ = ["WORLDS", "DropWorld", "FrameRenderer", "gl_context", "make_world", "scene_path", "world_class"]
+__all__ = [
+    "WORLDS",
+    "WORLD_NAMES",
+    "DropWorld",
+    "FrameRenderer",
+    "gl_context",
+    "make_world",
+    "scene_path",
+    "world_class",
+]
 
 # name -> (module, class); imported lazily so that one family's import cost is paid only when used.
 _FAMILIES = {
@@ -24,6 +33,8 @@ _FAMILIES = {
     "dominoes": ("embodied.worlds.dominoes", "DominoesWorld"),
     "pendulum": ("embodied.worlds.pendulum", "PendulumWorld"),
 }
+WORLD_NAMES = tuple(_FAMILIES)
+"""Every registered world's name."""
 
 
 def scene_path(name: str) -> pathlib.Path:
