@@ -25,6 +25,7 @@ COMMANDS = {
     "experiment": "run a named experiment (`embodied experiment --list`), e.g. env-feedback",
     "show-config": "print the merged config (defaults <- --config file <- overrides) as YAML",
     "report": "rebuild RUN_DIR/report.html (summary, evaluations, curves, examples) from a run folder",
+    "export": "write data.root as parquet for verl or EasyR1 (--format), with their reward entry point",
 }
 
 
@@ -60,6 +61,10 @@ def _parser() -> argparse.ArgumentParser:
                 choices=BASELINES,
                 help="run a shortcut-audit baseline (same as eval.baseline=NAME; see docs/evaluation.md)",
             )
+        if name == "export":
+            from embodied.integrations.export import FORMATS
+
+            s.add_argument("--format", choices=FORMATS, help="same as export.format=NAME (default verl)")
         if name == "generate":
             s.add_argument(
                 "--from-videos",
@@ -130,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         return _report(args.overrides)
     if getattr(args, "baseline", None):
         args.overrides.append(f"eval.baseline={args.baseline}")
+    if getattr(args, "format", None):
+        args.overrides.append(f"export.format={args.format}")
     if getattr(args, "from_videos", None):
         args.overrides.append(f"data.from_videos={args.from_videos}")
     try:

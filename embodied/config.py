@@ -16,6 +16,7 @@ from embodied.bench import BenchConfig
 from embodied.data.schema import DataConfig
 from embodied.envs.config import EnvConfig
 from embodied.experiments.config import CosmosConfig, RecipesConfig, ZeroLabelConfig
+from embodied.integrations.export import ExportConfig
 from embodied.policy.model import PolicyConfig
 from embodied.train.pretrain import PretrainConfig
 from embodied.train.tracking import LogConfig
@@ -243,6 +244,7 @@ class Config:
     zero_label: ZeroLabelConfig = field(default_factory=ZeroLabelConfig)
     cosmos: CosmosConfig = field(default_factory=CosmosConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
+    export: ExportConfig = field(default_factory=ExportConfig)
     log: LogConfig = field(default_factory=LogConfig)
 
 

@@ -198,6 +198,15 @@ def grpo(cfg: Config, progress: bool = True) -> dict:
     return _train(cfg, "grpo", progress)
 
 
+def export(cfg: Config, progress: bool = True) -> dict:
+    """Write `data.root` as parquet for verl or EasyR1 (`export.format`) under `export.out` or `run_dir`."""
+    from embodied.integrations.export import export_dataset
+
+    e = cfg.export
+    out = Path(e.out) if e.out else _run_dir(cfg, "export")
+    return export_dataset(cfg.data.root, out, e.format, cfg.video, e.splits, e.media_root)
+
+
 def _quickstart_summary(
     cfg: Config, results: dict, train, test, skipped, parameters: int, timings: dict
 ) -> dict:
