@@ -34,6 +34,7 @@ def test_cosmos_experiment_end_to_end(tmp_path):
         "base",
         "sft",
         "sft_grpo",
+        "sft_grpo_credit",  # the default config's partial-order-credit arm
         "more_sft",
         "grpo_only",
         "blind",
@@ -52,6 +53,9 @@ def test_cosmos_experiment_end_to_end(tmp_path):
     assert result["transfer"]["scenes"] and "drop" not in result["transfer"]["scenes"]
     assert "slide" not in result["transfer"]["scenes"]
     assert len(result["timings_s"]["main/more_sft_steps"]) == 2
+    assert len(result["timings_s"]["main/credit_s"]) == 2
+    credit = result["targets"]["credit_minus_exact"]
+    assert set(credit) == set(result["families"]) & {"spatial_puzzle", "temporal_puzzle"}
     assert isinstance(result["probe"], dict)
     bench = json.loads(next((tmp_path).glob("bench_n16_112x112_4f/manifest.json")).read_text())
     assert bench["config"]["clip"]["num_frames"] == 4  # rendered like the training clips

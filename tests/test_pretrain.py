@@ -12,9 +12,16 @@ from safetensors.torch import load_file
 
 from embodied.config import load_config
 from embodied.policy.model import resolve_policy_path
-from embodied.policy.tiny import SHIPPED
+from embodied.policy.tiny import SHIPPED, SHIPPED_WORLDS
 from embodied.run import pretrain
-from embodied.tasks.caption import caption, colour_name
+from embodied.tasks.caption import (
+    caption,
+    colour_name,
+    make_scene_clip,
+    observe_scene,
+    scene_caption,
+    scene_objects,
+)
 from embodied.train.pretrain import PretrainConfig, occupancy
 
 
@@ -73,8 +80,11 @@ def test_shipped_base_was_built_by_the_current_defaults():
     assert path == SHIPPED and (path / "model.safetensors").is_file()
     built = json.loads((path / "embodied_pretrain.json").read_text())
     defaults = dataclasses.asdict(PretrainConfig())
+    # fields added after the base was built default to what it was built with (drop captions, from scratch)
+    later = {"captions": "drop", "worlds": ["drop"], "num_frames": [4], "init": ""}
+    assert {k: defaults[k] for k in later} == later
     assert {k: v for k, v in built["pretrain"].items() if k != "workers"} == {
-        k: v for k, v in defaults.items() if k != "workers"
+        k: v for k, v in defaults.items() if k != "workers" and k not in later
     }, "the defaults changed: rebuild with `embodied pretrain pretrain.out=embodied/assets/tiny_base`"
     assert built["vision_val"]["occupancy_accuracy"] > 0.95
 
@@ -90,3 +100,90 @@ def test_pretrain_rebuilds_the_shipped_base(tmp_path):
     )
     worst = max((new[k] - shipped[k]).abs().max().item() for k in shipped)
     assert worst < 1e-4, f"rebuilt base differs from the shipped one by up to {worst}"
+
+
+# --- every world: scene captions -----------------------------------------------------------------------
+
+
+def test_scene_caption_joins_objects_and_frames():
+    text = scene_caption(
+        ["red box", "blue sphere"],
+        [["red d5 upright still", "blue hidden"], ["red e5 tilted moving", "blue out"]],
+    )
+    assert text == (
+        "2 objects: red box, blue sphere. frame 1: red d5 upright still, blue hidden. "
+        "frame 2: red e5 tilted moving, blue out."
+    )
+
+
+def test_the_occluder_caption_says_hidden_while_the_world_says_hidden():
+    """The ray test agrees with the occluder world's own geometric `hidden` interval (its mid-point), and the
+    object is in view before it reaches the screen."""
+    from embodied.worlds import make_world
+
+    world = make_world("occluder", 112, 112)
+    _, info = world.reset(np.random.default_rng(3), outcome="possible")
+    ids = scene_objects(world.model)
+    obj = next(g for g in ids if world.model.geom(g).name == "obj")
+    mid = (info["hidden"][0] + info["hidden"][1]) / 2
+    _, seen = world.record_observed([mid], lambda m, d: observe_scene(m, d, [obj]))
+    assert seen[0][0].endswith("hidden"), seen
+    _, seen = world.record_observed([info["lift"][1] + 0.5], lambda m, d: observe_scene(m, d, [obj]))
+    assert not seen[0][0].endswith(("hidden", "out")), seen
+
+
+def test_a_toppled_tower_lies_and_rests():
+    from embodied.worlds import make_world
+
+    world = make_world("topple", 112, 112)
+    _, info = world.reset(np.random.default_rng(0), difficulty="easy")
+    ids = scene_objects(world.model)
+    _, seen = world.record_observed([0.0, info["motion"][1] + 0.5], lambda m, d: observe_scene(m, d, ids))
+    top = seen[0][-1].split()
+    assert top[2] == "upright", seen  # the stack stands at t = 0 ...
+    assert seen[1][-1].split()[-2:] == ["lying", "still"] or "hidden" in seen[1][-1], (
+        seen
+    )  # ... and lies at rest
+
+
+@pytest.mark.parametrize("world_name", ["drop", "slide", "topple", "dominoes", "pendulum", "occluder"])
+def test_scene_clips_never_name_an_order(world_name):
+    from embodied.worlds import make_world
+
+    world = make_world(world_name, 56, 56)
+    for seed in range(3):
+        frames, text, meta = make_scene_clip(world, seed, 4, difficulty="hard")
+        assert frames.shape == (4, 56, 56, 3) and meta["order"] in ("forward", "reversed", "shuffled")
+        words = set(text.replace(",", " ").replace(".", " ").replace(":", " ").split())
+        assert not words & {"forward", "reversed", "backward", "shuffled", "before", "after", "first", "last"}
+        assert text.count("frame ") == 4
+
+
+def test_pretrain_rejects_unknown_worlds_and_odd_frame_counts(tmp_path):
+    for bad, msg in (("pretrain.worlds=[drop,moon]", "moon"), ("pretrain.num_frames=[3]", "even")):
+        cfg = load_config(overrides=[f"run_dir={tmp_path}", "pretrain.captions=scene", bad])
+        with pytest.raises(ValueError, match=msg):
+            pretrain(cfg, progress=False)
+
+
+def test_the_every_world_base_was_built_by_its_config():
+    path = resolve_policy_path("tiny-worlds")
+    assert path == SHIPPED_WORLDS and (path / "model.safetensors").is_file()
+    built = json.loads((path / "embodied_pretrain.json").read_text())
+    want = dataclasses.asdict(load_config("configs/pretrain_worlds.yaml").pretrain)
+    assert {k: v for k, v in built["pretrain"].items() if k not in ("workers", "out")} == {
+        k: v for k, v in want.items() if k not in ("workers", "out")
+    }, "configs/pretrain_worlds.yaml changed: rebuild with its command (docs/perception.md)"
+
+
+@pytest.mark.slow
+def test_pretrain_rebuilds_the_every_world_base(tmp_path):
+    """`embodied pretrain -c configs/pretrain_worlds.yaml` reproduces the shipped `tiny-worlds` weights."""
+    cfg = load_config("configs/pretrain_worlds.yaml", overrides=[f"run_dir={tmp_path}", "threads=2"])
+    summary = pretrain(cfg, progress=False)
+    new, shipped = (
+        load_file(f"{summary['model']}/model.safetensors"),
+        load_file(SHIPPED_WORLDS / "model.safetensors"),
+    )
+    worst = max((new[k] - shipped[k]).abs().max().item() for k in shipped)
+    assert worst < 1e-4, f"rebuilt tiny-worlds differs from the shipped one by up to {worst}"
