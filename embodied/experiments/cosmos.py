@@ -287,8 +287,24 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
     per_seed = {seed: {} for seed in cc.seeds}
     for (_, _, seed, job), res in zip(jobs, results):
         per_seed[seed][job] = res
-    result = summarise(base, per_seed, cfg) | {"probe": probe}
-    result["wall_s"] = round(time.perf_counter() - t0, 1)
+    return write_outputs(cfg, out, base, probe, per_seed, round(time.perf_counter() - t0, 1))
+
+
+def saved_jobs(out: Path, seeds: list[int]) -> dict:
+    """`{seed: {job: row}}` of the jobs finished in `out` (an interrupted run's), without running any."""
+    return {
+        s: {
+            job: json.loads(f.read_text())["row"]
+            for job in JOBS
+            if (f := out / f"seed{s}" / job / "result.json").is_file()
+        }
+        for s in seeds
+    }
+
+
+def write_outputs(cfg, out: Path, base: dict, probe: dict, per_seed: dict, wall_s: float | None) -> dict:
+    """The table from the jobs' rows (a row that a seed lacks is left out): `cosmos.json`, `.md`, `.png`."""
+    result = summarise(base, per_seed, cfg) | {"probe": probe, "wall_s": wall_s}
     (out / "cosmos.json").write_text(json.dumps(result | {"per_seed": per_seed}, indent=1))
     (out / "cosmos.md").write_text(markdown(result))
     plot(result, out / "cosmos.png")
@@ -316,17 +332,12 @@ def _family_mean(ev: dict) -> float:
 def _rows(base: dict, per_seed: dict) -> dict[str, list[dict]]:
     """Each table row's evaluation per seed (base: the same one for every seed)."""
     seeds = list(per_seed)
-    get = {
-        "base": lambda s: base,
-        "sft": lambda s: per_seed[s]["main"]["sft"],
-        "sft_grpo": lambda s: per_seed[s]["main"]["sft_grpo"],
-        "sft_grpo_credit": lambda s: per_seed[s]["main"].get("sft_grpo_credit"),
-        "more_sft": lambda s: per_seed[s]["main"]["more_sft"],
-        "grpo_only": lambda s: per_seed[s]["zero"]["grpo_only"],
-        "blind": lambda s: per_seed[s]["main"]["blind"],
-        "single_frame": lambda s: per_seed[s]["main"]["single_frame"],
-    }
-    rows = {row: [get[row](s) for s in seeds] for row in ROWS}
+    job_of = {"grpo_only": "zero"}  # every other row but the base comes from the main job
+
+    def get(row: str, s) -> dict | None:
+        return base if row == "base" else per_seed[s].get(job_of.get(row, "main"), {}).get(row)
+
+    rows = {row: [get(row, s) for s in seeds] for row in ROWS}  # a row some seed lacks is left out
     return {row: evs for row, evs in rows.items() if all(e is not None for e in evs)}
 
 
