@@ -89,14 +89,18 @@ class GRPOConfig:
     advantage: str = "grpo"
     """grpo (group mean/std) | drgrpo (group mean only) | rloo (leave-one-out) | reinforce_pp (batch std) |
     gae (PPO: a learned critic, a value head on the policy's last hidden states, is the baseline; per-token
-    GAE advantages, whitened over the batch; no group needed, so group_size 1 works: `gamma`, `lam`,
-    `vf_coef`, `value_clip`, `value_lr_scale`, `kl_in_reward`)."""
+    GAE advantages, centred over the batch; no group needed, so group_size 1 works: `gamma`, `lam`,
+    `vf_coef`, `value_clip`, `whiten`, `value_*`, `kl_in_reward`; docs/recipes.md says why the defaults)."""
     gamma: float = 1.0
     """advantage=gae: discount per completion token (1, TRL's default: the reward reaches every token
     whole)."""
-    lam: float = 0.95
+    lam: float = 1.0
     """advantage=gae: GAE's lambda (Schulman et al. 2016): 0 gives one-step TD errors (the critic's bias),
-    1 Monte-Carlo returns minus the value (their variance); TRL's 0.95."""
+    1 Monte-Carlo returns minus the value (their variance); TRL's 0.95 needs `value_level=token`."""
+    value_lam: float | None = None
+    """advantage=gae: GAE's lambda for the critic's targets only (VC-PPO's decoupled GAE); None = `lam`.
+    1 (with gamma 1): every token's target is its Monte-Carlo return-to-go, independent of the critic's own
+    values, while the policy's advantages keep `lam`."""
     vf_coef: float = 0.1
     """advantage=gae: weight of the critic's value loss in the total loss, policy + vf_coef * value
     (TRL's 0.1)."""
@@ -104,12 +108,36 @@ class GRPOConfig:
     """advantage=gae: the clipped value loss keeps each new value within this of the rollout-time one
     (OpenAI baselines' ppo2, TRL's cliprange_value 0.2); 0 = plain squared error."""
     whiten: bool = True
-    """advantage=gae: whiten the advantages over the batch's tokens (mean 0, variance 1), as PPO
-    implementations do. When nearly every answer is right the raw advantages are tiny and whitening scales
-    their noise back to unit size (docs/recipes.md); False keeps them in reward units."""
-    value_lr_scale: float = 1.0
-    """advantage=gae: learning rate of the value head relative to `lr`. The head starts at zero; at a large
-    model's lr (~1e-6) a fresh linear head learns slowly, so raise this there."""
+    """advantage=gae: normalise the advantages over the batch's tokens (`whiten_std` says how far); False
+    keeps them as GAE gives them, in reward units."""
+    whiten_std: bool = False
+    """advantage=gae, with `whiten`: divide by the batch's std too (full whitening); False centres only
+    (subtract the batch mean, keep reward units): the centring removes the critic's error common to the
+    batch, the division would scale its per-answer error up to unit size when the rewards barely vary. True
+    (TRL's, OpenRLHF's, verl's whitening) collapsed the tiny policy on 2 seeds of 3 (docs/recipes.md)."""
+    value_lr_scale: float = 10.0
+    """advantage=gae: learning rate of the value head relative to `lr`. The head starts at zero and has to
+    reach the return's level (~1.4 here) within the value clip's 0.2 per rollout, so it learns faster than
+    the policy (verl's and OpenRLHF's PPO examples give the critic 10-20x the actor's lr)."""
+    value_level: str = "sequence"
+    """advantage=gae: token (V(s_t) before every completion token, PPO's critic) | sequence (the prompt's
+    value V(s_0) is every token's baseline and the only value trained, on the whole return: a learned
+    per-question baseline, the same on every token of an answer; needs gamma = lam = 1). Per-token values
+    put the critic's per-position error into the advantages of the answer format's tokens, which every
+    answer shares, and so push them the same way on every answer (docs/recipes.md)."""
+    value_hidden: int = 64
+    """advantage=gae: hidden units of a layer of the value head's own (Linear -> tanh -> Linear); 0 = one
+    linear layer on the policy's last hidden states."""
+    value_detach: bool = True
+    """advantage=gae: stop the value loss's gradient at the head's input, so the critic never reshapes the
+    shared backbone (the policy then moves by the policy loss alone)."""
+    value_warmup_steps: int = 5
+    """advantage=gae: the first this many steps train the value head alone (policy frozen, nothing but the
+    head stepped), so the first policy updates meet a critic that already predicts the returns' level
+    (OpenRLHF's freezing_actor_steps, verl's critic_warmup)."""
+    value_ev_patience: int = 10
+    """advantage=gae: warn when the critic's explained variance has stayed below 0 for this many steps in a
+    row: its values are then worse than a constant, and the advantages are mostly its error (0 = never)."""
     loss_agg: str = "seq-mean-token-mean"
     """seq-mean-token-mean (GRPO) | token-mean (DAPO) | seq-sum-norm (Dr. GRPO, divided by max_new_tokens)."""
     kl_estimator: str = "k3"

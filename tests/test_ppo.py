@@ -11,8 +11,10 @@ from embodied.rl.losses import LossSpec, grpo_loss
 from embodied.rl.ppo import (
     ValueHead,
     explained_variance,
+    first_tokens,
     gae,
     gae_advantages,
+    sequence_values,
     token_rewards,
     value_loss,
     whiten,
@@ -177,6 +179,22 @@ def test_whiten_by_hand():
     assert (w[m] ** 2).mean().item() == pytest.approx(1.0, abs=1e-6)
 
 
+def test_whiten_centre_only_by_hand():
+    x = torch.tensor([[1.0, 2.0, 3.0, 99.0], [4.0, 99.0, 99.0, 99.0]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]])
+    # real tokens 1, 2, 3, 4: mean 2.5 -> (-1.5, -0.5, 0.5, 1.5), not divided by the std 1.118 ; padding 0
+    assert _close(whiten(x, mask, scale=False), [[-1.5, -0.5, 0.5, 0.0], [1.5, 0.0, 0.0, 0.0]])
+    # nearly equal values stay nearly equal: 1.00 and 1.02 -> -0.01 and +0.01, where scaling gives -1 and +1
+    near = torch.tensor([[1.0, 1.02]])
+    assert _close(whiten(near, torch.ones(1, 2), scale=False), [[-0.01, 0.01]])
+    assert _close(whiten(near, torch.ones(1, 2)), [[-1.0, 1.0]], atol=1e-4)
+    # through gae_advantages: returns-to-go (1, 1) and (-1, pad) minus their mean 1/3
+    adv, _ = gae_advantages(
+        torch.tensor([1.0, -1.0]), torch.zeros(2, 2), torch.tensor([[1, 1], [1, 0]]), 1.0, 1.0, scaled=False
+    )
+    assert _close(adv, [[2 / 3, 2 / 3], [-4 / 3, 0.0]])
+
+
 def test_whiten_over_processes_equals_whole_batch():
     x, _, mask = _random_padded(2, [5, 2, 4, 1], 5)
     whole = whiten(x, mask)
@@ -318,6 +336,49 @@ def test_gae_advantages_by_hand():
     assert _close(raw, [[1.0, 1.0], [-1.0, 0.0]])  # the return-to-go minus V = 0, padding 0
 
 
+def test_decoupled_value_lambda_by_hand():
+    # one sequence of 3 tokens, reward 1 on the last; values (0.3, 0.6, 0.8); gamma 1, policy lambda 0.5
+    # deltas: d2 = 1 - 0.8 = 0.2 ; d1 = 0.8 - 0.6 = 0.2 ; d0 = 0.6 - 0.3 = 0.3
+    # lambda 0.5: A2 = 0.2 ; A1 = 0.2 + 0.5 * 0.2 = 0.3 ; A0 = 0.3 + 0.5 * 0.3 = 0.45
+    mask, values, reward = torch.ones(1, 3), torch.tensor([[0.3, 0.6, 0.8]]), torch.tensor([1.0])
+    adv, ret = gae_advantages(reward, values, mask, 1.0, 0.5, whitened=False)
+    assert _close(adv, [[0.45, 0.3, 0.2]])
+    assert _close(ret, [[0.75, 0.9, 1.0]])  # A + V: the critic's own values leak into its targets
+    # value_lam 1: the targets are the Monte-Carlo return-to-go (1, 1, 1), the advantages stay lambda 0.5's
+    adv1, ret1 = gae_advantages(reward, values, mask, 1.0, 0.5, whitened=False, value_lam=1.0)
+    assert torch.equal(adv1, adv) and _close(ret1, [[1.0, 1.0, 1.0]])
+    # ... whatever the values are
+    _, ret2 = gae_advantages(reward, torch.tensor([[5.0, -2.0, 0.1]]), mask, 1.0, 0.5, value_lam=1.0)
+    assert _close(ret2, [[1.0, 1.0, 1.0]])
+    # value_lam equal to lam, or None, changes nothing
+    assert torch.equal(gae_advantages(reward, values, mask, 1.0, 0.5, value_lam=0.5)[1], ret)
+
+
+def test_sequence_values_and_first_tokens_by_hand():
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0], [0, 0, 0]])
+    values = torch.tensor([[0.4, 9.0, -3.0], [1.5, 7.0, 7.0], [2.0, 2.0, 2.0]])
+    # each row's V(s_0) on its real tokens: (0.4, 0.4, 0.4), (1.5, pad, pad); the empty row gets nothing
+    assert _close(sequence_values(values, mask), [[0.4, 0.4, 0.4], [1.5, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    assert torch.equal(first_tokens(mask), torch.tensor([[1, 0, 0], [1, 0, 0], [0, 0, 0]]))
+    with pytest.raises(ValueError):
+        first_tokens(torch.tensor([[0, 1]]))  # left padding
+
+
+def test_sequence_baseline_gives_return_to_go_minus_the_prompt_value():
+    # gamma = lam = 1, reward 1 on the last of 3 tokens, a per-token KL reward of -0.1 on token 0:
+    # token rewards (-0.1, 0, 1); returns-to-go G = (0.9, 1.0, 1.0). Per-token values (0.3, 0.6, 0.8)
+    # give A = G - V_t = (0.6, 0.4, 0.2): the critic's position structure in the advantages. The sequence
+    # baseline V(s_0) = 0.3 gives A = G - 0.3 = (0.6, 0.7, 0.7): the same baseline on every token.
+    mask, reward = torch.ones(1, 3), torch.tensor([1.0])
+    kl = torch.tensor([[1.0, 0.0, 0.0]])
+    values = torch.tensor([[0.3, 0.6, 0.8]])
+    adv, ret = gae_advantages(reward, values, mask, 1.0, 1.0, kl, 0.1, whitened=False)
+    assert _close(adv, [[0.6, 0.4, 0.2]]) and _close(ret, [[0.9, 1.0, 1.0]])
+    base = sequence_values(values, mask)
+    adv, ret = gae_advantages(reward, base, mask, 1.0, 1.0, kl, 0.1, whitened=False)
+    assert _close(adv, [[0.6, 0.7, 0.7]]) and _close(ret, [[0.9, 1.0, 1.0]])
+
+
 def test_explained_variance_by_hand():
     returns = torch.tensor([[1.0, 2.0, 3.0, 99.0]])
     mask = torch.tensor([[1, 1, 1, 0]])
@@ -389,6 +450,11 @@ def test_ppo_config_checks():
     for bad, world in (
         (GRPOConfig(kl_in_reward=True), 1),  # KL in the reward needs per-token rewards: GAE
         (GRPOConfig(advantage="gae", lam=1.5), 1),
+        (GRPOConfig(advantage="gae", value_lam=-0.1), 1),
+        (GRPOConfig(advantage="gae", value_hidden=-1), 1),
+        (GRPOConfig(advantage="gae", value_warmup_steps=-1), 1),
+        (GRPOConfig(advantage="gae", value_level="prompt"), 1),
+        (GRPOConfig(advantage="gae", value_level="sequence", lam=0.95), 1),  # A_t = G_t - V(s_0) needs 1
         (GRPOConfig(advantage="gae"), 2),  # not over several processes yet
         (GRPOConfig(advantage="ppo"), 1),
     ):

@@ -213,7 +213,8 @@ def run_arm(cfg, out: Path, seed: int, arm_path: str, start: dict, progress: boo
         train_grpo(model, processor, data["train"], grpo, cfg.video, folder, val, seed, progress)
         wall = time.perf_counter() - t0
         test = evaluate(model, processor, data["test"], cfg.video, choice=False, progress=False)
-        curves = rl_curves(read_metrics(folder / "metrics.jsonl"), start["val_accuracy"])
+        logged = read_metrics(folder / "metrics.jsonl")
+        curves = rl_curves(logged, start["val_accuracy"]) | critic_curves(logged)
         reached = first_reaching(curves["val"], rc.target)
         print(
             f"[{name} seed {seed}] test {test['accuracy']:.3f} in {wall:.0f} s; "
@@ -228,10 +229,39 @@ def run_arm(cfg, out: Path, seed: int, arm_path: str, start: dict, progress: boo
             "steps_to_target": reached[0],
             "seconds_to_target": reached[1],
             "wall_s": round(wall, 1),
+            **critic_end(curves),
             "curves": curves,
         }
 
     return reuse_or_run(folder / "result.json", key, compute, f"{name} seed {seed}", start["policy"])
+
+
+CRITIC_CURVES = {
+    "explained_variance": "critic/explained_variance",
+    "explained_variance_fit": "critic/explained_variance_fit",
+    "value_loss": "loss/value",
+}
+"""PPO's critic, logged at every step: curve name -> metric."""
+
+
+def critic_curves(metrics: list[dict]) -> dict:
+    """(step, value) series of the critic's metrics (empty for an arm without a critic)."""
+    return {name: [(r["step"], r[key]) for r in metrics if key in r] for name, key in CRITIC_CURVES.items()}
+
+
+def critic_end(curves: dict, last: int = 10) -> dict:
+    """The critic at the end of a run: explained variance at the last step and its mean over the `last`
+    steps, how many steps it spent below 0, the fit's mean over the `last` steps (None without a critic)."""
+    ev = [v for _, v in curves["explained_variance"]]
+    fit = [v for _, v in curves["explained_variance_fit"]]
+    if not ev:
+        return {"ev_last": None, "ev_last10": None, "ev_below0_steps": None, "ev_fit_last10": None}
+    return {
+        "ev_last": round(ev[-1], 4),
+        "ev_last10": round(float(np.mean(ev[-last:])), 4),
+        "ev_below0_steps": sum(v < 0 for v in ev),
+        "ev_fit_last10": round(float(np.mean(fit[-last:])), 4) if fit else None,
+    }
 
 
 def run(cfg, out: Path, progress: bool = True) -> dict:
@@ -269,7 +299,8 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
 def summarise(rows: list[dict], arms: list[str], steps: int) -> list[dict]:
     """Per arm, over its seeds: test accuracy (mean, 95% t-interval, min, max), steps and seconds to the
     target (a seed that never reached it counts as `steps` in the mean, and is counted), mean entropy and
-    group spread over the run, PAPO's real and masked greedy accuracy, wall seconds."""
+    group spread over the run, PAPO's real and masked greedy accuracy, wall seconds, and per seed the
+    critic's explained variance at the last step and over the last 10 (None without a critic)."""
     from embodied.eval.stats import seed_interval
 
     out = []
@@ -293,6 +324,8 @@ def summarise(rows: list[dict], arms: list[str], steps: int) -> list[dict]:
                 "papo_real": _run_mean(mine, "papo_real"),
                 "papo_masked": _run_mean(mine, "papo_masked"),
                 "wall_s": round(float(np.mean([r["wall_s"] for r in mine])), 1),
+                "ev_last": [r.get("ev_last") for r in mine],
+                "ev_last10": [r.get("ev_last10") for r in mine],
             }
         )
     return out
@@ -338,6 +371,19 @@ def recipes_table(result: dict) -> str:
             "|---|---|---|",
         ]
         lines += [f"| {s['arm']} | {s['papo_real']:.3f} | {s['papo_masked']:.3f} |" for s in papo]
+    critic = [r for r in result["runs"] if r.get("ev_last") is not None]
+    if critic:
+        lines += [
+            "",
+            "| arm | seed | critic's explained variance: last step | mean of last 10 steps | steps below 0 | "
+            "fit to its own rollout, last 10 |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['arm']} | {r['seed']} | {r['ev_last']:.3f} | {r['ev_last10']:.3f} | "
+            f"{r['ev_below0_steps']} / {result['steps']} | {_fmt(r['ev_fit_last10'])} |"
+            for r in critic
+        ]
     lines += ["", "| arm | seed | test [95% CI] | unparseable | steps to target |", "|---|---|---|---|---|"]
     for r in result["runs"]:
         lo, hi = r["test_ci95"]
@@ -360,7 +406,8 @@ def plot_recipes(rows: list[dict], path: Path, target: float) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 4, figsize=(18, 3.6))
+    critic = any(r["curves"].get("explained_variance") for r in rows)
+    fig, axes = plt.subplots(1, 5 if critic else 4, figsize=(22.5 if critic else 18, 3.6))
     arms = list(dict.fromkeys(r["arm"] for r in rows))
     for i, arm in enumerate(arms):
         mine = [r for r in rows if r["arm"] == arm]
@@ -377,11 +424,19 @@ def plot_recipes(rows: list[dict], path: Path, target: float) -> None:
                 ys = np.array([[v for _, v in r["curves"][key]] for r in mine])
                 ax.plot(xs, ys.mean(0), color=colour)
                 ax.fill_between(xs, ys.min(0), ys.max(0), color=colour, alpha=0.15)
+        if critic and mine[0]["curves"].get("explained_variance"):
+            for r in mine:  # one line per seed: the critic's seeds differ more than a band shows
+                xs, ys = zip(*r["curves"]["explained_variance"])
+                axes[4].plot(xs, np.clip(ys, -1, 1), color=colour, lw=0.8, alpha=0.7)
     for ax in axes[:2]:
         ax.axhline(target, color="grey", ls="--", lw=0.8)
         ax.set_ylim(0, 1.02)
     titles = ("val accuracy", "val accuracy", "token entropy (nats)", "groups with reward spread")
-    for ax, title, xl in zip(axes, titles, ("RL step", "RL seconds (mean over seeds)", "step", "step")):
+    if critic:
+        titles += ("critic's explained variance (per seed, clipped to [-1, 1])",)
+        axes[4].axhline(0, color="grey", ls="--", lw=0.8)
+    xlabels = ("RL step", "RL seconds (mean over seeds)", "step", "step", "step")
+    for ax, title, xl in zip(axes, titles, xlabels):
         ax.set(title=title, xlabel=xl)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)

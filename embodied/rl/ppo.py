@@ -86,8 +86,31 @@ def gae(
     return adv, adv + v
 
 
+def sequence_values(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`(B, T)`: each row's first value, V(s_0) (the value of the prompt alone, before any completion
+    token), on every real token of the row; 0 on padding. Used as the baseline of every token, it is a learned
+    per-question baseline: with gamma = lam = 1, GAE then gives A_t = G_t - V(s_0), the return-to-go minus a
+    function of the prompt alone, an unbiased policy gradient (Sutton & Barto 2018, Sec. 13.4: any baseline
+    that does not depend on the action), with the same baseline on every token of an answer."""
+    _check(mask, right_padded=True, values=values)
+    return values[:, :1].expand_as(values) * mask.to(values.dtype)
+
+
+def first_tokens(mask: torch.Tensor) -> torch.Tensor:
+    """`(B, T)` 1 on the first real token of each row (a row with none gets none): where a per-sequence value
+    V(s_0) is read and trained."""
+    _check(mask, right_padded=True)
+    out = torch.zeros_like(mask)
+    out[:, 0] = mask[:, 0]
+    return out
+
+
 def whiten(
-    x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8, all_sum: Callable | None = None
+    x: torch.Tensor,
+    mask: torch.Tensor,
+    eps: float = 1e-8,
+    all_sum: Callable | None = None,
+    scale: bool = True,
 ) -> torch.Tensor:
     """Masked whitening of advantages, as PPO implementations do (e.g. OpenAI baselines, TRL, OpenRLHF):
     (x - mean) / (std + eps) with mean and std over the real tokens only; padding is set to 0.
@@ -95,6 +118,13 @@ def whiten(
     The std is the population one (divide by N, not N - 1), so the result has masked mean 0 and masked
     mean square 1. `all_sum` sums a tensor over processes when the batch is split across them (as in
     `advantages.batch_normalized_advantages`): the statistics are then the whole batch's.
+
+    `scale=False` centres only: x - mean, in the advantages' own units. The division is what turns a
+    critic's error into unit-size advantages when the rewards barely vary (nearly every answer right); the
+    centring is what removes the critic's error common to the whole batch (a value level that lags the
+    batch's return), which would otherwise push every sampled token the same way. Dropping the division
+    and keeping the centring is Dr. GRPO's change to GRPO's group normalisation (Liu et al. 2025,
+    "Understanding R1-Zero-Like Training"), applied to the batch.
     """
     _check(mask, x=x)
     m = mask.to(x.dtype)
@@ -105,6 +135,8 @@ def whiten(
     n, s1, s2 = stats.unbind()
     mean = s1 / n.clamp(min=1)
     var = (s2 / n.clamp(min=1) - mean * mean).clamp(min=0)
+    if not scale:
+        return (x - mean.to(x.dtype)) * m
     return (x - mean.to(x.dtype)) / (var.sqrt().to(x.dtype) + eps) * m
 
 
@@ -152,6 +184,8 @@ def gae_advantages(
     kl_coef: float = 0.0,
     all_sum: Callable | None = None,
     whitened: bool = True,
+    value_lam: float | None = None,
+    scaled: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """PPO's advantages for one rollout: `(whitened advantages, returns)`, both `(B, T)` float32.
 
@@ -159,13 +193,22 @@ def gae_advantages(
     token (`token_rewards`); GAE(gamma, lam) against the rollout-time `values` (`gae`); the advantages are
     whitened over the batch's real tokens (`whiten`, with `all_sum` across processes) for the policy loss,
     while the returns (A + V, not whitened) are the critic's regression targets (`value_loss`).
-    `whitened=False` leaves the advantages in reward units (masked to the real tokens).
+    `whitened=False` leaves the advantages in reward units (masked to the real tokens); `scaled=False`
+    centres them over the batch without dividing by their std (`whiten(scale=False)`).
+
+    `value_lam` decouples the critic's lambda from the policy's (VC-PPO, Yuan et al. 2025, arXiv 2503.01491,
+    "decoupled GAE"): the returns are then GAE(gamma, value_lam)'s A + V. With value_lam = 1 and gamma = 1
+    they are the Monte-Carlo return-to-go, whatever the values: a fixed target, where lam < 1 mixes the
+    critic's own (possibly biased) values of later tokens into it and decays the reward on early tokens.
+    None: the policy's `lam`.
     """
     r = token_rewards(rewards.float(), mask, kl, kl_coef)
     adv, returns = gae(r, values, mask, gamma, lam)
+    if value_lam is not None and value_lam != lam:
+        returns = gae(r, values, mask, gamma, value_lam)[1]
     if not whitened:
         return adv.masked_fill(~mask.bool(), 0.0), returns
-    return whiten(adv, mask, all_sum=all_sum), returns
+    return whiten(adv, mask, all_sum=all_sum, scale=scaled), returns
 
 
 @torch.no_grad()
@@ -188,11 +231,17 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
 class ValueHead(torch.nn.Module):
     """A scalar value per position from the policy's last hidden states: `(B, L, H)` -> `(B, L)`.
 
-    One Linear(H, 1) with zero bias and, by default, zero weights (`init_std=0`), so every value starts at
+    By default one Linear(H, 1); with `hidden_units` k > 0, Linear(H, k) -> tanh -> Linear(k, 1), a layer
+    of its own, so the critic can combine features the policy keeps apart (which letter was written, and
+    which one the clip supports) without reshaping the policy's features to do it. The output layer (named
+    `linear` either way) has zero bias and, by default, zero weights (`init_std=0`), so every value starts at
     exactly 0, the value of the terminal state: the first advantages are then plain (discounted) returns,
     free of random-init noise, and no gradient reaches a shared backbone through the head at step 0. A single
     output unit has no symmetry to break, and dL/dW = dL/dV * h is non-zero, so it learns from the first step.
-    Pass `init_std` (e.g. 1e-3) for small random weights instead.
+    Pass `init_std` (e.g. 1e-3) for small random output weights instead.
+
+    `detach=True` stops the value loss's gradient at the head's input: the critic reads the policy's
+    features but never changes them, so the policy moves by the policy loss alone.
 
     Keep the head in float32 even for a bfloat16 policy (the default): hidden states are cast to the head's
     dtype, and bf16's 8-bit mantissa is too coarse for value regression.
@@ -204,9 +253,18 @@ class ValueHead(torch.nn.Module):
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
         init_std: float = 0.0,
+        hidden_units: int = 0,
+        detach: bool = False,
     ):
         super().__init__()
-        self.linear = torch.nn.Linear(hidden_size, 1, dtype=dtype, device=device)
+        if hidden_units < 0:
+            raise ValueError(f"hidden_units must be >= 0, got {hidden_units}")
+        self.in_features, self.detach = hidden_size, detach
+        self.body = None
+        if hidden_units:
+            layer = torch.nn.Linear(hidden_size, hidden_units, dtype=dtype, device=device)
+            self.body = torch.nn.Sequential(layer, torch.nn.Tanh())
+        self.linear = torch.nn.Linear(hidden_units or hidden_size, 1, dtype=dtype, device=device)
         torch.nn.init.zeros_(self.linear.bias)
         if init_std > 0:
             torch.nn.init.normal_(self.linear.weight, mean=0.0, std=init_std)
@@ -214,6 +272,11 @@ class ValueHead(torch.nn.Module):
             torch.nn.init.zeros_(self.linear.weight)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        if hidden.ndim != 3 or hidden.shape[-1] != self.linear.in_features:
-            raise ValueError(f"hidden must be (B, L, {self.linear.in_features}), got {tuple(hidden.shape)}")
-        return self.linear(hidden.to(self.linear.weight.dtype)).squeeze(-1)
+        if hidden.ndim != 3 or hidden.shape[-1] != self.in_features:
+            raise ValueError(f"hidden must be (B, L, {self.in_features}), got {tuple(hidden.shape)}")
+        x = hidden.to(self.linear.weight.dtype)
+        if self.detach:
+            x = x.detach()
+        if self.body is not None:
+            x = self.body(x)
+        return self.linear(x).squeeze(-1)

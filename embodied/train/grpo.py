@@ -11,7 +11,9 @@ policy's last hidden states, trained alongside it (`Critic`, `critic_targets`), 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +36,14 @@ from embodied.rl.losses import (
     perception_loss,
 )
 from embodied.rl.papo import masked_batch
-from embodied.rl.ppo import ValueHead, explained_variance, gae_advantages, value_loss
+from embodied.rl.ppo import (
+    ValueHead,
+    explained_variance,
+    first_tokens,
+    gae_advantages,
+    sequence_values,
+    value_loss,
+)
 from embodied.rl.rewards import RewardFn, mcq_rewards, mean_terms, overlong_shaping, score
 from embodied.rl.rollout import Rollout, dynamic_sample, sample_groups, sampling_seed
 from embodied.train.checkpoint import resolve_resume
@@ -55,6 +64,7 @@ CHOICES = {
     "ratio_level": RATIO_LEVELS,
     "cov_mode": COV_MODES,
     "overlong": ("off", "hard", "soft"),
+    "value_level": ("token", "sequence"),
 }
 
 
@@ -68,8 +78,16 @@ def check_config(cfg, world: int = 1) -> None:
         bad.append(
             "grpo.updates_per_rollout and grpo.max_sampling_rounds must be >= 1, micro_batch_size >= 0"
         )
-    if not (0 <= cfg.gamma <= 1 and 0 <= cfg.lam <= 1):
-        bad.append(f"grpo.gamma={cfg.gamma} and grpo.lam={cfg.lam} must lie in [0, 1]")
+    value_lam = cfg.lam if cfg.value_lam is None else cfg.value_lam
+    if not (0 <= cfg.gamma <= 1 and 0 <= cfg.lam <= 1 and 0 <= value_lam <= 1):
+        bad.append(
+            f"grpo.gamma={cfg.gamma}, grpo.lam={cfg.lam} and grpo.value_lam={cfg.value_lam} "
+            "must lie in [0, 1]"
+        )
+    if cfg.value_level == "sequence" and not (cfg.gamma == 1 and cfg.lam == 1):
+        bad.append("grpo.value_level=sequence needs grpo.gamma=1 and grpo.lam=1 (A_t = G_t - V(s_0))")
+    if min(cfg.value_hidden, cfg.value_warmup_steps, cfg.value_ev_patience) < 0:
+        bad.append("grpo.value_hidden, grpo.value_warmup_steps and grpo.value_ev_patience must be >= 0")
     if cfg.kl_in_reward and cfg.advantage != "gae":
         bad.append("grpo.kl_in_reward needs grpo.advantage=gae (per-token rewards go through GAE)")
     if world > 1 and cfg.dynamic_sampling:
@@ -82,6 +100,28 @@ def check_config(cfg, world: int = 1) -> None:
 
 # update() returns each process's share of these; their sum over processes is the global value
 UPDATE_SUMS = ("loss/", "clip/", "entropy/")
+
+# the critic's metrics, logged at every step (not only every `log_every`): they say whether it learns
+CRITIC_KEYS = ("critic/", "loss/value", "clip/value_fraction")
+
+
+def inert_clip_settings(cfg) -> list[str]:
+    """The clip settings of `cfg` that cannot act because `updates_per_rollout` is 1: the policy that
+    sampled is the one updated, so every importance ratio is exactly 1 and a ratio clip never binds; with
+    PPO's critic the values are likewise the rollout's own, so the value clip never binds either. Only
+    settings a recipe chose are named (a non-default clip, clip-higher, dual clip, GSPO's sequence ratio,
+    PPO's value clip), so a plain GRPO run stays quiet. Empty when `updates_per_rollout` > 1."""
+    if cfg.updates_per_rollout > 1:
+        return []
+    default = {f.name: f.default for f in dataclasses.fields(cfg)}["clip_eps"]
+    named = [
+        f"grpo.clip_eps={cfg.clip_eps}" if cfg.clip_eps != default else "",
+        f"grpo.clip_eps_high={cfg.clip_eps_high}" if cfg.clip_eps_high is not None else "",
+        f"grpo.dual_clip={cfg.dual_clip}" if cfg.dual_clip is not None else "",
+        "grpo.ratio_level=sequence" if cfg.ratio_level == "sequence" else "",
+        f"grpo.value_clip={cfg.value_clip}" if cfg.advantage == "gae" and cfg.value_clip > 0 else "",
+    ]
+    return [n for n in named if n]
 
 
 def _generator(seed: int, step: int, salt: int) -> torch.Generator:
@@ -136,6 +176,8 @@ class Critic:
     """`(B, T)` the head's values when the rollout was scored: the centre of the value clip."""
     returns: torch.Tensor
     """`(B, T)` GAE's lambda-returns, the values' targets."""
+    value_mask: torch.Tensor
+    """`(B, T)` the tokens whose values are trained: every real one, or (`value_level=sequence`) the first."""
 
 
 def loss_mask(ro: Rollout, cfg) -> torch.Tensor:
@@ -154,10 +196,13 @@ def update(
     gen,
     procs=None,
     critic: Critic | None = None,
+    critic_only: bool = False,
 ) -> dict:
     """Accumulate the loss's gradient over micro-batches of the rollout (no optimizer step); `cfg` is the
     `GRPOConfig`, whose loss switches go to `grpo_loss` as one `LossSpec`. `advantages` is `(B,)` or, with
     a `critic` (PPO), `(B, T)`; the critic's clipped value loss is then added with weight `cfg.vf_coef`.
+    `critic_only` (the critic's warm-up) leaves the policy loss out and stops the value loss's gradient at
+    the head's input: only the head gets a gradient.
 
     Every micro-batch loss is normalised by whole-rollout sizes (summed over processes), so the summed
     gradient equals the whole-batch one. Returns this process's share of the detached metrics, summed the
@@ -166,6 +211,8 @@ def update(
     procs, spec = procs or Processes(), loss_spec(cfg)
     mask = loss_mask(ro, cfg)
     head = critic.head if critic is not None else None
+    if critic_only and head is not None:
+        head = _Detached(head)
     local_rows = mask.shape[0]
     rows = int(procs.sum(torch.tensor(local_rows)))
     tokens = int(procs.sum(mask.sum()))
@@ -181,14 +228,18 @@ def update(
         sizes = {"num_seqs": rows, "num_tokens": tokens, "agg": cfg.loss_agg, "agg_norm": cfg.max_new_tokens}
         old = logp.detach() if old_logp is None else old_logp[idx]
         ent = entropy if cfg.entropy_coef > 0 else None
-        loss, terms = grpo_loss(logp, old, advantages[idx], m, ref_logp, spec, ent, gen, rows, tokens)
+        if critic_only:
+            loss, terms = torch.zeros((), device=logp.device), {}
+        else:
+            loss, terms = grpo_loss(logp, old, advantages[idx], m, ref_logp, spec, ent, gen, rows, tokens)
         if critic is not None:
+            vm, v_count = critic.value_mask[idx], int(procs.sum(critic.value_mask.sum()))
             v_loss, v_clip = value_loss(
-                values[0], critic.old_values[idx], critic.returns[idx], m, cfg.value_clip, tokens
+                values[0], critic.old_values[idx], critic.returns[idx], vm, cfg.value_clip, v_count
             )
             loss = loss + cfg.vf_coef * v_loss
             terms |= {"loss/value": v_loss.detach(), "clip/value_fraction": v_clip}
-        if cfg.papo:
+        if cfg.papo and not critic_only:
             masked = masked_batch(sub, processor, cfg.papo_mask_prob, cfg.papo_consistent, gen)
             with torch.set_grad_enabled(cfg.papo_masked_grad):
                 m_logp, m_ent = completion_logprobs(model, masked, ids, m, temp, True, cfg.papo_masked_grad)
@@ -215,6 +266,17 @@ def update(
     return totals
 
 
+class _Detached(torch.nn.Module):
+    """The value head reading detached hidden states: its loss trains the head alone."""
+
+    def __init__(self, head: torch.nn.Module):
+        super().__init__()
+        self.head = head
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.head(hidden.detach())
+
+
 @torch.no_grad()
 def rollout_logprobs(model, ro: Rollout, micro_batch_size: int = 0, value_head=None):
     """`(P * G, T)` log-probs of the rollout's tokens under `model`, in micro-batches, without grad; with
@@ -238,31 +300,50 @@ def critic_targets(
     metrics)`."""
     mask = loss_mask(ro, cfg)
     old_logp, old_values = rollout_logprobs(model, ro, cfg.micro_batch_size, head)
+    baseline = baseline_values(old_values, mask, cfg)
     kl = None
     if cfg.kl_in_reward and ref is not None:
         kl = kl_estimate(old_logp, rollout_logprobs(ref, ro, cfg.micro_batch_size), cfg.kl_estimator)
     kl_coef = cfg.kl_coef if kl is not None else 0.0
     rewards = ro.rewards.flatten()
     advantages, returns = gae_advantages(
-        rewards, old_values, mask, cfg.gamma, cfg.lam, kl, kl_coef, whitened=cfg.whiten
+        rewards,
+        baseline,
+        mask,
+        cfg.gamma,
+        cfg.lam,
+        kl,
+        kl_coef,
+        whitened=cfg.whiten,
+        value_lam=cfg.value_lam,
+        scaled=cfg.whiten_std,
     )
     metrics = {
-        "critic/value_mean": float(masked_mean(old_values, mask)),
+        "critic/value_mean": float(masked_mean(baseline, mask)),
         "critic/return_mean": float(masked_mean(returns, mask)),
-        "critic/explained_variance": float(explained_variance(old_values, returns, mask)),
+        "critic/explained_variance": float(explained_variance(baseline, returns, mask)),
     }
     if kl is not None:
         metrics["critic/kl_reward"] = float(masked_mean(kl, mask))
-    return advantages, old_logp, Critic(head, old_values, returns), metrics
+    value_mask = first_tokens(mask) if cfg.value_level == "sequence" else mask
+    return advantages, old_logp, Critic(head, old_values, returns, value_mask), metrics
+
+
+def baseline_values(values: torch.Tensor, mask: torch.Tensor, cfg) -> torch.Tensor:
+    """`(B, T)` the values the advantages are taken against: the head's per-token values, or with
+    `value_level=sequence` each answer's V(s_0) on all its tokens."""
+    return sequence_values(values, mask) if cfg.value_level == "sequence" else values
 
 
 def value_head(model, cfg) -> ValueHead | None:
-    """PPO's critic (`grpo.advantage=gae`): a zero-initialised float32 linear head on the policy's last
-    hidden states (the backbone is shared), on the policy's device; None for the group estimators."""
+    """PPO's critic (`grpo.advantage=gae`): a float32 head with a zero-initialised output layer on the
+    policy's last hidden states (the backbone is shared unless `value_detach`; a layer of its own with
+    `value_hidden` units), on the policy's device; None for the group estimators."""
     if cfg.advantage != "gae":
         return None
     text = getattr(model.config, "text_config", model.config)
-    return ValueHead(text.hidden_size, device=next(model.parameters()).device)
+    device = next(model.parameters()).device
+    return ValueHead(text.hidden_size, device=device, hidden_units=cfg.value_hidden, detach=cfg.value_detach)
 
 
 def make_optimizer(model, head: ValueHead | None, cfg) -> torch.optim.Optimizer:
@@ -316,6 +397,12 @@ def train_grpo(
     the first logs, evaluates and writes checkpoints."""
     procs = procs or Processes()
     check_config(cfg, procs.world)
+    if inert := inert_clip_settings(cfg):
+        warnings.warn(
+            f"grpo.updates_per_rollout=1 with {', '.join(inert)}: every importance ratio is exactly 1 "
+            "on-policy (the policy that sampled is the one updated), so clipping never acts",
+            stacklevel=2,
+        )
     ref = procs.wrap_frozen(copy.deepcopy(model).eval().requires_grad_(False)) if cfg.kl_coef > 0 else None
     net, out_dir, head = procs.wrap(model), Path(out_dir), value_head(model, cfg)
     optimizer, extra = make_optimizer(model, head, cfg), ({"value_head": head} if head is not None else None)
@@ -326,7 +413,7 @@ def train_grpo(
     order, start = index_batches(len(train), cfg.prompts_per_step, seed), 1
     if path := resolve_resume(resume, ckpt_dir):
         start, order = resume_state(path, procs, model, optimizer, guard, state, order, log, extra)
-    sampling = sampling_args(cfg)
+    sampling, critic_watch = sampling_args(cfg), CriticWatch(cfg.value_ev_patience)
 
     def draw() -> Rollout:
         state["drawn"] += 1
@@ -347,6 +434,8 @@ def train_grpo(
             state["empty_steps"] += 1
         else:
             metrics = learn(net, ref, model, processor, ro, cfg, optimizer, guard, procs, seed, step, head)
+        if head is not None and metrics:
+            critic_watch.see(step, metrics["critic/explained_variance"])
         if step % cfg.log_every == 0 or step == cfg.steps:
             counts = {"train/skipped_steps": guard.total, "train/empty_steps": state["empty_steps"]}
             metrics = step_metrics(
@@ -356,6 +445,8 @@ def train_grpo(
                 bar.set_postfix(r=f"{metrics['reward/total']:.2f}")
             if procs.main:
                 log.log(step, metrics | {"time/step": time.perf_counter() - t0, "time/rollout": t_rollout})
+        elif head is not None and metrics and procs.main:  # the critic's metrics at every step
+            log.log(step, {k: v for k, v in metrics.items() if k.startswith(CRITIC_KEYS)})
         if procs.main:
             log.log_rollout(step, ro)  # every log.samples_every steps: frames, answers, rewards, truth
         if procs.all_forward and cfg.eval_every and val and step % cfg.eval_every == 0:
@@ -368,6 +459,27 @@ def train_grpo(
     procs.barrier()
     model.eval()
     return {"steps": cfg.steps, "wall_s": time.perf_counter() - t_start, "skipped_steps": guard.total}
+
+
+class CriticWatch:
+    """Warns when PPO's critic is worse than a constant: its explained variance below 0 for `patience`
+    steps in a row (once per such stretch; `patience` 0 = never)."""
+
+    def __init__(self, patience: int):
+        self.patience, self.below = patience, 0
+
+    def see(self, step: int, explained_variance: float) -> bool:
+        """Record one step's explained variance; True (with a warning) when the stretch reaches `patience`."""
+        self.below = self.below + 1 if explained_variance < 0 else 0
+        if self.patience <= 0 or self.below != self.patience:
+            return False
+        warnings.warn(
+            f"step {step}: the critic's explained variance has been below 0 for {self.below} steps in a "
+            "row: its values are worse than a constant, so the advantages are mostly its error "
+            "(docs/recipes.md; try grpo.value_warmup_steps, grpo.value_lr_scale, grpo.value_hidden)",
+            stacklevel=2,
+        )
+        return True
 
 
 def resume_state(
@@ -406,13 +518,29 @@ def learn(
         old_logp = rollout_logprobs(model, ro, cfg.micro_batch_size) if mu > 1 else None
     else:
         advantages, old_logp, critic, extra = critic_targets(model, ref, head, ro, cfg)
+    warmup = head is not None and step <= cfg.value_warmup_steps  # the critic learns, the policy waits
     stepped = model if head is None else torch.nn.ModuleList([model, head])  # clipped and stepped together
     for _ in range(cfg.updates_per_rollout):
-        metrics = update(net, ref, processor, ro, advantages, old_logp, cfg, gen, procs, critic)
+        metrics = update(net, ref, processor, ro, advantages, old_logp, cfg, gen, procs, critic, warmup)
         loss = torch.tensor(metrics["loss/total"])
-        metrics["optim/grad_norm"] = apply_gradients(stepped, optimizer, loss, cfg.grad_clip, guard, step)
+        stepping = head if warmup else stepped  # no policy parameter has a gradient in the warm-up
+        metrics["optim/grad_norm"] = apply_gradients(stepping, optimizer, loss, cfg.grad_clip, guard, step)
+    if critic is not None:
+        extra |= critic_fit(model, ro, critic, cfg) | {"critic/warmup": float(warmup)}
     model.eval()
     return metrics | extra
+
+
+@torch.no_grad()
+def critic_fit(model, ro: Rollout, critic: Critic, cfg) -> dict:
+    """How well the head now fits the rollout it was just trained on: the explained variance of its values
+    after the updates against the same returns. Beside `critic/explained_variance` (the values the
+    advantages were made with, before the head saw this rollout) it separates a critic that cannot fit from
+    one that fits but does not carry over to new questions."""
+    _, values = rollout_logprobs(model, ro, cfg.micro_batch_size, critic.head)
+    mask = loss_mask(ro, cfg)
+    fit = explained_variance(baseline_values(values, mask, cfg), critic.returns, mask)
+    return {"critic/explained_variance_fit": float(fit)}
 
 
 def step_metrics(

@@ -1,0 +1,229 @@
+"""PPO's critic on the real tiny Qwen2.5-VL (tests/conftest.py): it fits a return it can learn, and fails to
+when its loss is zeroed; the value head's own layer and detached input; the warm-up that trains the head
+alone; the critic's metrics at every step, the warning when it is worse than a constant, and the warning
+that clip settings cannot act with one update per rollout."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from embodied.config import GRPOConfig
+from embodied.policy.model import load_policy
+from embodied.rl.ppo import ValueHead
+from embodied.rl.rollout import sample_groups
+from embodied.train.common import NonFiniteGuard, Processes
+from embodied.train.grpo import (
+    CriticWatch,
+    inert_clip_settings,
+    learn,
+    make_optimizer,
+    sampling_args,
+    train_grpo,
+    value_head,
+)
+from embodied.train.metrics import read_metrics
+from embodied.video import VideoConfig
+
+RECIPES = Path(__file__).parents[1] / "configs/recipes"
+PPO = yaml.safe_load((RECIPES / "ppo.yaml").read_text())["grpo"]
+
+
+def _ppo(**kw) -> GRPOConfig:
+    """The PPO preset at test size: 4 prompts x 2 answers of at most 8 tokens."""
+    base = dict(steps=2, prompts_per_step=4, group_size=2, max_new_tokens=8, log_every=1, checkpoint_every=0)
+    return GRPOConfig(**(PPO | base | kw))
+
+
+def varied_reward(texts, records):
+    """A reward with spread even for an untrained policy (its answers are unparseable): the text's length."""
+    return [{"reward/total": float(len(t) % 3), "reward/accuracy": float(len(t) % 2)} for t in texts]
+
+
+# --- the critic learns a return it can learn -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("vf_coef", [None, 0.0], ids=["preset", "value-loss-zeroed"])
+def test_value_head_fits_a_learnable_return(tiny_path, examples, vf_coef):
+    """A fixed return that depends on the question alone (1 for clips 0 and 2, 0 for clips 1 and 3, on every
+    token: lambda = 1, no KL) is learnable from the policy's hidden states, which differ with the clip.
+    With the preset's critic settings the head must explain > 0.9 of its variance within 30 steps on the
+    same rollout; with the value loss zeroed the head never moves and explains nothing (the check fails)."""
+    torch.manual_seed(0)
+    model, processor = load_policy(tiny_path)
+    kw = {"lam": 1.0, "kl_coef": 0.0, "kl_in_reward": False, "value_warmup_steps": 0}
+    cfg = _ppo(**kw, **({} if vf_coef is None else {"vf_coef": vf_coef}))
+    ro = sample_groups(model, processor, examples[:4], VideoConfig(), varied_reward, **sampling_args(cfg))
+    ro.rewards = torch.tensor([[1.0, 1.0], [0.0, 0.0], [1.0, 1.0], [0.0, 0.0]])
+    head = value_head(model, cfg)
+    optimizer, guard, procs = make_optimizer(model, head, cfg), NonFiniteGuard(), Processes()
+    evs = []
+    for step in range(1, 31):
+        m = learn(model, None, model, processor, ro, cfg, optimizer, guard, procs, 0, step, head)
+        evs.append(m["critic/explained_variance"])  # the values before this step's updates
+        if evs[-1] > 0.9:
+            break
+    if vf_coef == 0.0:
+        assert max(evs) == 0.0 and torch.equal(head.linear.weight, torch.zeros_like(head.linear.weight))
+    else:
+        assert evs[-1] > 0.9, [round(e, 3) for e in evs]
+
+
+# --- the value head --------------------------------------------------------------------------------------
+
+
+def test_value_head_with_a_layer_of_its_own():
+    torch.manual_seed(0)
+    head = ValueHead(8, hidden_units=5)
+    hidden = torch.randn(2, 3, 8, requires_grad=True)
+    v = head(hidden)
+    assert v.shape == (2, 3) and torch.equal(v, torch.zeros(2, 3))  # zero output layer: values start at 0
+    assert head.body[0].weight.shape == (5, 8) and head.linear.weight.shape == (1, 5)
+    assert head.body[0].weight.abs().sum() > 0  # the hidden layer is random: its features differ
+    (head(hidden) - 1.0).pow(2).mean().backward()
+    assert head.linear.weight.grad.abs().sum() > 0 and head.body[0].weight.grad.abs().sum() == 0
+    # v = w . tanh(W h + b) + c with w = 1 on unit 0 only, W = 0, b_0 = 0.5, c = 0.25:
+    # v = tanh(0.5) + 0.25 = 0.462117 + 0.25, whatever h
+    with torch.no_grad():
+        head.body[0].weight.zero_()
+        head.body[0].bias.copy_(torch.tensor([0.5, 0.0, 0.0, 0.0, 0.0]))
+        head.linear.weight.copy_(torch.tensor([[1.0, 0.0, 0.0, 0.0, 0.0]]))
+        head.linear.bias.fill_(0.25)
+    assert torch.allclose(head(hidden), torch.full((2, 3), 0.462117 + 0.25), atol=1e-6)
+    with pytest.raises(ValueError):
+        ValueHead(8, hidden_units=-1)
+
+
+def test_detached_value_head_sends_no_gradient_to_the_backbone():
+    torch.manual_seed(0)
+    hidden = torch.randn(2, 5, 8, requires_grad=True)
+    for detach, reaches in ((False, True), (True, False)):
+        hidden.grad = None
+        head = ValueHead(8, init_std=0.1, hidden_units=4, detach=detach)
+        (head(hidden) - 1.0).pow(2).mean().backward()
+        assert (hidden.grad is not None and hidden.grad.abs().sum() > 0) == reaches
+        assert head.linear.weight.grad.abs().sum() > 0  # the head itself learns either way
+
+
+# --- the warm-up: the head learns, the policy waits --------------------------------------------------------
+
+
+def test_warmup_steps_train_the_head_alone(tiny_path, examples):
+    torch.manual_seed(0)
+    model, processor = load_policy(tiny_path)
+    cfg = _ppo(value_warmup_steps=1, value_detach=False, updates_per_rollout=2)
+    ro = sample_groups(model, processor, examples[:4], VideoConfig(), varied_reward, **sampling_args(cfg))
+    head = value_head(model, cfg)
+    optimizer, guard, procs = make_optimizer(model, head, cfg), NonFiniteGuard(), Processes()
+    policy = [p.detach().clone() for p in model.parameters()]
+    m = learn(model, None, model, processor, ro, cfg, optimizer, guard, procs, 0, 1, head)
+    assert m["critic/warmup"] == 1.0 and "loss/policy" not in m and m["loss/value"] > 0
+    assert all(torch.equal(a, b) for a, b in zip(policy, model.parameters()))  # not one weight moved
+    assert head.linear.weight.abs().sum() > 0  # the head did
+    m = learn(model, None, model, processor, ro, cfg, optimizer, guard, procs, 0, 2, head)
+    assert m["critic/warmup"] == 0.0 and "loss/policy" in m
+    assert any(not torch.equal(a, b) for a, b in zip(policy, model.parameters()))
+
+
+# --- what the critic logs and when it warns -------------------------------------------------------------
+
+
+def test_critic_watch_warns_after_patience_steps_below_zero():
+    watch = CriticWatch(patience=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning before the third step in a row fails here
+        assert [watch.see(s, ev) for s, ev in enumerate([-0.5, -0.1, 0.2, -0.3, -0.2], 1)] == [False] * 5
+    with pytest.warns(UserWarning, match="below 0 for 3 steps"):
+        assert watch.see(6, -0.01)  # steps 4, 5, 6: three in a row
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not watch.see(7, -0.4)  # once per stretch
+        assert not watch.see(8, 0.0) and not watch.see(9, -1.0)  # 0 is not below 0: a new stretch
+        assert not any(CriticWatch(0).see(s, -1.0) for s in range(20))  # patience 0: never
+
+
+def _preset(name: str, **kw) -> GRPOConfig:
+    return GRPOConfig(**(yaml.safe_load((RECIPES / f"{name}.yaml").read_text())["grpo"] | kw))
+
+
+def test_clip_settings_that_cannot_act_with_one_update_per_rollout():
+    assert inert_clip_settings(GRPOConfig()) == []  # plain GRPO: the default clip is not a choice
+    assert inert_clip_settings(_preset("dapo")) == ["grpo.clip_eps_high=0.28"]
+    gspo = inert_clip_settings(_preset("gspo"))
+    assert "grpo.ratio_level=sequence" in gspo and any(s.startswith("grpo.clip_eps=") for s in gspo)
+    assert inert_clip_settings(_preset("ppo", updates_per_rollout=1)) == ["grpo.value_clip=0.2"]
+    assert inert_clip_settings(_preset("ppo", updates_per_rollout=1, value_clip=0.0)) == []
+    assert inert_clip_settings(_preset("ppo")) == []  # 4 updates per rollout: the clips can act
+    assert inert_clip_settings(_preset("dapo", updates_per_rollout=2)) == []
+
+
+def test_ppo_run_logs_the_critic_every_step_and_warns_once_at_start(tiny_path, examples, tmp_path):
+    torch.manual_seed(0)
+    model, processor = load_policy(tiny_path)
+    cfg = _ppo(steps=3, log_every=2, updates_per_rollout=1, value_warmup_steps=1, value_ev_patience=0)
+    with pytest.warns(UserWarning, match="clipping never acts") as caught:
+        train_grpo(
+            model,
+            processor,
+            examples[:8],
+            cfg,
+            VideoConfig(),
+            tmp_path,
+            progress=False,
+            reward_fn=varied_reward,
+        )
+    assert sum("clipping never acts" in str(w.message) for w in caught) == 1
+    rows = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["stage"] == "grpo"]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    for r in rows:  # the critic at every step, the rest only at log steps (2) and the last (3)
+        for key in ("critic/explained_variance", "critic/explained_variance_fit", "loss/value"):
+            assert key in r, (r["step"], key)
+        assert ("reward/total" in r) == (r["step"] != 1)
+    assert [r["critic/warmup"] for r in rows] == [1.0, 0.0, 0.0]
+    assert dataclasses.asdict(cfg)["value_ev_patience"] == 0
+
+
+def test_recipes_report_the_critic_at_the_end_of_each_run():
+    from embodied.experiments.recipes import critic_curves, critic_end, recipes_table
+
+    logged = [
+        {"step": s, "critic/explained_variance": ev, "critic/explained_variance_fit": ev + 0.1}
+        for s, ev in enumerate([-0.2, 0.1, -0.3, 0.4, 0.6, 0.8], 1)
+    ]
+    logged.append({"step": 6, "eval/accuracy": 0.9})  # a validation row holds no critic metric
+    curves = critic_curves(logged)
+    assert curves["explained_variance"][-1] == (6, 0.8) and len(curves["explained_variance"]) == 6
+    assert curves["value_loss"] == []
+    end = critic_end(curves, last=3)
+    # last step 0.8; mean of the last 3: (0.4 + 0.6 + 0.8) / 3 = 0.6; 2 steps below 0; fit 0.6 + 0.1
+    assert end == {"ev_last": 0.8, "ev_last10": 0.6, "ev_below0_steps": 2, "ev_fit_last10": 0.7}
+    none = critic_end(critic_curves([{"step": 1, "reward/total": 1.0}]))
+    assert set(none.values()) == {None}
+    run = {
+        "arm": "ppo",
+        "seed": 0,
+        "test_accuracy": 0.9,
+        "test_ci95": [0.8, 0.95],
+        "test_unparseable": 0.0,
+        "steps_to_target": 5,
+        **end,
+    }
+    result = {
+        "steps": 6,
+        "target": 0.9,
+        "policy": "p",
+        "n_val": 1,
+        "n_test": 1,
+        "wall_s": 1.0,
+        "workers": 1,
+        "threads": 1,
+        "starts": [],
+        "summary": [],
+        "runs": [run],
+    }
+    assert "| ppo | 0 | 0.800 | 0.600 | 2 / 6 | 0.700 |" in recipes_table(result)
