@@ -249,9 +249,10 @@ def critic_curves(metrics: list[dict]) -> dict:
     return {name: [(r["step"], r[key]) for r in metrics if key in r] for name, key in CRITIC_CURVES.items()}
 
 
-def critic_end(curves: dict, last: int = 10) -> dict:
+def critic_end(curves: dict, last: int = 10, tol: float = 1e-3) -> dict:
     """The critic at the end of a run: explained variance at the last step and its mean over the `last`
-    steps, how many steps it spent below 0, the fit's mean over the `last` steps (None without a critic)."""
+    steps, how many steps it spent below 0 (below -`tol`, as `train.grpo.CriticWatch` counts: a constant
+    critic reads 0 give or take rounding), the fit's mean over the `last` steps (None without a critic)."""
     ev = [v for _, v in curves["explained_variance"]]
     fit = [v for _, v in curves["explained_variance_fit"]]
     if not ev:
@@ -259,7 +260,7 @@ def critic_end(curves: dict, last: int = 10) -> dict:
     return {
         "ev_last": round(ev[-1], 4),
         "ev_last10": round(float(np.mean(ev[-last:])), 4),
-        "ev_below0_steps": sum(v < 0 for v in ev),
+        "ev_below0_steps": sum(v < -tol for v in ev),
         "ev_fit_last10": round(float(np.mean(fit[-last:])), 4) if fit else None,
     }
 

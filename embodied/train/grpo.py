@@ -462,15 +462,16 @@ def train_grpo(
 
 
 class CriticWatch:
-    """Warns when PPO's critic is worse than a constant: its explained variance below 0 for `patience`
-    steps in a row (once per such stretch; `patience` 0 = never)."""
+    """Warns when PPO's critic is worse than a constant: its explained variance below 0 (below -`tol`: a
+    critic that predicts a constant reads 0 give or take rounding) for `patience` steps in a row, once per
+    such stretch; `patience` 0 = never."""
 
-    def __init__(self, patience: int):
-        self.patience, self.below = patience, 0
+    def __init__(self, patience: int, tol: float = 1e-3):
+        self.patience, self.tol, self.below = patience, tol, 0
 
     def see(self, step: int, explained_variance: float) -> bool:
         """Record one step's explained variance; True (with a warning) when the stretch reaches `patience`."""
-        self.below = self.below + 1 if explained_variance < 0 else 0
+        self.below = self.below + 1 if explained_variance < -self.tol else 0
         if self.patience <= 0 or self.below != self.patience:
             return False
         warnings.warn(
