@@ -435,8 +435,8 @@ def markdown(result: dict) -> str:
         f"`{result['policy']}`: SFT {stages}{result['sft_steps']} steps on every family; "
         f"{result['grpo_steps']} GRPO steps; "
         "benchmark "
-        f"n = {result['n_bench']}; seeds {result['seeds']}; wall {result.get('wall_s') or '-'} s. Cells: mean "
-        "over seeds [95% t-interval].",
+        f"n = {result['n_bench']}; seeds {result['seeds']}; wall {result.get('wall_s') or '-'} s. "
+        "Cells: mean over seeds [95% t-interval].",
         "",
         head,
         "|---" * (len(fams) + 1) + "|",

@@ -80,20 +80,18 @@ def resolve_policy_path(path: str | None, seed: int = 0) -> Path:
             f"policy.path={path!r} has no folder: a random: policy is built in memory by "
             "embodied.policy.model.load (save it with save_policy if a folder is needed)"
         )
-    if path == "tiny-base":
-        if not (SHIPPED / "config.json").is_file():
+    shipped = {
+        "tiny-base": (SHIPPED, ""),
+        "tiny-worlds": (SHIPPED_WORLDS, "-c configs/pretrain_worlds.yaml "),
+    }
+    if path in shipped:
+        folder, config = shipped[path]
+        if not (folder / "config.json").is_file():
             raise FileNotFoundError(
-                f"the tiny base is missing from {SHIPPED}; rebuild it with `embodied pretrain "
-                f"pretrain.out={SHIPPED}` (about 4 minutes on 2 CPU cores)"
+                f"the {path} policy is missing from {folder}; rebuild it with `embodied pretrain {config}"
+                f"pretrain.out={folder}`"
             )
-        return SHIPPED
-    if path == "tiny-worlds":
-        if not (SHIPPED_WORLDS / "config.json").is_file():
-            raise FileNotFoundError(
-                f"the every-world tiny base is missing from {SHIPPED_WORLDS}; rebuild it with "
-                f"`embodied pretrain -c configs/pretrain_worlds.yaml pretrain.out={SHIPPED_WORLDS}`"
-            )
-        return SHIPPED_WORLDS
+        return folder
     if not path or path == "tiny":
         return build_tiny_policy(spec=TinySpec(seed=seed))
     p = Path(path).expanduser()

@@ -64,6 +64,18 @@ def caption_words() -> list[str]:
     return [QUESTION, *colours, *SHAPES, *(h for _, h in HEIGHTS), "objects", "object", "frame"]
 
 
+def shown_order(rng: np.random.Generator, num_frames: int) -> tuple[str, np.ndarray]:
+    """Forward, reversed or shuffled (a third each) and the frame indices in that order; the permutation is
+    drawn whichever order is chosen, so the rng advances alike."""
+    kind = ORDERS[int(rng.integers(len(ORDERS)))]
+    orders = {
+        "forward": np.arange(num_frames),
+        "reversed": np.arange(num_frames)[::-1],
+        "shuffled": rng.permutation(num_frames),
+    }
+    return kind, orders[kind]
+
+
 def _observe(model, data):
     from embodied.worlds.drop import image_x, lowest_points
 
@@ -76,12 +88,7 @@ def make_clip(world, seed: int, max_start: float, num_frames: int = 4, fps: floa
     _, info = world.reset(rng)
     start = float(rng.uniform(0.0, max_start))
     frames, seen = world.record_observed(start + np.arange(num_frames) / fps, _observe)
-    order_kind = ORDERS[int(rng.integers(len(ORDERS)))]
-    shown = {
-        "forward": np.arange(num_frames),
-        "reversed": np.arange(num_frames)[::-1],
-        "shuffled": rng.permutation(num_frames),
-    }[order_kind]
+    order_kind, shown = shown_order(rng, num_frames)
     objects = info["params"]["objects"]
     heights = np.stack([seen[k][0] for k in shown])
     text = caption(
@@ -231,12 +238,7 @@ def make_scene_clip(world, seed: int, num_frames: int, fps: float = 2.0, difficu
     frames, seen = world.record_observed(
         start + np.arange(num_frames) / fps, lambda m, d: observe_scene(m, d, ids)
     )
-    order_kind = ORDERS[int(rng.integers(len(ORDERS)))]
-    shown = {
-        "forward": np.arange(num_frames),
-        "reversed": np.arange(num_frames)[::-1],
-        "shuffled": rng.permutation(num_frames),
-    }[order_kind]
+    order_kind, shown = shown_order(rng, num_frames)
     text = scene_caption([object_name(world.model, g) for g in ids], [seen[k] for k in shown])
     meta = {"seed": int(seed), "order": order_kind, "start_s": round(start, 4), "difficulty": difficulty}
     return np.ascontiguousarray(frames[shown]), text, meta
