@@ -52,7 +52,7 @@ def varied_reward(texts, records):
 def test_value_head_fits_a_learnable_return(tiny_path, examples, vf_coef):
     """A fixed return that depends on the question alone (1 for clips 0 and 2, 0 for clips 1 and 3, on every
     token: lambda = 1, no KL) is learnable from the policy's hidden states, which differ with the clip.
-    With the preset's critic settings the head must explain > 0.9 of its variance within 30 steps on the
+    With the preset's critic settings the head must explain > 0.9 of its variance within 12 steps on the
     same rollout; with the value loss zeroed the head never moves and explains nothing (the check fails)."""
     torch.manual_seed(0)
     model, processor = load_policy(tiny_path)
@@ -63,7 +63,7 @@ def test_value_head_fits_a_learnable_return(tiny_path, examples, vf_coef):
     head = value_head(model, cfg)
     optimizer, guard, procs = make_optimizer(model, head, cfg), NonFiniteGuard(), Processes()
     evs = []
-    for step in range(1, 31):
+    for step in range(1, 13):  # the preset's head passes 0.9 at step 8 (0.903), the zeroed one never moves
         m = learn(model, None, model, processor, ro, cfg, optimizer, guard, procs, 0, step, head)
         evs.append(m["critic/explained_variance"])  # the values before this step's updates
         if evs[-1] > 0.9:

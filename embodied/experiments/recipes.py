@@ -434,8 +434,9 @@ def plot_recipes(rows: list[dict], path: Path, target: float) -> None:
         ax.set_ylim(0, 1.02)
     titles = ("val accuracy", "val accuracy", "token entropy (nats)", "groups with reward spread")
     if critic:
-        titles += ("critic's explained variance (per seed, clipped to [-1, 1])",)
+        titles += ("critic's explained variance, per seed (clipped)",)
         axes[4].axhline(0, color="grey", ls="--", lw=0.8)
+        axes[4].set_ylim(-1.05, 1.05)
     xlabels = ("RL step", "RL seconds (mean over seeds)", "step", "step", "step")
     for ax, title, xl in zip(axes, titles, xlabels):
         ax.set(title=title, xlabel=xl)
