@@ -17,7 +17,7 @@ from embodied.data.schema import DataConfig
 from embodied.envs.config import EnvConfig
 from embodied.experiments.config import CosmosConfig, RecipesConfig, ZeroLabelConfig
 from embodied.integrations.export import ExportConfig
-from embodied.policy.model import PolicyConfig
+from embodied.policy.config import PolicyConfig
 from embodied.train.pretrain import PretrainConfig
 from embodied.train.tracking import LogConfig
 from embodied.video import VideoConfig

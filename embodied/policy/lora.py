@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import torch
 
-LORA_TARGETS_DEFAULT = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+from embodied.policy.config import LORA_TARGETS_DEFAULT
 
 
 def lora_target_regex(targets: Sequence[str], vision: bool = False) -> str:

@@ -12,12 +12,12 @@ import itertools
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
+from embodied.policy.config import PolicyConfig  # noqa: F401  (the `policy` section, re-exported)
 from embodied.policy.groups import (
     PROMPT_KEYS,
     VISUAL_KEYS,
@@ -27,7 +27,6 @@ from embodied.policy.groups import (
     shared_visual_features,
 )
 from embodied.policy.lora import (
-    LORA_TARGETS_DEFAULT,
     apply_lora,
     enable_gradient_checkpointing,
     has_lora,
@@ -37,38 +36,6 @@ from embodied.policy.random_weights import build_random_policy, is_random
 from embodied.policy.tiny import SHIPPED, SHIPPED_WORLDS, TinySpec, build_tiny_policy
 from embodied.tasks import format_question
 from embodied.video import Clip, VideoConfig, frame_pixel_cap, processor_video_kwargs
-
-
-@dataclass
-class PolicyConfig:
-    """Which model, in what precision, where."""
-
-    path: str = "tiny-base"
-    """A local Hugging Face folder (Qwen2-VL / Qwen2.5-VL); `tiny-base`: the built-in tiny model after
-    perception pretraining (embodied/train/pretrain.py); `tiny`: the same model randomly initialised;
-    `random:qwen2.5-vl-3b` / `random:qwen2.5-vl-7b`: the real architecture with random weights, no download
-    (`policy.device=meta` allocates nothing; embodied/policy/random_weights.py)."""
-    dtype: str = "float32"
-    """float32 | bfloat16 | float16."""
-    device: str = "cpu"
-    """cpu | cuda | cuda:N."""
-    tiny_seed: int = 0
-    """Initialisation seed of the tiny model (path=tiny) and of a `random:` policy."""
-    processor: str = ""
-    """Only for a `random:` policy: a local folder with a Qwen2.5-VL tokenizer and processor (no weights
-    needed); empty: the tiny tokenizer with the published image/video processor settings."""
-    lora_rank: int = 0
-    """LoRA adapter rank (0 = off: full fine-tuning). With LoRA only the adapters train; saving merges them
-    into an ordinary Hugging Face folder (see embodied/policy/lora.py)."""
-    lora_alpha: float = 16.0
-    """LoRA scale numerator: the update is B A * lora_alpha / lora_rank."""
-    lora_dropout: float = 0.0
-    lora_targets: list[str] = field(default_factory=lambda: list(LORA_TARGETS_DEFAULT))
-    """Names of the linear layers that get adapters (the language model's attention and MLP by default)."""
-    lora_vision: bool = False
-    """Also adapt vision-tower layers with those names (else the vision tower is frozen under LoRA)."""
-    gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass: much less activation memory, ~30% more compute."""
 
 
 def resolve_policy_path(path: str | None, seed: int = 0) -> Path:

@@ -1,0 +1,44 @@
+"""The `policy` section of the config: which model, in what precision, where.
+
+A leaf with no heavy imports, so that `embodied --help` and `embodied show-config` never load torch or
+transformers (embodied/config.py imports it; embodied/policy/model.py re-exports it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+LORA_TARGETS_DEFAULT = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""The language model's attention and MLP projections: where LoRA adapters go by default."""
+
+
+@dataclass
+class PolicyConfig:
+    """Which model, in what precision, where."""
+
+    path: str = "tiny-base"
+    """A local Hugging Face folder (Qwen2-VL / Qwen2.5-VL); `tiny-base`: the built-in tiny model after
+    perception pretraining (embodied/train/pretrain.py); `tiny`: the same model randomly initialised;
+    `random:qwen2.5-vl-3b` / `random:qwen2.5-vl-7b`: the real architecture with random weights, no download
+    (`policy.device=meta` allocates nothing; embodied/policy/random_weights.py)."""
+    dtype: str = "float32"
+    """float32 | bfloat16 | float16."""
+    device: str = "cpu"
+    """cpu | cuda | cuda:N."""
+    tiny_seed: int = 0
+    """Initialisation seed of the tiny model (path=tiny) and of a `random:` policy."""
+    processor: str = ""
+    """Only for a `random:` policy: a local folder with a Qwen2.5-VL tokenizer and processor (no weights
+    needed); empty: the tiny tokenizer with the published image/video processor settings."""
+    lora_rank: int = 0
+    """LoRA adapter rank (0 = off: full fine-tuning). With LoRA only the adapters train; saving merges them
+    into an ordinary Hugging Face folder (see embodied/policy/lora.py)."""
+    lora_alpha: float = 16.0
+    """LoRA scale numerator: the update is B A * lora_alpha / lora_rank."""
+    lora_dropout: float = 0.0
+    lora_targets: list[str] = field(default_factory=lambda: list(LORA_TARGETS_DEFAULT))
+    """Names of the linear layers that get adapters (the language model's attention and MLP by default)."""
+    lora_vision: bool = False
+    """Also adapt vision-tower layers with those names (else the vision tower is frozen under LoRA)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass: much less activation memory, ~30% more compute."""
