@@ -11,8 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-
-from embodied.config import ConfigError, load_config, to_yaml
+from pathlib import Path
 
 COMMANDS = {
     "generate": "write a dataset or benchmark of video questions (JSONL + mp4) under data.root",
@@ -33,14 +32,28 @@ NAMED = {"bench": "embodied.bench", "experiment": "embodied.experiments"}
 
 
 def _named(package: str) -> list[str]:
-    """The modules of `package` that define `run` (helpers such as `config` do not), dashes for `_`."""
-    import importlib
-    import pkgutil
+    """The modules of `package` that define `run` (helpers such as `memory_plan` do not), dashes for `_`.
 
-    pkg = importlib.import_module(package)
-    names = [m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_")]
-    runnable = [n for n in names if hasattr(importlib.import_module(f"{package}.{n}"), "run")]
-    return sorted(n.replace("_", "-") for n in runnable)
+    Read from the source, not imported: listing the benchmarks must not load torch."""
+    import ast
+    import importlib.util
+
+    folder = Path(importlib.util.find_spec(package).submodule_search_locations[0])
+    names = []
+    for path in sorted(folder.glob("[!_]*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        if any(isinstance(n, ast.FunctionDef) and n.name == "run" for n in tree.body):
+            names.append(path.stem.replace("_", "-"))
+    return names
+
+
+def _baseline(name: str) -> str:
+    """`--baseline NAME`, checked when given (eval/baselines.py loads numpy: not for every `--help`)."""
+    from embodied.eval.baselines import BASELINES
+
+    if name not in BASELINES:
+        raise argparse.ArgumentTypeError(f"invalid choice: {name!r} (choose from {', '.join(BASELINES)})")
+    return name
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -54,11 +67,10 @@ def _parser() -> argparse.ArgumentParser:
         if name in NAMED:
             s.add_argument("--list", action="store_true", help=f"list the available {name} names")
         if name == "eval":
-            from embodied.eval.baselines import BASELINES
-
             s.add_argument(
                 "--baseline",
-                choices=BASELINES,
+                type=_baseline,
+                metavar="NAME",
                 help="run a shortcut-audit baseline (same as eval.baseline=NAME; see docs/evaluation.md)",
             )
         if name == "export":
@@ -139,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides.append(f"export.format={args.format}")
     if getattr(args, "from_videos", None):
         args.overrides.append(f"data.from_videos={args.from_videos}")
+    # the schema (omegaconf, numpy) loads only once the arguments parse; torch only past the config
+    from embodied.config import ConfigError, load_config, to_yaml
+
     try:
         resume = [f"resume={args.resume}"] if getattr(args, "resume", None) else []
         cfg = load_config(args.config, args.overrides + resume)

@@ -1,0 +1,38 @@
+"""The command line answers at once: `--help`, `show-config`, a misspelt key's error and `--list` must not
+import torch or transformers (importing torch alone takes seconds on a 2-core machine)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+SCRIPT = r"""
+import contextlib, io, json, sys
+from embodied.cli import main
+import embodied.config
+
+codes = {}
+for argv in (["--help"], ["show-config"], ["show-config", "sft.lrr=1"], ["bench", "--list"],
+             ["experiment", "--list"], ["eval", "--help"]):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            codes[" ".join(argv)] = main(argv)
+        except SystemExit as e:
+            codes[" ".join(argv)] = e.code
+    codes[" ".join(argv) + " stderr"] = err.getvalue()
+heavy = [m for m in ("torch", "transformers", "torchvision", "mujoco") if m in sys.modules]
+print(json.dumps({"heavy": heavy, "codes": codes}))
+"""
+
+
+def test_cli_and_config_do_not_import_torch():
+    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["heavy"] == [], f"the light commands imported {result['heavy']}"
+    codes = result["codes"]
+    assert codes["--help"] == 0 and codes["show-config"] == 0 and codes["bench --list"] == 0
+    assert codes["show-config sft.lrr=1"] == 2
+    assert "Did you mean: 'lr'" in codes["show-config sft.lrr=1 stderr"]
