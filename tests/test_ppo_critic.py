@@ -17,7 +17,8 @@ from embodied.config import GRPOConfig
 from embodied.policy.model import load_policy
 from embodied.rl.ppo import ValueHead
 from embodied.rl.rollout import sample_groups
-from embodied.train.common import NonFiniteGuard, Processes
+from embodied.train.common import NonFiniteGuard
+from embodied.train.distributed import Processes
 from embodied.train.grpo import (
     CriticWatch,
     inert_clip_settings,
@@ -192,7 +193,12 @@ def test_recipes_report_the_critic_at_the_end_of_each_run():
     from embodied.experiments.recipes import critic_curves, critic_end, recipes_table
 
     logged = [
-        {"step": s, "critic/explained_variance": ev, "critic/explained_variance_fit": ev + 0.1}
+        {
+            "step": s,
+            "critic/explained_variance": ev,
+            "critic/explained_variance_fit": ev + 0.1,
+            "critic/explainable_variance": 0.05,
+        }
         for s, ev in enumerate([-0.2, 0.1, -0.3, 0.4, 0.6, 0.8], 1)
     ]
     logged.append({"step": 6, "eval/accuracy": 0.9})  # a validation row holds no critic metric
@@ -201,7 +207,13 @@ def test_recipes_report_the_critic_at_the_end_of_each_run():
     assert curves["value_loss"] == []
     end = critic_end(curves, last=3)
     # last step 0.8; mean of the last 3: (0.4 + 0.6 + 0.8) / 3 = 0.6; 2 steps below 0; fit 0.6 + 0.1
-    assert end == {"ev_last": 0.8, "ev_last10": 0.6, "ev_below0_steps": 2, "ev_fit_last10": 0.7}
+    assert end == {
+        "ev_last": 0.8,
+        "ev_last10": 0.6,
+        "ev_below0_steps": 2,
+        "ev_fit_last10": 0.7,
+        "ev_ceiling_last10": 0.05,
+    }
     none = critic_end(critic_curves([{"step": 1, "reward/total": 1.0}]))
     assert set(none.values()) == {None}
     run = {
@@ -227,3 +239,22 @@ def test_recipes_report_the_critic_at_the_end_of_each_run():
         "runs": [run],
     }
     assert "| ppo | 0 | 0.800 | 0.600 | 2 / 6 | 0.700 |" in recipes_table(result)
+
+
+def test_explainable_variance_is_the_share_between_prompts():
+    """A perfect prompt-only critic explains the variance between prompts and none within them."""
+    from embodied.rl.ppo import prompt_explainable_variance
+
+    # answers depend on the prompt alone: all of the variance is explainable
+    assert float(prompt_explainable_variance(torch.tensor([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]]))) == 1.0
+    # every prompt is the same coin: a large sample's share between prompts is about 0
+    torch.manual_seed(0)
+    coin = (torch.rand(2000, 4) < 0.5).float()
+    assert abs(float(prompt_explainable_variance(coin))) < 0.03
+    # prompts of success rate 0.1 and 0.9 in equal numbers: Var(p) / (p(1-p)) = 0.16 / 0.25 = 0.64
+    p = torch.tensor([0.1, 0.9]).repeat(2000).unsqueeze(1)
+    mixed = (torch.rand(4000, 8) < p).float()
+    assert abs(float(prompt_explainable_variance(mixed)) - 0.64) < 0.03
+    assert float(prompt_explainable_variance(torch.ones(3, 2))) == 0.0  # no variance, nothing to explain
+    with pytest.raises(ValueError, match="G >= 2"):
+        prompt_explainable_variance(torch.ones(3, 1))

@@ -228,6 +228,27 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
     return (1 - var(returns - values) / var_r).float()
 
 
+@torch.no_grad()
+def prompt_explainable_variance(returns: torch.Tensor) -> torch.Tensor:
+    """The explained variance a perfect critic that sees only the prompt could reach: the share of the
+    returns' variance that lies between prompts. `returns` is `(P, G)`, G >= 2 answers to each of P prompts
+    (their returns from the first token, G_0). The best prompt-only value is V(s_0) = E[G_0 | prompt], whose
+    explained variance is Var_prompt(E[G_0 | prompt]) / Var(G_0); estimated without bias from the groups as
+    1 - mean over prompts of the within-group variance (ddof 1) / the variance over all answers (ddof 1).
+
+    Near 0 when every prompt is as hard as every other for the policy (the reward is a coin the state before
+    the answer cannot call): no critic of V(s_0) can then beat a constant, however well it learns. It can come
+    out slightly negative from sampling noise. 0 when the returns do not vary."""
+    if returns.ndim != 2 or returns.shape[1] < 2:
+        raise ValueError(f"returns must be (P, G) with G >= 2, got {tuple(returns.shape)}")
+    r = returns.double()
+    total = r.flatten().var(correction=1)
+    if total <= 0:
+        return torch.zeros((), dtype=torch.float32)
+    within = r.var(dim=1, correction=1).mean()
+    return (1 - within / total).float()
+
+
 class ValueHead(torch.nn.Module):
     """A scalar value per position from the policy's last hidden states: `(B, L, H)` -> `(B, L)`.
 

@@ -41,6 +41,7 @@ from embodied.rl.ppo import (
     explained_variance,
     first_tokens,
     gae_advantages,
+    prompt_explainable_variance,
     sequence_values,
     value_loss,
 )
@@ -49,12 +50,12 @@ from embodied.rl.rollout import Rollout, dynamic_sample, sample_groups, sampling
 from embodied.train.checkpoint import resolve_resume
 from embodied.train.common import (
     NonFiniteGuard,
-    Processes,
     apply_gradients,
     index_batches,
     param_groups,
     skip_batches,
 )
+from embodied.train.distributed import Processes
 from embodied.train.metrics import MetricsLog
 from embodied.video import VideoConfig
 
@@ -326,6 +327,9 @@ def critic_targets(
     if kl is not None:
         metrics["critic/kl_reward"] = float(masked_mean(kl, mask))
     value_mask = first_tokens(mask) if cfg.value_level == "sequence" else mask
+    if ro.group_size >= 2:  # what a perfect V(s_0) could explain of these returns
+        g0 = (returns * first_tokens(mask)).sum(1).view(ro.rewards.shape)
+        metrics["critic/explainable_variance"] = float(prompt_explainable_variance(g0))
     return advantages, old_logp, Critic(head, old_values, returns, value_mask), metrics
 
 
