@@ -11,7 +11,7 @@ import torch
 
 from embodied.config import Config, to_yaml
 from embodied.data.build import ensure_dataset, generate_dataset
-from embodied.data.load import load_examples
+from embodied.data.load import load_split
 from embodied.envs import is_interactive
 from embodied.eval.loop import evaluate, format_result, markdown_table
 from embodied.eval.report import write_report
@@ -35,15 +35,6 @@ def _setup(cfg: Config, command: str) -> Path:
     out = _run_dir(cfg, command)
     configure_tracking(cfg.log, out, cfg)  # log.backends: TensorBoard, W&B
     return out
-
-
-def _examples(cfg: Config, split: str, progress: bool, limit: int | None = None):
-    examples, skipped = load_examples(
-        cfg.data.root, split, cfg.video.fps, cfg.video.max_frames, limit=limit, progress=progress
-    )
-    if not examples:
-        raise ValueError(f"{cfg.data.root}/{split}.jsonl has no readable examples ({len(skipped)} skipped)")
-    return examples, skipped
 
 
 def generate(cfg: Config, progress: bool = True) -> dict:
@@ -74,7 +65,8 @@ def eval(cfg: Config, progress: bool = True) -> dict:  # noqa: A001 - the comman
         skipped, who = [], e.baseline
     else:
         model, processor = load(cfg.policy)
-        examples, skipped = _examples(cfg, e.split, progress, e.limit)
+        skipped: list[str] = []
+        examples = load_split(cfg.data.root, e.split, cfg.video, progress, e.limit, skipped)
         if any(is_interactive(x.record) for x in examples):
             return _eval_env(cfg, model, processor, examples, skipped, out, progress)
         result = evaluate(
@@ -133,7 +125,7 @@ def _eval_env(cfg: Config, model, processor, examples, skipped, out: Path, progr
 
 def _train(cfg: Config, stage: str, progress: bool) -> dict:
     """Load `policy.path`, run the `stage` loop on the train split, save `run_dir/model` and the curves."""
-    from embodied.train.common import Processes
+    from embodied.train.distributed import Processes
     from embodied.train.grpo import train_grpo
     from embodied.train.sft import train_sft
 
@@ -141,8 +133,8 @@ def _train(cfg: Config, stage: str, progress: bool) -> dict:
     procs = Processes(cfg.mixed_precision, cpu=cfg.policy.device == "cpu", strategy=cfg.distributed)
     out = _setup(cfg, stage)
     model, processor = load(cfg.policy)
-    train, _ = _examples(cfg, "train", progress)
-    val, _ = _examples(cfg, "val", progress)
+    train = load_split(cfg.data.root, "train", cfg.video, progress)
+    val = load_split(cfg.data.root, "val", cfg.video, progress)
     info = loop(
         model,
         processor,
@@ -252,9 +244,10 @@ def quickstart(cfg: Config, progress: bool = True) -> dict:
     ensure_dataset(cfg.data, progress)
     t = lap("generate", t)
     model, processor = load(cfg.policy)
-    train, skipped = _examples(cfg, "train", progress)
-    val, _ = _examples(cfg, "val", progress)
-    test, _ = _examples(cfg, "test", progress)
+    skipped: list[str] = []
+    train = load_split(cfg.data.root, "train", cfg.video, progress, skipped=skipped)
+    val = load_split(cfg.data.root, "val", cfg.video, progress)
+    test = load_split(cfg.data.root, "test", cfg.video, progress)
     t = lap("load", t)
 
     results: dict[str, dict] = {}

@@ -26,7 +26,7 @@ from embodied.eval.baselines import (
     single_frame_views,
 )
 from embodied.eval.loop import evaluate
-from embodied.eval.stats import summarize, wilson_interval
+from embodied.eval.stats import prediction_stats, wilson_interval
 from embodied.tasks import arrow_of_time
 from embodied.video import Clip, VideoConfig
 
@@ -152,7 +152,7 @@ def _records(n: int, skew: float = 0.5, seed: int = 0, task: str = "t") -> list[
 
 def test_random_baseline_at_chance_within_interval():
     records = _records(400)
-    res = summarize(model_free_predictions(records, "random", seed=3, samples=4), k=[1, 4])
+    res = prediction_stats(model_free_predictions(records, "random", seed=3, samples=4), k=[1, 4])
     lo, hi = res["ci95"]
     assert lo <= 0.5 <= hi and res["unparseable"] == 0.0
     assert abs(res["pass@4"] - res["chance_pass@4"]) < 0.06  # 1 - 0.5^4 = 0.9375
@@ -169,7 +169,7 @@ def test_majority_baseline_uses_train_and_says_so():
     letters, sources = majority_letters(test, train)
     assert letters == {"t": "B", "u": "A", "v": "A"}  # u is a 5-5 tie in train: A
     assert sources["t"] == "train" and sources["v"].startswith("evaluated split")
-    res = summarize(model_free_predictions(test, "majority", letters=letters))
+    res = prediction_stats(model_free_predictions(test, "majority", letters=letters))
     assert res["per_task"]["t"]["accuracy"] == 0.5  # balanced test split: exactly chance
     assert res["per_task"]["v"]["accuracy"] == pytest.approx(0.8)  # its own majority (A 80%)
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from embodied.envs import TASKS, carry, execute, place, push, task
-from embodied.envs.backend import run_jobs
+from embodied.envs.backend import simulate_jobs
 from embodied.envs.core import EnvError
 from embodied.rl.rewards import UNPARSEABLE_PENALTY, env_reward
 
@@ -55,7 +55,7 @@ def test_place_physics_agrees_with_statics():
     for seed in range(4):
         record, _ = place.make_episode(100 + seed, "hard")
         jobs = [place.job(record, a) for a in range(5)]
-        for a, trace in enumerate(run_jobs(jobs)):
+        for a, trace in enumerate(simulate_jobs(jobs)):
             stands = place.outcome(record, a, trace)["reward/success"] == 1
             assert stands == (record["meta"]["static_margins"][a] > 0), (seed, a)
 
@@ -149,7 +149,7 @@ def test_env_errors_name_task_and_seed(episodes):
     job = push.job(episodes["push"][0], 0.3)
     job.qvel[:] = np.nan  # MuJoCo would reset this silently; the backend must not
     with pytest.raises(EnvError, match=r"task push, seed 3.*diverged"):
-        run_jobs([job])
+        simulate_jobs([job])
 
 
 @pytest.mark.slow

@@ -12,8 +12,8 @@ from embodied.eval.stats import (
     majority_vote,
     markdown_table,
     pass_at_k,
+    prediction_stats,
     resolve_k,
-    summarize,
     wilson_interval,
 )
 
@@ -98,7 +98,7 @@ def test_summarize_families_tiers_views_and_samples():
         # family g (4 options), no tier: right.
         _row("q4", "g", None, "C", "C", "C", ["C", "C", "D"], n_options=4),
     ]
-    res = summarize(rows, k=[1, 2])
+    res = prediction_stats(rows, k=[1, 2])
     # Per question: q1 1, q2 0, q3 (1 + 0)/2 = 0.5, q4 1 -> 2.5 / 4.
     assert res["n"] == 4 and res["accuracy"] == pytest.approx(2.5 / 4)
     assert res["ci95"] == pytest.approx(list(wilson_interval(2.5, 4)))
@@ -127,9 +127,9 @@ def test_summarize_families_tiers_views_and_samples():
 
 
 def test_summarize_old_call_without_option_counts_in_rows():
-    """`summarize(rows, n_options)` as before: rows without `n_options` take it from the mapping."""
+    """`prediction_stats(rows, n_options)` as before: rows without `n_options` take it from the mapping."""
     rows = [{"id": "a", "task": "t", "answer": "A", "predicted": "A", "choice": None}]
-    res = summarize(rows, {"a": 3})
+    res = prediction_stats(rows, {"a": 3})
     assert res["chance"] == pytest.approx(1 / 3) and res["accuracy"] == 1.0
     assert "choice_accuracy" not in res and "pass@1" not in res
 
@@ -140,7 +140,7 @@ def test_markdown_table_rows_and_columns():
         _row("q2", "f", "hard", "B", None, "A", ["B", "B"]),
         _row("q3", "g", "medium", "A", "B", "B", ["A", "A"]),
     ]
-    table = markdown_table(summarize(rows, k=[1, 2]), "demo")
+    table = markdown_table(prediction_stats(rows, k=[1, 2]), "demo")
     lines = table.strip().splitlines()
     assert lines[0] == "### demo"
     head = [c.strip() for c in lines[2].strip("|").split("|")]

@@ -20,7 +20,7 @@ from embodied.policy.random_weights import (
     parameter_counts,
     random_config,
 )
-from embodied.train.common import fsdp_units
+from embodied.train.distributed import fsdp_units
 from embodied.video import Clip, VideoConfig
 
 # Counted here on the meta device from the shipped configs (the published config.json files). Published:

@@ -278,7 +278,8 @@ def test_ppo_values_read_the_state_before_each_token(tiny_policy, examples):
 
 def test_ppo_value_head_gets_gradient_and_learns_a_fixed_rollout(tiny_path, examples):
     from embodied.rl.rollout import sample_groups
-    from embodied.train.common import NonFiniteGuard, Processes
+    from embodied.train.common import NonFiniteGuard
+    from embodied.train.distributed import Processes
     from embodied.train.grpo import critic_targets, learn, make_optimizer, update, value_head
 
     torch.manual_seed(0)

@@ -1,7 +1,7 @@
 """The training-state memory plan of a real architecture per GPU count, from a meta-device model (no memory).
 
 For `random:NAME` (embodied/policy/random_weights.py) this counts the parameters, lists the FSDP2 units that
-`embodied.train.common.shard` would wrap (the same `fsdp_units`, so the plan cannot drift from the code),
+`embodied.train.distributed.shard` would wrap (the same `fsdp_units`, so the plan cannot drift from the code),
 and gives per-GPU bytes of weights, gradients and AdamW state under DDP (`distributed=ddp`: every process
 holds everything) and FSDP2 full sharding (`distributed=fsdp`: each parameter split on dim 0 over the
 processes, padded as FSDP2 pads), for three precision layouts:
@@ -105,7 +105,7 @@ def memory_plan(spec: str, gpus: list[int]) -> dict:
     """The whole plan of `random:NAME` (or `random:FILE.json`) for each GPU count in `gpus`, as JSON-ready
     data: parameter counts, the FSDP2 units, and per-GPU GiB per precision layout and strategy."""
     from embodied.policy.random_weights import instantiate, parameter_counts, random_config
-    from embodied.train.common import fsdp_units
+    from embodied.train.distributed import fsdp_units
 
     model = instantiate(random_config(spec), torch.bfloat16, "meta")
     plan = unit_plan(model, fsdp_units(model))

@@ -76,12 +76,20 @@ def load_examples(
 
 
 def load_split(
-    root: str | Path, split: str, video, progress: bool = False, limit: int | None = None
+    root: str | Path,
+    split: str,
+    video,
+    progress: bool = False,
+    limit: int | None = None,
+    skipped: list[str] | None = None,
 ) -> list[Example]:
-    """`load_examples` at `video`'s (a `VideoConfig`) fps and frame cap; an error if no clip is readable."""
-    examples, skipped = load_examples(root, split, video.fps, video.max_frames, limit, progress)
+    """`load_examples` at `video`'s (a `VideoConfig`) fps and frame cap; an error if no clip is readable.
+    The unreadable videos' reasons are appended to `skipped` when it is given (an evaluation reports them)."""
+    examples, unread = load_examples(root, split, video.fps, video.max_frames, limit, progress)
+    if skipped is not None:
+        skipped += unread
     if not examples:
-        raise ValueError(f"{root}/{split}.jsonl has no readable examples ({len(skipped)} skipped)")
+        raise ValueError(f"{root}/{split}.jsonl has no readable examples ({len(unread)} skipped)")
     return examples
 
 

@@ -41,7 +41,7 @@ def random_answer(record: dict, rng: np.random.Generator) -> str:
 
 def execute(record: dict, action, backend: str = "cpu") -> dict[str, float]:
     """Run one parsed action for ``record`` and return its physics terms (``reward/total`` included)."""
-    from embodied.envs.backend import run_jobs
+    from embodied.envs.backend import simulate_jobs
 
     mod = task(record["task"])
-    return mod.outcome(record, action, run_jobs([mod.job(record, action)], backend)[0])
+    return mod.outcome(record, action, simulate_jobs([mod.job(record, action)], backend)[0])

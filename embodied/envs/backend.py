@@ -28,7 +28,7 @@ _BAD_STATE = (
 )
 
 
-def run_jobs(jobs: Sequence[Job], backend: str = "cpu") -> list[Trace]:
+def simulate_jobs(jobs: Sequence[Job], backend: str = "cpu") -> list[Trace]:
     """Simulate ``jobs`` on ``backend`` (``cpu`` or ``warp``); traces come back in job order."""
     if backend == "cpu":
         return [simulate_cpu(job)[0] for job in jobs]

@@ -326,7 +326,7 @@ def plot_test_time(rows: list[dict], out: Path) -> bool:
     return True
 
 
-def write_report(rows: list[dict], constant: dict, out: Path, cfg) -> dict:
+def write_env_report(rows: list[dict], constant: dict, out: Path, cfg) -> dict:
     """Write results.md, results.png, reward_curves.png and test_time.png; return the JSON summary."""
     figures = stage_figures(rows, constant)
     (out / "results.md").write_text(markdown(figures, constant, rows))

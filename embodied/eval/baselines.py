@@ -163,13 +163,13 @@ def model_free_eval(
 ) -> dict:
     """The `random` or `majority` baseline on `root/split` (records only, no video): the dict `evaluate`
     returns, with the majority letters and their source under `settings`."""
-    from embodied.eval.stats import resolve_k, summarize
+    from embodied.eval.stats import prediction_stats, resolve_k
 
     ks = resolve_k(samples, k)
     records = load_records(root, split)[:limit]
     letters, sources = load_majority(root, split, records) if baseline == "majority" else (None, None)
     rows = model_free_predictions(records, baseline, seed, samples, letters)
-    result = summarize(rows, k=ks)
+    result = prediction_stats(rows, k=ks)
     result["settings"] = {"baseline": baseline, "samples": samples, "k": ks, "seed": seed}
     if letters is not None:
         result["settings"] |= {"majority_letters": letters, "majority_source": sources}

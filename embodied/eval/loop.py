@@ -25,8 +25,8 @@ from embodied.eval.stats import (
     majority_vote,
     markdown_table,
     pass_at_k,
+    prediction_stats,
     resolve_k,
-    summarize,
     wilson_interval,
 )
 from embodied.policy.model import (
@@ -47,7 +47,7 @@ __all__ = [
     "majority_vote",
     "markdown_table",
     "pass_at_k",
-    "summarize",
+    "prediction_stats",
     "wilson_interval",
 ]
 
@@ -173,7 +173,7 @@ def evaluate(
         for (rec, _, view), text, lp, s in zip(chunk, texts, scores, sampled):
             rows.append(_row(rec, text, view, lp, s))
     model.train(was_training)
-    result = summarize(rows, k=ks)
+    result = prediction_stats(rows, k=ks)
     if samples:  # what majority vote over k samples costs: k times this, per question
         result["seconds_per_sample"] = sampling_s / (len(items) * samples)
     result["settings"] = {

@@ -138,7 +138,7 @@ def _tier_key(tier: str) -> tuple:
     return (TIER_ORDER.index(tier) if tier in TIER_ORDER else len(TIER_ORDER), tier)
 
 
-def summarize(
+def prediction_stats(
     predictions: Sequence[dict], n_options: dict[str, int] | None = None, k: Sequence[int] = ()
 ) -> dict:
     """Overall figures plus `per_task` (family) and `per_task_tier` (family -> tier) from prediction

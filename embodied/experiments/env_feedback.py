@@ -38,7 +38,7 @@ from embodied.data.build import ensure_dataset
 from embodied.data.episodes import generate_episodes, matches
 from embodied.data.load import load_examples
 from embodied.envs.evaluate import best_constant, evaluate_env, rollout_video
-from embodied.envs.report import write_report
+from embodied.envs.report import write_env_report
 from embodied.eval.loop import evaluate_free
 from embodied.experiments.reuse import process_data, reuse_or_run, run_jobs
 from embodied.policy.model import load, load_policy, save_policy
@@ -284,7 +284,7 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
                 "timings_s": {k: v["train_s"] for k, v in stages.items()},
             }
         )
-    summary = write_report(rows, constant, out, cfg)
+    summary = write_env_report(rows, constant, out, cfg)
     summary["timings_s"] = {
         "total": round(time.perf_counter() - t0, 1),
         "per_seed": [r["timings_s"] for r in rows],

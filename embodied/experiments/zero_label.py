@@ -132,9 +132,9 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
         "wall_s": round(time.perf_counter() - t0, 1),
     }
     (out / "zero_label.json").write_text(json.dumps(result, indent=2))
-    (out / "zero_label.md").write_text(markdown_table(result))
+    (out / "zero_label.md").write_text(zero_label_table(result))
     plot(rows, out / "zero_label.png", zc.target)
-    print(markdown_table(result))
+    print(zero_label_table(result))
     return {k: v for k, v in result.items() if k != "runs"}
 
 
@@ -158,7 +158,7 @@ def summarise(rows: list[dict], starts: list[str]) -> dict:
     return out
 
 
-def markdown_table(result: dict) -> str:
+def zero_label_table(result: dict) -> str:
     t = result["target"]
     lines = [
         f"{result['grpo_steps']} GRPO steps from `{result['policy']}`; n_val = {result['n_val']}, "

@@ -196,7 +196,7 @@ def env_reward(
     is executed, no format reward, ``reward/total`` is ``-UNPARSEABLE_PENALTY``). An error inside a
     simulation propagates, naming task and seed.
     """
-    from embodied.envs.backend import run_jobs
+    from embodied.envs.backend import simulate_jobs
     from embodied.envs.core import EnvError
 
     if len(texts) != len(records):
@@ -222,7 +222,7 @@ def env_reward(
                 seed = rec.get("meta", {}).get("seed")
                 raise EnvError(f"task {rec['task']}, seed {seed}: building the episode failed: {e}") from e
             owners[key] = [i]
-    traces = run_jobs(jobs, backend) if jobs else []
+    traces = simulate_jobs(jobs, backend) if jobs else []
     for (key, idx), trace in zip(owners.items(), traces):
         rec = records[idx[0]]
         terms = task(rec["task"]).outcome(rec, actions[idx[0]], trace)

@@ -24,12 +24,12 @@ from embodied.tasks import LETTERS, sft_target
 from embodied.train.checkpoint import resolve_resume
 from embodied.train.common import (
     NonFiniteGuard,
-    Processes,
     index_batches,
     optimizer_step,
     param_groups,
     skip_batches,
 )
+from embodied.train.distributed import Processes
 from embodied.train.metrics import MetricsLog
 from embodied.video import VideoConfig
 
