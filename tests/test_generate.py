@@ -216,10 +216,9 @@ def test_from_videos_cli(video_dir, tmp_path, capsys):
     assert rc == 0 and out["skipped"]["count"] == 1 and (root / "train.jsonl").is_file()
 
 
-_REAL = Path(__file__).resolve().parents[1].parent / "shared" / "videos"
+_REAL = Path(__file__).resolve().parent / "assets" / "videos"  # two real clips, licences beside them
 
 
-@pytest.mark.skipif(not _REAL.is_dir(), reason="../shared/videos not present")
 def test_from_real_videos(tmp_path):
     manifest = generate(DataConfig(root=str(tmp_path), from_videos=str(_REAL), sheets=False), progress=False)
     fv = manifest["from_videos"]

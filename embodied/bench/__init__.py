@@ -23,7 +23,7 @@ class BenchConfig:
     """grpo-vs-trl: timed steps per contender per round."""
     warmup: int = 1
     """grpo-vs-trl: untimed steps at the start of every block (first-call and allocator warm-up)."""
-    video_files: list[str] = field(default_factory=lambda: ["../shared/videos/*.mp4"])
+    video_files: list[str] = field(default_factory=lambda: ["tests/assets/videos/*.mp4"])
     """video: glob patterns of real files to read besides the generated ones (missing ones are skipped)."""
     video_repeats: int = 5
     """video: reads per file and reader; the median time counts."""
