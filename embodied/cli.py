@@ -106,7 +106,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _report(arguments: list[str]) -> int:
     """`embodied report RUN_DIR` (or `run_dir=RUN_DIR`): write RUN_DIR/report.html, print its path."""
-    from embodied.eval.report import write_report
+    from embodied.report import write_report
 
     dirs = [a for a in arguments if "=" not in a] + [a[8:] for a in arguments if a.startswith("run_dir=")]
     if len(dirs) != 1:

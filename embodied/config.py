@@ -12,10 +12,8 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from embodied.bench import BenchConfig
 from embodied.data.schema import DataConfig
 from embodied.envs.config import EnvConfig
-from embodied.experiments.config import CosmosConfig, RecipesConfig, ZeroLabelConfig
 from embodied.integrations.export import ExportConfig
 from embodied.policy.config import PolicyConfig
 from embodied.train.pretrain import PretrainConfig
@@ -209,6 +207,151 @@ class GRPOConfig:
     checkpoint_every: int = 20
     """Write a resumable checkpoint every this many steps and at the end (0 = never)."""
     keep_checkpoints: int = 2
+
+
+# --- the commands' own sections: bench and the experiments (they sit above this module) -------------
+
+
+@dataclass
+class BenchConfig:
+    """Settings of `embodied bench ...`. The GRPO settings compared (G, tokens, KL, lr, temperature,
+    prompts per step) are the `grpo` section's; the video settings are the `video` section's."""
+
+    prompts: int = 16
+    """grpo-vs-trl: arrow-of-time prompts simulated for the comparison (4 frames at 112 x 112 each)."""
+    rounds: int = 3
+    """grpo-vs-trl: interleaved rounds; each round runs every contender once, in a rotated order."""
+    steps: int = 4
+    """grpo-vs-trl: timed steps per contender per round."""
+    warmup: int = 1
+    """grpo-vs-trl: untimed steps at the start of every block (first-call and allocator warm-up)."""
+    video_files: list[str] = field(default_factory=lambda: ["tests/assets/videos/*.mp4"])
+    """video: glob patterns of real files to read besides the generated ones (missing ones are skipped)."""
+    video_repeats: int = 5
+    """video: reads per file and reader; the median time counts."""
+    memory_overrides: list[str] = field(
+        default_factory=lambda: [
+            "data.n_train=96",
+            "data.n_val=16",
+            "data.n_test=64",
+            "sft.steps=20",
+            "sft.eval_every=0",
+            "grpo.steps=4",
+        ]
+    )
+    """memory: dotted overrides of the quickstart run whose peak memory is measured (batch sizes stay the
+    defaults, so the per-step peak is the real quickstart's; fewer clips and steps keep it short)."""
+    memory_quickstart: bool = True
+    """memory: also measure the quickstart's peak (minutes); false prints only the plan (seconds)."""
+    memory_architectures: list[str] = field(default_factory=lambda: ["qwen2.5-vl-3b", "qwen2.5-vl-7b"])
+    """memory: real architectures planned on the meta device (names of `random:NAME`, or config.json
+    files): parameters, FSDP2 units, per-GPU weights/grads/AdamW under DDP and FSDP2
+    (embodied/bench/memory_plan.py). Empty: no plan."""
+    memory_gpus: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    """memory: GPU counts of the plan."""
+    profile_clips: int = 200
+    """profile-quickstart: clips also made in the main process (workers=0) to time physics, render and
+    encoding, which the quickstart's worker processes hide (0 = none)."""
+
+
+@dataclass
+class RecipesConfig:
+    """The recipe comparison (`embodied experiment recipes`)."""
+
+    arms: list[str] = field(
+        default_factory=lambda: [
+            "configs/recipes/grpo.yaml",
+            "configs/recipes/dapo.yaml",
+            "configs/recipes/drgrpo.yaml",
+            "configs/recipes/gspo.yaml",
+            "configs/recipes/reinforce_pp.yaml",
+            "configs/recipes/papo.yaml",
+            "configs/recipes/ppo.yaml",
+        ]
+    )
+    """Preset YAML files, each layered on the run's config for its arm (paths relative to the working dir)."""
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    """One start per seed (its SFT draws and data order); every arm runs from each with that seed."""
+    start: str = ""
+    """A starting policy folder shared by every seed; empty: build one per seed (`format_steps`, then
+    labelled SFT until validation reaches `half_at`), kept in run_dir/start_seed<S>."""
+    format_steps: int = 200
+    """SFT steps with random-letter targets (`sft.targets=format`): the answer format, never the answer."""
+    half_at: float = 0.65
+    """Labelled SFT after the format steps stops at the first validation at or above this."""
+    half_high: float = 0.8
+    """When that step jumps above this (the tiny policy finds the cue in one step), the start is the point
+    between the last two steps whose validation lies in [half_at, half_high] (`recipes._bisect`)."""
+    half_lr: float = 3e-4
+    """Learning rate of the labelled steps: lower than SFT's, so that one step moves accuracy little."""
+    half_max_steps: int = 60
+    half_eval_examples: int = 200
+    """Validation clips read after every labelled step (the first of the val split)."""
+    steps: int = 60
+    """RL steps per arm (equal for all arms)."""
+    eval_every: int = 5
+    eval_examples: int = 200
+    """Validation clips of the curves (the first of the val split; the start was chosen on the first
+    `half_eval_examples` of them, so the start's test accuracy is the unbiased figure)."""
+    target: float = 0.9
+    """Report the first step and second at which validation accuracy reaches this."""
+    workers: int = 2
+    """Runs at once, each in its own process (set `threads=1` with 2 on a 2-core machine)."""
+
+
+@dataclass
+class ZeroLabelConfig:
+    """`embodied experiment zero-label`."""
+
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    starts: list[str] = field(default_factory=lambda: ["format", "half"])
+    """format (random-letter SFT targets) | half (format + `half_steps` of labelled SFT)."""
+    format_steps: int = 200
+    """SFT steps with random-letter targets: the answer format only."""
+    half_steps: int = 12
+    """Labelled SFT steps on top of the format start, for the half-solving start."""
+    eval_every: int = 25
+    eval_examples: int = 200
+    target: float = 0.9
+    """Report the first step and second at which validation accuracy reaches this."""
+
+
+@dataclass
+class CurriculumStage:
+    """One SFT stage before the mixed SFT of `embodied experiment cosmos`."""
+
+    tasks: list[str] = field(default_factory=list)
+    """Train only on these question families (`task` names of `data.families`)."""
+    steps: int = 0
+    """SFT steps of this stage (its own warm-up and cosine schedule at `sft.lr`)."""
+
+
+@dataclass
+class CosmosConfig:
+    """`embodied experiment cosmos`: Cosmos-Reason1's SFT -> RL table in miniature (stage lengths:
+    `sft.steps`, `grpo.steps`)."""
+
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    benchmark: str = "configs/physics_bench.yaml"
+    """The held-out benchmark's config (its `data:` section), evaluated at `benchmark_n_test` questions."""
+    benchmark_n_test: int = 400
+    format_steps: int = 200
+    """SFT steps with random-letter targets before GRPO alone (random letters: no target tied to the clip)."""
+    transfer_scenes: list[str] = field(default_factory=lambda: ["drop", "slide"])
+    """The transfer run trains on the families in these scenes and is tested on the benchmark's questions
+    of the same tasks in every other scene (empty: no transfer run)."""
+    probe_train: int = 2000
+    """Training clips of the linear probes of the base's visual tokens per family (0 = no probes): does the
+    vision tower carry the answer at all (`embodied.eval.probe`)?"""
+    workers: int = 2
+    """Jobs at once, each in its own process (set `threads=1` with 2 on a 2-core machine)."""
+    order_credit: float = 0.0
+    """> 0: the main job also runs its GRPO stage with `grpo.order_credit` at this discount, from the same SFT
+    policy and seed, and the table gets a row for it (partial credit against exact match on the ordering
+    families, paired by seed)."""
+    curriculum: list[CurriculumStage] = field(default_factory=list)
+    """SFT stages on subsets of the families, in order, before the `sft.steps` on every family (main job
+    only; its SFT row is the policy after all of them). Empty: the mix from the first step."""
 
 
 @dataclass

@@ -14,8 +14,8 @@ from embodied.data.build import ensure_dataset, generate_dataset
 from embodied.data.load import load_split
 from embodied.envs import is_interactive
 from embodied.eval.loop import evaluate, format_result, markdown_table
-from embodied.eval.report import write_report
 from embodied.policy.model import count_parameters, load, save_policy
+from embodied.report import write_report
 from embodied.train.common import seed_everything
 from embodied.train.metrics import plot_curves, read_metrics
 from embodied.train.tracking import configure as configure_tracking
@@ -95,7 +95,7 @@ def eval(cfg: Config, progress: bool = True) -> dict:  # noqa: A001 - the comman
 def _eval_env(cfg: Config, model, processor, examples, skipped, out: Path, progress: bool) -> dict:
     """`embodied eval` on interactive episodes: greedy answers executed in MuJoCo and, with `eval.samples`,
     best-of-N with the simulator as the verifier and majority vote for each N in `eval.k`."""
-    from embodied.envs.evaluate import env_markdown, evaluate_env
+    from embodied.eval.envs import env_markdown, evaluate_env
 
     e = cfg.eval
     if e.baseline != "none" or not all(is_interactive(x.record) for x in examples):

@@ -12,7 +12,7 @@ from embodied.data.episodes import generate_episodes, matches
 from embodied.data.load import load_examples
 from embodied.envs import push
 from embodied.envs.config import EnvConfig
-from embodied.envs.evaluate import evaluate_env, rollout_video
+from embodied.eval.envs import evaluate_env, rollout_video
 from embodied.rl.rewards import routed_rewards
 from embodied.video import VideoConfig, read_video
 
@@ -111,16 +111,16 @@ def test_random_answers_are_well_formed_and_in_range(episodes):
 
 
 def test_env_reward_reuses_outcomes_exactly(episodes):
-    from embodied.rl import rewards
+    from embodied.envs import reward as envs_reward
 
     rec = next(e.record for e in episodes if e.record["task"] == "carry")
     texts = ["<answer>12, 0.25</answer>", "<answer>12, 0.25</answer>", "<answer>3, 0.2</answer>"]
-    rewards.clear_outcome_cache()
-    first = rewards.env_reward(texts, [rec] * 3)
-    assert first[0] == first[1] and rewards.cached_outcomes() == 2  # the repeated answer simulated once
-    cached = rewards.env_reward(texts[:1], [rec])
-    rewards.clear_outcome_cache()
-    fresh = rewards.env_reward(texts[:1], [rec])
+    envs_reward.clear_outcome_cache()
+    first = envs_reward.env_reward(texts, [rec] * 3)
+    assert first[0] == first[1] and envs_reward.cached_outcomes() == 2  # the repeated answer simulated once
+    cached = envs_reward.env_reward(texts[:1], [rec])
+    envs_reward.clear_outcome_cache()
+    fresh = envs_reward.env_reward(texts[:1], [rec])
     assert cached == fresh == first[:1]
 
 
@@ -129,7 +129,7 @@ def test_success_outscores_every_failure(episodes):
     import numpy as np
 
     from embodied.envs.parity import answer_text, sample_actions
-    from embodied.rl.rewards import env_reward
+    from embodied.envs.reward import env_reward
 
     rng = np.random.default_rng(1)
     for ex in episodes:
@@ -143,7 +143,7 @@ def test_success_outscores_every_failure(episodes):
 
 
 def test_vote_action():
-    from embodied.envs.evaluate import vote_action
+    from embodied.eval.envs import vote_action
 
     assert vote_action("place", [0, 1, None, 1]) == 1
     assert vote_action("place", [3, 1]) == 3  # a tie goes to the answer sampled first
@@ -153,7 +153,7 @@ def test_vote_action():
 
 
 def test_test_time_compute_by_hand():
-    from embodied.envs.evaluate import test_time_compute
+    from embodied.eval.envs import test_time_compute
 
     rows = [
         {"task": "place", "sampled": [{"success": s} for s in (1, 0, 0, 0)], "vote@1": 1.0, "vote@4": 0.0},
@@ -168,7 +168,7 @@ def test_test_time_compute_by_hand():
 
 
 def test_action_spread_tells_a_constant_from_a_clip_reading_policy(episodes, tmp_path):
-    from embodied.envs.evaluate import action_spread
+    from embodied.eval.envs import action_spread
 
     cfg = EnvConfig(root=str(tmp_path / "env"), tasks=["push"], n_train=0, n_test=6)
     generate_episodes(cfg, progress=False)
@@ -190,7 +190,7 @@ def test_best_constant_matches_the_static_rule(episodes):
     """For place, MuJoCo's verdict per option is the centre-of-mass rule (static margins > 0)."""
     import numpy as np
 
-    from embodied.envs.evaluate import best_constant
+    from embodied.eval.envs import best_constant
 
     recs = [e.record for e in episodes]
     out = best_constant(recs)

@@ -11,7 +11,7 @@ import pytest
 from embodied.envs import TASKS, carry, execute, place, push, task
 from embodied.envs.backend import simulate_jobs
 from embodied.envs.core import EnvError
-from embodied.rl.rewards import UNPARSEABLE_PENALTY, env_reward
+from embodied.envs.reward import UNPARSEABLE_PENALTY, env_reward
 
 
 def _answer(x: str) -> str:

@@ -1,115 +1,75 @@
-"""The package's import graph: no cycles, no reaching into another module's private names.
+"""The package's import graph: the layer order of docs/architecture.md holds, no loops, no private names.
 
 Every module of `embodied` is parsed (imports inside functions and `if TYPE_CHECKING:` blocks included,
-since a deferred import hides a cycle rather than removing it). A module imports a package's submodule
-when it names it (`from embodied.data import schema` or `import embodied.data.schema`) and the package's
-`__init__` otherwise.
+since a deferred import hides a dependency rather than removing it). A module imports a package's
+submodule when it names it (`from embodied.data import schema` or `import embodied.data.schema`) and the
+package's `__init__` otherwise. The parsing and the drawing are `scripts/house.py`'s, which prints the house.
 """
 
 from __future__ import annotations
 
-import ast
+import importlib.util
 from pathlib import Path
 
 import embodied
 
 ROOT = Path(embodied.__file__).parent
+DOC = ROOT.parent / "docs" / "architecture.md"
 
 
-def module_names() -> dict[str, Path]:
-    """`embodied.x.y` -> its file, for every `.py` file of the package."""
-    out = {}
-    for path in sorted(ROOT.rglob("*.py")):
-        parts = ["embodied", *path.relative_to(ROOT).with_suffix("").parts]
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        out[".".join(parts)] = path
-    return out
+def _house():
+    spec = importlib.util.spec_from_file_location("house", ROOT.parent / "scripts" / "house.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def imports(name: str, path: Path, modules: dict[str, Path]) -> list[tuple[str, str, int]]:
-    """`(imported module, imported name or "", line)` for each import of an `embodied` module in `path`."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found += [(a.name, "", node.lineno) for a in node.names if a.name.split(".")[0] == "embodied"]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(anchor + ([base] if base else []))
-            if base.split(".")[0] != "embodied":
-                continue
-            for a in node.names:
-                sub = f"{base}.{a.name}"
-                found.append((sub, "", node.lineno) if sub in modules else (base, a.name, node.lineno))
-    return found
-
-
-def graph() -> tuple[dict[str, set[str]], list[str]]:
-    """The import graph of `embodied` and every import of a private name from another module."""
-    modules = module_names()
-    edges: dict[str, set[str]] = {m: set() for m in modules}
-    private = []
-    for name, path in modules.items():
-        for target, imported, line in imports(name, path, modules):
-            if target not in modules:
-                raise AssertionError(f"{path}:{line}: imports {target}, which is not a module of embodied")
-            if target != name:
-                edges[name].add(target)
-            if imported.startswith("_") and target != name:
-                private.append(f"{path.relative_to(ROOT.parent)}:{line}: {target}.{imported}")
-    return edges, private
-
-
-def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components with more than one module (Tarjan), each sorted."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    out = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in sorted(edges[v]):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                out.append(sorted(component))
-
-    for v in sorted(edges):
-        if v not in index:
-            visit(v)
-    return out
+house = _house()
 
 
 def test_no_import_cycles():
-    found = cycles(graph()[0])
+    found = house.cycles(house.graph(ROOT)[0])
     assert not found, "import cycles (modules that import each other, directly or not):\n" + "\n".join(
         " <-> ".join(c) for c in found
     )
 
 
 def test_no_private_imports():
-    private = graph()[1]
+    private = house.graph(ROOT)[2]
     assert not private, "imports of another module's private name:\n" + "\n".join(private)
+
+
+def test_imports_point_down_the_layers():
+    edges, lines, _ = house.graph(ROOT)
+    modules = house.module_names(ROOT)
+    up = house.upward(edges, house.read_layers(DOC), modules)
+    assert not up, "imports that point up the layer order of docs/architecture.md:\n" + "\n".join(
+        f"{modules[a].relative_to(ROOT.parent)}:{lines[a, b]}: {a} -> {b}" for a, b in up
+    )
+
+
+def test_no_loops_between_rooms():
+    modules = house.module_names(ROOT)
+    loops = house.cycles(house.room_graph(house.graph(ROOT)[0], modules))
+    assert not loops, "packages that import each other, directly or not:\n" + "\n".join(map(str, loops))
 
 
 def test_the_checker_sees_a_cycle():
     edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
-    assert cycles(edges) == [["a", "b", "c"]]
+    assert house.cycles(edges) == [["a", "b", "c"]]
+
+
+def test_the_checker_sees_an_upward_import_inside_a_function(tmp_path):
+    pkg = tmp_path / "embodied"
+    for folder in ("low", "high"):
+        (pkg / folder).mkdir(parents=True)
+        (pkg / folder / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "high" / "a.py").write_text("from embodied.low import b\n")
+    (pkg / "low" / "b.py").write_text("def f():\n    from embodied.high import a\n")
+    doc = tmp_path / "layers.md"
+    doc.write_text("<!-- layers -->\n```\nhigh/   the top\nlow/    the bottom\n```\n<!-- /layers -->\n")
+    edges = house.graph(pkg)[0]
+    modules = house.module_names(pkg)
+    assert house.upward(edges, house.read_layers(doc), modules) == [("embodied.low.b", "embodied.high.a")]
+    assert house.cycles(house.room_graph(edges, modules)) == [["high/", "low/"]]

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from embodied.eval.report import build_report, write_report
+from embodied.report import build_report, write_report
 
 CHROMIUM = next((shutil.which(b) for b in ("chromium", "chromium-browser") if shutil.which(b)), None)
 CHROMEDRIVER = shutil.which("chromedriver")

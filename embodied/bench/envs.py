@@ -1,6 +1,6 @@
 """`embodied bench envs`: simulator-reward throughput per task and backend, and CPU/Warp parity.
 
-The same answers to the same episodes go through `embodied.rl.rewards.env_reward` on the CPU backend and on
+The same answers to the same episodes go through `embodied.envs.reward.env_reward` on the CPU backend and on
 the Warp backend (one batch per task); the JSON holds episodes/s for each (end to end: parse, build the
 world, simulate, score; Warp without its one-off kernel compilation) and how often the two agree on the
 success label. Settings: `env.tasks`, `env.difficulty`, `env.bench_episodes`, `seed`.

@@ -6,7 +6,7 @@ Each task module (``place``, ``carry``, ``push``) owns its scene (``sim/<task>/s
 ``describe(action)``. Records have the MCQ format (``options`` is [] for numeric answers, ``answer`` is ""
 since there is no label), so they are stored and loaded like any generated dataset.
 
-The GRPO reward that executes answers is :func:`embodied.rl.rewards.env_reward`: every parseable
+The GRPO reward that executes answers is :func:`embodied.envs.reward.env_reward`: every parseable
 completion of a call is executed, all in one batch per task on the ``warp`` backend, and scored by physics.
 """
 

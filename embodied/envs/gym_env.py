@@ -3,7 +3,7 @@
 Each episode is a contextual bandit step: ``reset(seed)`` shows the clip and the question, ``step(answer)``
 executes the answer (the policy's text, or an already parsed action) and ends the episode with the
 physics reward and its named terms in ``info``. Useful for code written against the Gymnasium API;
-training uses the batched :func:`embodied.rl.rewards.env_reward` instead.
+training uses the batched :func:`embodied.envs.reward.env_reward` instead.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from embodied.envs import task
-from embodied.rl.rewards import env_reward
+from embodied.envs.reward import env_reward
 
 
 class TaskEnv:

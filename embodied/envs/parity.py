@@ -12,7 +12,7 @@ import numpy as np
 
 from embodied.envs import task
 from embodied.envs.backend import warp_device
-from embodied.rl.rewards import env_reward
+from embodied.envs.reward import env_reward
 from embodied.tasks import LETTERS
 
 
@@ -82,7 +82,7 @@ def parity(
 ) -> dict:
     """Success labels from both backends on identical episodes and answers, plus episodes/s of each.
 
-    Timed end to end through :func:`embodied.rl.rewards.env_reward` (parse, build, simulate, score). The Warp
+    Timed end to end through :func:`embodied.envs.reward.env_reward` (parse, build, simulate, score). The Warp
     timing excludes kernel compilation (a first call on one episode per task when ``warmup``).
     """
     per_task, n_all, agree_all = {}, 0, 0

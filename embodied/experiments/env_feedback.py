@@ -12,7 +12,7 @@ nothing about which answer is right; whatever beats chance or the best constant 
 reinforcement learning's. Every stage of every seed is evaluated on the held-out MCQ test split, on the
 held-out MCQ benchmark of every family (`env.feedback.benchmark`) and on held-out interactive episodes:
 success per task, how the answers spread over episodes and whether they follow the scene parameter that
-decides the outcome, against the best constant answer (`embodied.envs.evaluate.best_constant`). For
+decides the outcome, against the best constant answer (`embodied.eval.envs.best_constant`). For
 `env.feedback.test_time_seeds` the arms are also evaluated with sampled answers: best-of-N with the
 simulator as the verifier and majority vote, against N and against seconds.
 
@@ -37,9 +37,9 @@ import torch
 from embodied.data.build import ensure_dataset
 from embodied.data.episodes import generate_episodes, matches
 from embodied.data.load import load_examples
-from embodied.envs.evaluate import best_constant, evaluate_env, rollout_video
-from embodied.envs.report import write_env_report
+from embodied.eval.envs import best_constant, evaluate_env, rollout_video
 from embodied.eval.loop import evaluate_free
+from embodied.experiments.env_report import write_env_report
 from embodied.experiments.reuse import process_data, reuse_or_run, run_jobs
 from embodied.policy.model import load, load_policy, save_policy
 from embodied.rl.rewards import routed_rewards

@@ -12,34 +12,21 @@ physical outcome as named terms.
 
 from __future__ import annotations
 
-import json
 import math
-import re
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 
 import torch
 
-from embodied.envs import is_interactive, task
-from embodied.tasks import LETTERS, parse_answer, spatial_puzzle, temporal_puzzle
-
-# One think block, then one answer block, nothing else but whitespace; no nested or repeated tags.
-_FORMAT = re.compile(
-    r"\s*<think>(?:(?!</?think>|</?answer>).)*</think>\s*<answer>(?:(?!</?answer>|</?think>).)*</answer>\s*",
-    re.S,
-)
+from embodied.envs import is_interactive
+from embodied.envs.reward import ENV_FORMAT_WEIGHT, env_reward  # noqa: F401  (re-exported)
+from embodied.tasks import LETTERS, format_reward, parse_answer, spatial_puzzle, temporal_puzzle
 
 
 def accuracy_reward(text: str, answer: str) -> float:
     """1.0 when the answer block holds exactly the expected letter, else 0.0."""
     return 1.0 if parse_answer(text) == answer else 0.0
-
-
-def format_reward(text: str) -> float:
-    """1.0 for exactly `<think>...</think><answer>...</answer>` (whitespace allowed between), else 0.0."""
-    return 1.0 if _FORMAT.fullmatch(text) and parse_answer(text) is not None else 0.0
 
 
 def partial_order_credit(chosen: Sequence[int], truth: Sequence[int], discount: float) -> float:
@@ -126,13 +113,6 @@ def record_reward(
     return mcq_reward(text, record["answer"], accuracy_weight, format_weight, order_credit, orders)
 
 
-ENV_FORMAT_WEIGHT = 0.2
-"""Weight of ``reward/format`` (the ``<think>...</think><answer>...</answer>`` layout) in the total."""
-UNPARSEABLE_PENALTY = 1.5
-"""``reward/total`` of an unparseable answer is minus this: below the worst executed outcome of every
-task (place -0.5, carry -1.25, push -0.25), so that not answering never beats a bad action."""
-
-
 # --- reward functions over a batch of completions ----------------------------------------------------
 
 RewardFn = Callable[[list[str], list[dict]], list[dict[str, float]]]
@@ -160,91 +140,6 @@ def mcq_rewards(
         ]
 
     return reward_fn
-
-
-OUTCOME_CACHE_SIZE = 200_000
-_outcomes: OrderedDict = OrderedDict()
-"""Physics terms by (backend, task, episode meta, parsed action). A backend is deterministic for a given
-model, state and control schedule, so a repeated answer to the same episode (common within a GRPO group
-and across steps) is looked up instead of simulated again; bounded, least recently used first out."""
-
-
-def _outcome_key(record: dict, action, backend: str) -> str:
-    return json.dumps([backend, record["task"], record["meta"], action], sort_keys=True)
-
-
-def clear_outcome_cache() -> None:
-    """Forget every stored physics outcome (for timings that must simulate everything)."""
-    _outcomes.clear()
-
-
-def cached_outcomes() -> int:
-    """How many physics outcomes are stored."""
-    return len(_outcomes)
-
-
-def env_reward(
-    texts: Sequence[str],
-    records: Sequence[dict],
-    backend: str = "cpu",
-    format_weight: float = ENV_FORMAT_WEIGHT,
-) -> list[dict[str, float]]:
-    """Named reward terms for each completion ``texts[i]`` answering ``records[i]``.
-
-    Every term of every task is present in every dict (0 where it does not apply), so that means over a
-    batch are well defined; ``reward/unparseable`` is 1 for an answer that could not be parsed (nothing
-    is executed, no format reward, ``reward/total`` is ``-UNPARSEABLE_PENALTY``). An error inside a
-    simulation propagates, naming task and seed.
-    """
-    from embodied.envs.backend import simulate_jobs
-    from embodied.envs.core import EnvError
-
-    if len(texts) != len(records):
-        raise ValueError(f"env_reward: {len(texts)} texts for {len(records)} records")
-    actions, jobs, owners = [], [], {}
-    out: list[dict[str, float]] = [{} for _ in texts]
-    for i, (text, rec) in enumerate(zip(texts, records)):
-        mod = task(rec["task"])
-        action = mod.parse_action(text)
-        actions.append(action)
-        if action is None:
-            continue
-        key = _outcome_key(rec, action, backend)
-        if key in _outcomes:
-            _outcomes.move_to_end(key)
-            out[i] = dict(_outcomes[key])
-        elif key in owners:  # the same answer twice in this call: simulated once
-            owners[key].append(i)
-        else:
-            try:
-                jobs.append(mod.job(rec, action))
-            except Exception as e:
-                seed = rec.get("meta", {}).get("seed")
-                raise EnvError(f"task {rec['task']}, seed {seed}: building the episode failed: {e}") from e
-            owners[key] = [i]
-    traces = simulate_jobs(jobs, backend) if jobs else []
-    for (key, idx), trace in zip(owners.items(), traces):
-        rec = records[idx[0]]
-        terms = task(rec["task"]).outcome(rec, actions[idx[0]], trace)
-        _outcomes[key] = terms
-        for i in idx:
-            out[i] = dict(terms)
-    while len(_outcomes) > OUTCOME_CACHE_SIZE:
-        _outcomes.popitem(last=False)
-    keys = {"reward/total", "reward/success"}
-    for name in {rec["task"] for rec in records}:
-        keys |= set(task(name).WEIGHTS)
-    for i, text in enumerate(texts):
-        parsed = actions[i] is not None
-        terms = {k: out[i].get(k, 0.0) for k in keys}
-        terms["reward/format"] = format_reward(text) if parsed else 0.0
-        terms["reward/unparseable"] = 0.0 if parsed else 1.0
-        if parsed:
-            terms["reward/total"] += format_weight * terms["reward/format"]
-        else:
-            terms["reward/total"] = -UNPARSEABLE_PENALTY
-        out[i] = terms
-    return out
 
 
 def routed_rewards(

@@ -238,3 +238,15 @@ def scene_meta(world_name: str, info: dict) -> dict:
     import json
 
     return {"scene": world_name, "params": json.dumps(info.get("params", {}), sort_keys=True)}
+
+
+# One think block, then one answer block, nothing else but whitespace; no nested or repeated tags.
+_LAYOUT = re.compile(
+    r"\s*<think>(?:(?!</?think>|</?answer>).)*</think>\s*<answer>(?:(?!</?answer>|</?think>).)*</answer>\s*",
+    re.S,
+)
+
+
+def format_reward(text: str) -> float:
+    """1.0 for exactly `<think>...</think><answer>...</answer>` (whitespace allowed between), else 0.0."""
+    return 1.0 if _LAYOUT.fullmatch(text) and parse_answer(text) is not None else 0.0

@@ -33,10 +33,10 @@ from tqdm.auto import tqdm
 
 from embodied.envs import task
 from embodied.envs.parity import answer_text
+from embodied.envs.reward import env_reward
 from embodied.eval.loop import sampled_responses
 from embodied.eval.stats import majority_vote, pass_at_k, resolve_k, wilson_interval
 from embodied.policy.model import decode, encode_prompts, generate
-from embodied.rl.rewards import env_reward
 
 
 @torch.no_grad()
