@@ -106,3 +106,19 @@ def test_select_rows_keeps_whole_groups_grouped(tiny):
         a = completion_logprobs(model, whole, ids, mask)
         b = completion_logprobs(model, dict(whole), ids, mask)
     torch.testing.assert_close(a * mask, b * mask, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("max_new_tokens", [1, 12])
+def test_shared_prompt_sampling_draws_the_same_tokens_as_generate(tiny, max_new_tokens):
+    """The grouped sampler (each prompt prefilled once, its cache repeated) picks exactly the tokens of
+    Hugging Face's `generate` over the repeated rows: seeds, temperatures, suppression, padding, width."""
+    model, processor = tiny
+    grouped = _grouped(processor, n=4)
+    rows = grouped["input_ids"].shape[0]
+    seeds = list(range(100, 100 + rows))
+    temps = torch.tensor([0.7, 1.0, 1.5, 3.0] * (rows // 4))
+    model.eval()
+    fast = generate(model, processor, grouped, max_new_tokens, temps, seeds=seeds)
+    slow = generate(model, processor, grouped, max_new_tokens, temps, seeds=seeds, share_prompt=False)
+    assert fast[0].shape == slow[0].shape
+    assert torch.equal(fast[0], slow[0]) and torch.equal(fast[1], slow[1])

@@ -62,12 +62,35 @@ def shared_visual_features(model, batch: GroupedBatch) -> dict:
     return out
 
 
-def shared_prefix_logits(model, batch: GroupedBatch, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Logits `(B*G, T, V)` predicting completion `ids (B*G, T)`, with each prompt run once.
+def shared_prefill(model, batch: GroupedBatch):
+    """One pass over each unique prompt, repeated for its group: `(cache, logits, attention, start)`.
 
-    Qwen2-VL's multimodal RoPE gives the prompt 3-D positions; text after it continues at
-    `L + t + rope_delta` on all three axes (L = the prompt's unpadded length), which is passed here.
+    `cache` holds the prompts' keys and values repeated `group` times in a row, `logits (B*G, V)` predict
+    each row's first completion token, `attention (B*G, L)` is the prompts' mask and `start (B*G, 1)` the
+    position of the first completion token. Qwen2-VL's multimodal RoPE gives the prompt 3-D positions; text
+    after it continues at `L + t + rope_delta` on all three axes (L = the prompt's unpadded length).
     """
+    u, n = batch.unique, batch.group
+    prompt = {k: v for k, v in u.items() if k in PROMPT_KEYS or k in VISUAL_KEYS}
+    positions, deltas = model.model.get_rope_index(
+        u["input_ids"],
+        image_grid_thw=u.get("image_grid_thw"),
+        video_grid_thw=u.get("video_grid_thw"),
+        attention_mask=u["attention_mask"],
+        second_per_grid_ts=u.get("second_per_grid_ts"),
+        mm_token_type_ids=u["mm_token_type_ids"],
+    )
+    first = model(**prompt, position_ids=positions, use_cache=True, logits_to_keep=1)
+    cache = first.past_key_values
+    cache.batch_repeat_interleave(n)
+    start = (u["attention_mask"].sum(1, keepdim=True) + deltas).repeat_interleave(n, dim=0)
+    attention = u["attention_mask"].repeat_interleave(n, dim=0)
+    return cache, first.logits[:, -1].repeat_interleave(n, dim=0), attention, start
+
+
+def shared_prefix_logits(model, batch: GroupedBatch, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Logits `(B*G, T, V)` predicting completion `ids (B*G, T)`, with each prompt run once (the positions
+    as in `shared_prefill`)."""
     u, n = batch.unique, batch.group
     prompt = {k: v for k, v in u.items() if k in PROMPT_KEYS or k in VISUAL_KEYS}
     positions, deltas = model.model.get_rope_index(

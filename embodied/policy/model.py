@@ -23,6 +23,7 @@ from embodied.policy.groups import (
     VISUAL_KEYS,
     GroupedBatch,
     is_grouped,
+    shared_prefill,
     shared_prefix_logits,
     shared_visual_features,
 )
@@ -365,11 +366,14 @@ def generate(
     temperature: float | torch.Tensor = 1.0,
     do_sample: bool = True,
     seeds: Sequence[int] | None = None,
+    share_prompt: bool = True,
 ):
     """Sample completions for a prompt batch: `(ids (B, T), mask (B, T))`, padding after the first eos.
 
     `temperature` is one number, or a `(B,)` tensor giving each row its own. `seeds` (one int per row)
-    makes each row's sample a function of its seed and prompt alone, whatever else is in the batch.
+    makes each row's sample a function of its seed and prompt alone, whatever else is in the batch. A
+    grouped batch sampled with seeds runs each prompt once (`share_prompt`; False: Hugging Face's `generate`
+    over every repeated row, the same tokens at more cost).
     """
     eos = eos_token_ids(model, processor)
     if seeds is not None and len(seeds) != batch["input_ids"].shape[0]:
@@ -386,6 +390,10 @@ def generate(
             procs.append(_RowSeededSampler(seeds, batch["input_ids"].device))
         if procs:  # rows of the expanded batch, in the same order as the repeated one
             kwargs["logits_processor"] = LogitsProcessorList(procs)
+    if share_prompt and do_sample and seeds is not None and is_grouped(batch) and not _sharded(model):
+        # the prompt runs once per group, not once per member: Hugging Face's generate would prefill the
+        # G repeated copies of every prompt (most of a short rollout's compute)
+        return _sample_shared_prefix(model, processor, batch, max_new_tokens, kwargs["logits_processor"], eos)
     # A group of samples of one prompt: generate encodes the prompt's pixels once and expands them.
     grouped = is_grouped(batch) and do_sample
     inputs = batch.unique if grouped else batch
@@ -400,6 +408,47 @@ def generate(
         **kwargs,
     )
     ids = out[:, inputs["input_ids"].shape[1] :]
+    return ids, completion_mask(ids, eos)
+
+
+@torch.no_grad()
+def _sample_shared_prefix(model, processor, batch: GroupedBatch, max_new_tokens: int, procs, eos):
+    """`generate`'s seeded sampling for a grouped batch, with one pass over each prompt.
+
+    The prompts' KV cache and last logits are computed once (`shared_prefill`) and repeated G times; each
+    step then runs only the new token of all `B * G` rows. Token choice is Hugging Face's (`_sample`): the
+    logits processors (vision placeholders suppressed, per-row temperature, the seeded draw), finished rows
+    padded, stop when every row has ended or after `max_new_tokens`. Rows are drawn by their own seeds, so the
+    global RNG is not used (Hugging Face's `multinomial` over the one-hot result only advanced it).
+    """
+    cache, logits, attention, start = shared_prefill(model, batch)
+    pad = processor.tokenizer.pad_token_id
+    suppress = torch.tensor(vision_token_ids(processor), device=logits.device)
+    eos_t = torch.tensor(eos, device=logits.device)
+    rows = logits.shape[0]
+    unfinished = torch.ones(rows, dtype=torch.long, device=logits.device)
+    tokens: list[torch.Tensor] = []
+    for t in range(max_new_tokens):
+        scores = logits.to(torch.float32, copy=True)
+        if suppress.numel():
+            scores[:, suppress] = -float("inf")
+        scores = procs(None, scores)
+        nxt = scores.argmax(-1) * unfinished + pad * (1 - unfinished)  # one finite entry per row
+        tokens.append(nxt)
+        unfinished = unfinished & ~torch.isin(nxt, eos_t)
+        if not unfinished.any() or t == max_new_tokens - 1:
+            break
+        attention = torch.cat([attention, attention.new_ones(rows, 1)], dim=1)
+        out = model(
+            input_ids=nxt[:, None],
+            attention_mask=attention,
+            past_key_values=cache,
+            position_ids=(start + t).view(1, rows, 1).expand(3, -1, -1),
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        cache, logits = out.past_key_values, out.logits[:, -1]
+    ids = torch.stack(tokens, dim=1)
     return ids, completion_mask(ids, eos)
 
 
