@@ -77,6 +77,8 @@ def _parser() -> argparse.ArgumentParser:
             from embodied.integrations.export import FORMATS
 
             s.add_argument("--format", choices=FORMATS, help="same as export.format=NAME (default verl)")
+        if name == "bench":  # `bench quickstart --against REF` (embodied/bench/quickstart.py)
+            s.add_argument("--against", metavar="REF", help="bench quickstart: the commit to compare with")
         if name == "generate":
             s.add_argument(
                 "--from-videos",
@@ -149,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides.append(f"eval.baseline={args.baseline}")
     if getattr(args, "format", None):
         args.overrides.append(f"export.format={args.format}")
+    if getattr(args, "against", None):
+        args.overrides.append(f"bench.against={args.against}")
     if getattr(args, "from_videos", None):
         args.overrides.append(f"data.from_videos={args.from_videos}")
     # the schema (omegaconf, numpy) loads only once the arguments parse; torch only past the config

@@ -250,8 +250,16 @@ class BenchConfig:
     memory_gpus: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
     """memory: GPU counts of the plan."""
     profile_clips: int = 200
-    """profile-quickstart: clips also made in the main process (workers=0) to time physics, render and
-    encoding, which the quickstart's worker processes hide (0 = none)."""
+    """scripts/profile_quickstart.py: clips also made in the main process (workers=0) to time physics,
+    render and encoding, which the quickstart's worker processes hide (0 = none)."""
+    against: str = ""
+    """quickstart: the commit (any git ref) this checkout's quickstart is compared with (`--against REF`)."""
+    quickstart_runs: int = 3
+    """quickstart: runs of each side, alternated (REF, this, REF, this, ...); their medians are compared."""
+    quickstart_swap: bool = False
+    """quickstart: every second pair starts with this checkout (REF, this, this, REF, ...)."""
+    quickstart_overrides: list[str] = field(default_factory=list)
+    """quickstart: dotted overrides given to both sides' quickstart (e.g. fewer steps for a smoke test)."""
 
 
 @dataclass

@@ -1,0 +1,128 @@
+"""Where a quickstart's seconds go: wall-clock timers around the calls that matter, installed by patching
+(scripts/profile_quickstart.py runs the whole quickstart under them).
+
+Timers nest: a key is the path of the timed calls it ran inside (`grpo>generate>vision`), so a stage's
+seconds split into its parts and each part into its own. The timers wrap whole calls (a few thousand per
+run), so they cost nothing measurable, unlike a tracing profiler on Hugging Face's Python-heavy `generate`.
+Generation runs in worker processes that the timers cannot see; the script also makes `bench.profile_clips`
+clips in its own process (workers=0) under `GENERATION_TARGETS`. A function imported by name into another
+module is timed where it is looked up, so each target names the module that calls it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import time
+from collections import defaultdict
+
+
+class Timers:
+    """Accumulated wall seconds and call counts per path of nested timed calls."""
+
+    def __init__(self) -> None:
+        self.stack: list[str] = []
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        self._undo: list = []
+
+    def wrap(self, owner, attr: str, name: str) -> None:
+        """Time every call of `owner.attr` (a module function or a class's method) as `name`."""
+        original = getattr(owner, attr)
+        raw = owner.__dict__.get(attr, original) if isinstance(owner, type) else original
+        if isinstance(raw, (staticmethod, classmethod)):
+            raise TypeError(f"cannot time {owner}.{attr}: static or class method")
+
+        @functools.wraps(original)
+        def timed(*args, **kwargs):
+            self.stack.append(name)
+            key = ">".join(self.stack)
+            t0 = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.seconds[key] += time.perf_counter() - t0
+                self.calls[key] += 1
+                self.stack.pop()
+
+        setattr(owner, attr, timed)
+        self._undo.append((owner, attr, raw))
+
+    def restore(self) -> None:
+        for owner, attr, raw in reversed(self._undo):
+            setattr(owner, attr, raw)
+        self._undo.clear()
+
+    def table(self) -> list[dict]:
+        return [
+            {"path": k, "seconds": round(v, 2), "calls": self.calls[k]}
+            for k, v in sorted(self.seconds.items(), key=lambda kv: kv[0])
+        ]
+
+
+# (module, attribute path, name): what is timed. Model classes are patched at the class, so every
+# instance (policy, reference, evaluation) is seen.
+TARGETS = [
+    ("embodied.run", "ensure_dataset", "generate"),
+    ("embodied.run", "load", "load_policy"),
+    ("embodied.run", "load_split", "load"),
+    ("embodied.data.load", "read_video", "decode"),
+    ("embodied.run", "evaluate", "eval"),
+    ("embodied.train.sft", "train_sft", "sft"),
+    ("embodied.train.grpo", "train_grpo", "grpo"),
+    ("embodied.train.grpo", "evaluate", "validate"),
+    ("embodied.train.sft", "evaluate", "validate"),
+    ("embodied.run", "save_policy", "save"),
+    ("embodied.train.grpo", "sample_groups", "rollout"),
+    ("embodied.rl.rollout", "encode_prompts", "encode"),
+    ("embodied.rl.rollout", "generate", "sample"),
+    ("embodied.rl.rollout", "score", "reward"),
+    ("embodied.train.grpo", "update", "update"),
+    ("embodied.train.sft", "encode_prompts", "encode"),
+    ("embodied.train.grpo", "compute_advantages", "advantages"),
+    ("embodied.train.grpo", "apply_gradients", "optimizer"),
+    ("torch.optim", "AdamW.step", "adamw"),
+    ("torch.autograd", "backward", "backward"),
+    ("transformers.processing_utils", "ProcessorMixin.__call__", "processor"),
+    ("transformers.generation.utils", "GenerationMixin.generate", "generate"),
+    (
+        "transformers.models.qwen2_5_vl.modeling_qwen2_5_vl",
+        "Qwen2_5_VisionTransformerPretrainedModel.forward",
+        "vision",
+    ),
+    (
+        "transformers.models.qwen2_5_vl.modeling_qwen2_5_vl",
+        "Qwen2_5_VLTextModel.forward",
+        "text",
+    ),
+    ("embodied.train.grpo", "completion_logprobs", "logprobs"),
+    ("embodied.train.sft", "completion_logprobs", "logprobs"),
+    ("embodied.eval.loop", "generate", "sample"),
+]
+
+GENERATION_TARGETS = [
+    ("embodied.data.engine", "store", "store"),
+    ("embodied.data.engine", "write_video", "encode"),
+    ("embodied.worlds.base", "SceneWorld.reset", "physics"),
+    ("embodied.worlds.base", "SceneWorld.record", "render"),
+]
+
+
+def install(timers: Timers, targets) -> None:
+    for module, path, name in targets:
+        owner = importlib.import_module(module)
+        *outer, attr = path.split(".")
+        for part in outer:
+            owner = getattr(owner, part)
+        timers.wrap(owner, attr, name)
+
+
+@contextlib.contextmanager
+def timing(targets):
+    timers = Timers()
+    install(timers, targets)
+    try:
+        yield timers
+    finally:
+        timers.restore()
