@@ -87,6 +87,8 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
             r = quickstart_once(sides[side], out.resolve() / "runs" / f"{side}-{i}", overrides)
             runs[side].append(r)
             order.append(side)
+            with (out / "bench_quickstart_runs.jsonl").open("a") as f:  # kept if the bench is cut short
+                f.write(json.dumps({"side": side, "pair": i, **r}) + "\n")
             if progress:
                 print(
                     f"[bench quickstart] {side} run {i}: wall_s {r['wall_s']} accuracy {r['accuracy']}",
