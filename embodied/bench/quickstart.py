@@ -3,7 +3,8 @@
 Speed claims on a shared machine mean something only as ratios measured side by side. REF is checked out
 into a git worktree (`git worktree add --detach`, under `run_dir`) and both quickstarts run in child
 processes with the same interpreter, config overrides and thread count, alternately: REF, this, REF, this,
-... (`bench.quickstart_runs` each). Each run starts from a fresh data folder, so generation is timed too.
+... (`bench.quickstart_runs` each). "This" is the checkout's HEAD, also run from a worktree, so edits made
+while the bench runs change nothing. Each run starts from a fresh data folder, so generation is timed too.
 Reported: every run's `wall_s`, stage timings and test accuracy, the median of each side, the ratio of the
 medians (this over REF), per-stage ratios, and the load average around each run (how busy the machine was).
 """
@@ -72,14 +73,17 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
     if not b.against:
         raise ValueError("embodied bench quickstart needs a commit to compare with: --against REF")
     ref_code, ref_sha = worktree(b.against, out.resolve())
-    head, dirty = git("rev-parse", "HEAD"), bool(git("status", "--porcelain", "--untracked-files=no"))
+    # this side runs from a worktree of HEAD too: commits or edits made in the checkout while the bench runs
+    # (a shared machine) cannot change what is measured; uncommitted changes are not measured (flagged)
+    new_code, head = worktree("HEAD", out.resolve())
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
     overrides = [
         f"seed={cfg.seed}",
         f"data.seed={cfg.data.seed}",
         f"threads={cfg.threads}",
         *b.quickstart_overrides,
     ]
-    sides = {"ref": ref_code, "new": REPO}
+    sides = {"ref": ref_code, "new": new_code}
     runs: dict[str, list[dict]] = {"ref": [], "new": []}
     order = []
     for i in range(b.quickstart_runs):
@@ -108,7 +112,7 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
         "against": b.against,
         "ref_commit": ref_sha,
         "new_commit": head,
-        "new_has_uncommitted_changes": dirty,
+        "checkout_had_uncommitted_changes": dirty,
         "runs_each": b.quickstart_runs,
         "order": order,
         "overrides": overrides,
