@@ -25,13 +25,59 @@ VISUAL_KEYS = (
 )
 
 
+PIXEL_KEYS = ("pixel_values_videos", "pixel_values")
+
+
 class GroupedBatch(dict):
     """The tensors of a prompt batch whose prompts are each repeated `group` times in a row (what the
-    model sees), plus `unique`, the batch before repeating."""
+    model sees), plus `unique`, the batch before repeating.
 
-    def __init__(self, tensors: dict, unique, group: int):
+    The repeated pixels (`PIXEL_KEYS`, the bulk of the batch: G copies of every clip) are made only when
+    something reads them (`pixels`, a function returning them, is called once then): the grouped passes use
+    `unique`'s. Every dict view (`in`, iteration, `keys`, `items`, `dict(batch)`, `**batch`) shows them.
+    """
+
+    def __init__(self, tensors: dict, unique, group: int, pixels=None):
         super().__init__(tensors)
-        self.unique, self.group = unique, group
+        self.unique, self.group, self._pixels = unique, group, pixels
+
+    def _lazy(self) -> list[str]:
+        return [k for k in PIXEL_KEYS if k in self.unique] if self._pixels is not None else []
+
+    def materialize(self) -> GroupedBatch:
+        if self._pixels is not None:
+            fill, self._pixels = self._pixels, None
+            super().update(fill())
+        return self
+
+    def __missing__(self, key):
+        if key in self._lazy():
+            return self.materialize()[key]
+        raise KeyError(key)
+
+    def __contains__(self, key) -> bool:
+        return super().__contains__(key) or key in self._lazy()
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return super().__len__() + len(self._lazy())
+
+    def keys(self):
+        self.materialize()
+        return super().keys()
+
+    def items(self):
+        self.materialize()
+        return super().items()
+
+    def values(self):
+        self.materialize()
+        return super().values()
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default  # noqa: SIM401 - dict.get skips __missing__
 
 
 def is_grouped(batch) -> bool:

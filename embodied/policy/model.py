@@ -19,6 +19,7 @@ from transformers import LogitsProcessor, LogitsProcessorList
 
 from embodied.policy.config import PolicyConfig  # noqa: F401  (the `policy` section, re-exported)
 from embodied.policy.groups import (
+    PIXEL_KEYS,
     PROMPT_KEYS,
     VISUAL_KEYS,
     GroupedBatch,
@@ -214,15 +215,27 @@ def encode_prompts(
     return batch.to(device)
 
 
-def select_rows(batch, rows: Sequence[int]):
+def select_rows(batch, rows: Sequence[int], pixels: bool = True):
     """The prompts `rows` of `batch` (repeats allowed), each with its own visual inputs.
 
     Videos and images are flattened across the batch into patch rows; each prompt's items are counted
     from its runs of visual tokens (`mm_token_type_ids`: any number of images, or a video, per prompt) and
     each item's block of patches is found from its grid (`t * h * w` patches) and moved with it. From a
-    `GroupedBatch`, rows that are whole groups in order give a `GroupedBatch` again.
+    `GroupedBatch`, rows that are whole groups in order give a `GroupedBatch` again (all its rows: itself).
+    `pixels=False` leaves the pixel tensors out (grids and the rest are selected).
     """
-    index = torch.as_tensor(list(rows), dtype=torch.long)
+    rows = list(rows)
+    if isinstance(batch, GroupedBatch):
+        groups = _whole_groups(rows, batch.group)
+        if groups is not None:
+            n = batch.unique["input_ids"].shape[0]
+            return (
+                batch
+                if groups == list(range(n))
+                else repeat_batch(select_rows(batch.unique, groups), batch.group)
+            )
+        batch.materialize()
+    index = torch.as_tensor(rows, dtype=torch.long)
     out = {k: v[index.to(v.device)] for k, v in batch.items() if k in _PER_SEQUENCE}
     for pix, grid, extra, type_id in (
         ("pixel_values_videos", "video_grid_thw", "second_per_grid_ts", 2),
@@ -235,15 +248,13 @@ def select_rows(batch, rows: Sequence[int]):
         items = [j for i in index.tolist() for j in range(starts[i], starts[i] + counts[i])]
         if not items:
             continue
-        chunks = batch[pix].split(batch[grid].prod(-1).tolist())
-        out[pix] = torch.cat([chunks[j] for j in items])
+        if pixels:
+            chunks = batch[pix].split(batch[grid].prod(-1).tolist())
+            out[pix] = torch.cat([chunks[j] for j in items])
         sel = torch.as_tensor(items, dtype=torch.long, device=batch[grid].device)
         out[grid] = batch[grid][sel]
         if extra and extra in batch:
             out[extra] = batch[extra][sel.to(batch[extra].device)]
-    groups = _whole_groups(index.tolist(), batch.group) if isinstance(batch, GroupedBatch) else None
-    if groups is not None:
-        return GroupedBatch(out, select_rows(batch.unique, groups), batch.group)
     return out
 
 
@@ -270,9 +281,14 @@ def _whole_groups(rows: list[int], group: int) -> list[int] | None:
 
 
 def repeat_batch(batch, n: int) -> GroupedBatch:
-    """Each prompt of `batch` repeated `n` times in a row (a GRPO group), visual inputs included."""
+    """Each prompt of `batch` repeated `n` times in a row (a GRPO group), visual inputs included (the
+    repeated pixels are made only if read: see `GroupedBatch`)."""
     rows = [i for i in range(batch["input_ids"].shape[0]) for _ in range(n)]
-    return GroupedBatch(select_rows(batch, rows), batch, n)
+
+    def pixels() -> dict:
+        return {k: v for k, v in select_rows(batch, rows).items() if k in PIXEL_KEYS}
+
+    return GroupedBatch(select_rows(batch, rows, pixels=False), batch, n, pixels)
 
 
 def visual_runs(batch, type_id: int) -> torch.Tensor:
@@ -506,11 +522,11 @@ def _full_forward(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Logits `(B, T, V)` predicting each completion token, from one pass over prompt + completion, and
     with `hidden` the last hidden states `(B, T, H)` (after the final norm) at the same positions."""
-    inputs = {k: v for k, v in batch.items() if k in _VISUAL}
-    if is_grouped(batch):  # the vision tower runs once per prompt, not once per sample
+    grouped = is_grouped(batch)
+    # the grouped batch's repeated pixels are never made here: its features come from `unique`
+    inputs = {k: batch[k] for k in _VISUAL if k in batch and not (grouped and k in PIXEL_KEYS)}
+    if grouped:  # the vision tower runs once per prompt, not once per sample
         inputs["mm_encoder_outputs"] = shared_visual_features(model, batch)
-        inputs.pop("pixel_values", None)
-        inputs.pop("pixel_values_videos", None)
     inputs["input_ids"] = torch.cat([batch["input_ids"], ids], dim=1)
     inputs["attention_mask"] = torch.cat(
         [batch["attention_mask"], mask.to(batch["attention_mask"].dtype)], dim=1
