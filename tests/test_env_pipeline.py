@@ -128,13 +128,13 @@ def test_success_outscores_every_failure(episodes):
     """best-of-N keeps the highest `reward/total`: that is a success whenever one was sampled."""
     import numpy as np
 
-    from embodied.envs.parity import answer_text, sample_actions
+    from embodied.envs import answer_text, task
     from embodied.envs.reward import env_reward
 
     rng = np.random.default_rng(1)
     for ex in episodes:
         name = ex.record["task"]
-        texts = [answer_text(name, a) for a in sample_actions(name, ex.record, rng, 10)]
+        texts = [answer_text(name, a) for a in task(name).probe_actions(ex.record, rng, 10)]
         terms = env_reward(texts, [ex.record] * len(texts))
         wins = [t["reward/total"] for t in terms if t["reward/success"]]
         losses = [t["reward/total"] for t in terms if not t["reward/success"]]

@@ -7,10 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from embodied.envs import task
-from embodied.envs.parity import answer_text, sample_actions
-from embodied.envs.reward import UNPARSEABLE_PENALTY, env_reward
-from embodied.eval.envs import CONSTANT_GRID, best_constant
+from embodied.envs import answer_text, task
+from embodied.envs.reward import env_reward, unparseable_penalty
+from embodied.eval.envs import best_constant
 
 SEEDS = (0, 1, 2)
 PROBES = {
@@ -67,7 +66,7 @@ def records():
 def test_probes_and_their_rewards_are_unchanged(records):
     for name, (texts, totals) in PROBES.items():
         rec = records[name][0]
-        actions = sample_actions(name, rec, np.random.default_rng(5), 6)
+        actions = task(name).probe_actions(rec, np.random.default_rng(5), 6)
         assert [answer_text(name, a) for a in actions] == texts, name
         got = [t["reward/total"] for t in env_reward(texts, [rec] * len(texts))]
         assert got == pytest.approx(totals, abs=1e-12), name
@@ -80,11 +79,12 @@ def test_best_constants_are_unchanged(records):
 
 def test_constant_grids_are_unchanged():
     for name, size in GRID_SIZES.items():
-        grid = [list(a) if isinstance(a, tuple) else a for a in CONSTANT_GRID[name]]
+        grid = [list(a) if isinstance(a, tuple) else a for a in task(name).CONSTANT_GRID]
         assert len(grid) == size and [grid[0], grid[-1]] == GRID_ENDS[name], name
 
 
 def test_unparseable_penalty_is_unchanged(records):
-    assert UNPARSEABLE_PENALTY == 1.5
+    assert unparseable_penalty() == 1.5
+    assert {n: task(n).WORST_OUTCOME for n in PROBES} == {"place": -0.5, "carry": -1.25, "push": -0.25}
     terms = env_reward(["no answer"], [records["carry"][0]])[0]
     assert terms["reward/total"] == -1.5 and terms["reward/unparseable"] == 1

@@ -11,7 +11,7 @@ import pytest
 from embodied.envs import TASKS, carry, execute, place, push, task
 from embodied.envs.backend import simulate_jobs
 from embodied.envs.core import EnvError
-from embodied.envs.reward import UNPARSEABLE_PENALTY, env_reward
+from embodied.envs.reward import env_reward, unparseable_penalty
 
 
 def _answer(x: str) -> str:
@@ -125,21 +125,20 @@ def test_env_reward_terms_and_unparseable(episodes):
     assert {"reward/total", "reward/format", "reward/unparseable", "reward/toppled"} <= set(terms[0])
     assert terms[0]["reward/success"] == 1 and terms[0]["reward/format"] == 1
     assert terms[1]["reward/unparseable"] == 1 and terms[1]["reward/format"] == 0
-    assert terms[1]["reward/total"] == -UNPARSEABLE_PENALTY and terms[1]["reward/success"] == 0
+    assert terms[1]["reward/total"] == -unparseable_penalty() and terms[1]["reward/success"] == 0
     expected = execute(records[2], 2)["reward/total"] + 0.2
     assert terms[2]["reward/total"] == pytest.approx(expected)
 
 
 def test_not_answering_never_beats_a_bad_action():
-    """Every penalty term at -1 together (the worst executed outcome) still scores above unparseable."""
+    """A task's declared worst outcome is no lower than every failure term at -1 together (the other terms
+    are never negative), and unparseable scores below it."""
     for name in TASKS:
-        weights = task(name).WEIGHTS
-        worst = -sum(
-            w
-            for k, w in weights.items()
-            if k not in ("reward/success", "reward/standing", "reward/closeness")
-        )
-        assert worst > -UNPARSEABLE_PENALTY, name
+        mod = task(name)
+        every_failure = -sum(mod.WEIGHTS[k] for k in mod.FAILURES)
+        assert every_failure <= mod.WORST_OUTCOME < 0, name
+        assert -unparseable_penalty() < mod.WORST_OUTCOME, name
+        assert set(mod.FAILURES) <= set(mod.WEIGHTS), name
 
 
 def test_env_errors_name_task_and_seed(episodes):

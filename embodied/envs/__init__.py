@@ -1,10 +1,33 @@
 """Interactive tasks: the policy's answer is executed in MuJoCo and the physics is the reward.
 
-Each task module (``place``, ``carry``, ``push``) owns its scene (``sim/<task>/scene.xml``) and defines
-``make_episode(seed, difficulty, width, height, num_frames, fps) -> (record, frames)``, ``parse_action(text)
--> action | None``, ``job(record, action) -> Job``, ``outcome(record, action, trace) -> terms`` and
-``describe(action)``. Records have the MCQ format (``options`` is [] for numeric answers, ``answer`` is ""
-since there is no label), so they are stored and loaded like any generated dataset.
+A task is one module, and that module declares everything the rest of the code needs (the protocol is
+``PROTOCOL`` below; ``place.py`` is a worked example):
+
+* ``NAME``, ``VERSION`` (bumped whenever what ``make_episode`` makes for a seed changes), ``NUMERIC`` (the
+  answer is numbers, else a lettered option) and ``RANK`` (its place in the default ``env.tasks``);
+* the episode: ``make_episode(seed, difficulty, width, height, num_frames, fps) -> (record, frames)``;
+  records have the MCQ format (``options`` is [] for numeric answers, ``answer`` is "" since there is no
+  label), so they are stored and loaded like any generated dataset;
+* the answer: ``parse_action(text) -> action | None`` and its inverse ``format_action(action) -> str`` (the
+  body of an ``<answer>`` block that parses back to ``action``), ``describe(action)`` in words,
+  ``random_answer(rng)`` (a well-formed answer for format-only SFT targets);
+* the physics: ``job(record, action) -> core.Job`` and ``outcome(record, action, trace) -> terms``, named
+  reward terms with ``reward/total`` their weighted sum by ``WEIGHTS``;
+* its failures: ``FAILURES`` (the terms that are -1 when the action failed in that way) and
+  ``WORST_OUTCOME`` (the lowest ``reward/total`` an executed action can score; the unparseable penalty of
+  :mod:`embodied.envs.reward` is set below every task's worst);
+* its baselines and probes: ``CONSTANT_GRID`` (the answers the best-constant baseline tries on every
+  episode), ``probe_actions(record, rng, k)`` (answers covering success and failure, for the CPU/Warp
+  parity check), ``action_value(action)`` and ``decisive(record)`` (the action and the scene parameter
+  that decides the outcome as one number each, for the spread of a policy's answers) and ``DECIDED_BY``
+  (that parameter in words, for reports).
+
+Optional: ``SCENE``, the MJCF file of a task kept outside this package (shipped tasks keep theirs in
+``sim/<NAME>/scene.xml``).
+
+A module of this package that assigns ``NAME`` and defines ``make_episode`` is a task: it is found by
+reading the package's sources, without importing them (so that the config, which lists the tasks, loads
+without MuJoCo). A task kept elsewhere joins with :func:`register`.
 
 The GRPO reward that executes answers is :func:`embodied.envs.reward.env_reward`: every parseable
 completion of a call is executed, all in one batch per task on the ``warp`` backend, and scored by physics.
@@ -12,31 +35,132 @@ completion of a call is executed, all in one batch per task on the ``warp`` back
 
 from __future__ import annotations
 
+import ast
 import importlib
+from pathlib import Path
 from types import ModuleType
 
-import numpy as np
+__all__ = [
+    "PROTOCOL",
+    "TASKS",
+    "answer_text",
+    "execute",
+    "is_interactive",
+    "random_answer",
+    "register",
+    "task",
+    "task_names",
+    "unregister",
+]
 
-__all__ = ["TASKS", "execute", "is_interactive", "random_answer", "task"]
+PROTOCOL = (
+    "NAME",
+    "VERSION",
+    "NUMERIC",
+    "RANK",
+    "WEIGHTS",
+    "FAILURES",
+    "WORST_OUTCOME",
+    "CONSTANT_GRID",
+    "DECIDED_BY",
+    "make_episode",
+    "parse_action",
+    "format_action",
+    "describe",
+    "random_answer",
+    "job",
+    "outcome",
+    "probe_actions",
+    "action_value",
+    "decisive",
+)
+"""What a task module must define (see the module docstring)."""
 
-TASKS = ("place", "carry", "push")
+
+def _declares_task(path: Path) -> tuple[int, str] | None:
+    """``(RANK, NAME)`` when the module at ``path`` assigns ``NAME`` (a string) and defines
+    ``make_episode`` at its top level; read from the source, nothing imported."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    consts: dict[str, object] = {}
+    functions = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            functions.add(node.name)
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        for t in targets:
+            if isinstance(t, ast.Name) and isinstance(node.value, ast.Constant):
+                consts[t.id] = node.value.value
+    if not isinstance(consts.get("NAME"), str) or "make_episode" not in functions:
+        return None
+    if consts["NAME"] != path.stem:
+        raise ImportError(f"{path}: NAME = {consts['NAME']!r}, but a task's module is named after it")
+    rank = consts.get("RANK")
+    if not isinstance(rank, int):
+        raise ImportError(f"{path}: a task module needs RANK = <int> (its place in the default env.tasks)")
+    return rank, path.stem
+
+
+def _discover() -> tuple[str, ...]:
+    found = [d for p in sorted(Path(__file__).parent.glob("*.py")) if (d := _declares_task(p))]
+    return tuple(name for _, name in sorted(found))
+
+
+TASKS = _discover()
+"""The tasks shipped in this package, by ``RANK``: the default of ``env.tasks``."""
+
+_REGISTERED: dict[str, ModuleType] = {}
+
+
+def task_names() -> tuple[str, ...]:
+    """Every known task: the shipped ones, then the registered ones in registration order."""
+    return TASKS + tuple(n for n in _REGISTERED if n not in TASKS)
+
+
+def register(module: ModuleType) -> ModuleType:
+    """Make the task ``module`` (defined anywhere) known by its ``NAME``: episodes, rewards, evaluation,
+    the best constant, parity and reports then work on it as on a shipped task. Registration lives in this
+    process only (data workers that are spawned must register it again, or use ``env.workers=0``)."""
+    missing = [k for k in PROTOCOL if not hasattr(module, k)]
+    if missing:
+        raise TypeError(f"{module.__name__} is not an interactive task: it lacks {missing} (embodied.envs)")
+    name = module.NAME
+    if name in TASKS or (name in _REGISTERED and _REGISTERED[name] is not module):
+        raise ValueError(f"an interactive task named {name!r} is already known")
+    if getattr(module, "SCENE", None):
+        from embodied.envs.core import add_scene
+
+        add_scene(name, module.SCENE)
+    _REGISTERED[name] = module
+    return module
+
+
+def unregister(name: str) -> None:
+    """Forget a task added by :func:`register` (shipped tasks stay)."""
+    _REGISTERED.pop(name, None)
 
 
 def task(name: str) -> ModuleType:
     """The module of interactive task ``name``."""
+    if name in _REGISTERED:
+        return _REGISTERED[name]
     if name not in TASKS:
-        raise KeyError(f"unknown interactive task {name!r}; known: {list(TASKS)}")
+        raise KeyError(f"unknown interactive task {name!r}; known: {list(task_names())}")
     return importlib.import_module(f"embodied.envs.{name}")
 
 
 def is_interactive(record: dict) -> bool:
-    return record.get("task") in TASKS
+    return record.get("task") in TASKS or record.get("task") in _REGISTERED
 
 
-def random_answer(record: dict, rng: np.random.Generator) -> str:
+def random_answer(record: dict, rng) -> str:
     """A well-formed completion for ``record`` with a random action on the task's answer grid: the answer
     format for SFT (``sft.targets=format``), with no physics in it."""
     return f"<think></think><answer>{task(record['task']).random_answer(rng)}</answer>"
+
+
+def answer_text(name: str, action) -> str:
+    """A well-formed completion of task ``name`` that answers ``action``."""
+    return f"<think></think><answer>{task(name).format_action(action)}</answer>"
 
 
 def execute(record: dict, action, backend: str = "cpu") -> dict[str, float]:

@@ -22,6 +22,7 @@ NAME = "carry"
 NUMERIC = True  # the answer is numbers (False: a lettered option)
 VERSION = 1
 """Bumped whenever what `make_episode` makes for a seed changes (the dataset manifest records it)."""
+RANK = 1  # its place in the default env.tasks
 # name: (rgba, friction, mass kg, strength N). Strength is the largest pad force the object survives.
 MATERIALS = {
     "foam": ((0.95, 0.85, 0.30, 1.0), 0.9, 0.05, 5.0),
@@ -37,6 +38,15 @@ LIFT_TAU = 0.15  # s: time constant of the lift servo's command filter (sim/carr
 SLIP_TOL = 0.03  # m: the object may lag the hand by this much before it counts as dropped
 WARP_SIZES = (32, 96)  # peak on CPU: see core.Job.warp_sizes
 WEIGHTS = {"reward/success": 1.0, "reward/dropped": 0.5, "reward/crushed": 0.5, "reward/too_low": 0.25}
+FAILURES = ("reward/dropped", "reward/crushed", "reward/too_low")
+WORST_OUTCOME = -1.25
+"""The lowest reward/total of an executed action: dropped, crushed and too low at once."""
+CONSTANT_GRID = [
+    (f, v) for f in (0.5, 1, 2, 3, 4, 6, 8, 10, 13, 16, 20, 25, 32, 40, 50) for v in (0.15, 0.25, 0.4)
+]
+"""The best-constant baseline's answers: a grid over the stated force and speed ranges."""
+DECIDED_BY = "the grip force a sound answer uses (set by the material)"
+PROBE_DIGITS = (2, 3)  # parity probes: force to 0.01 N, speed to 0.001 m/s
 
 
 def question(difficulty: str) -> str:
@@ -159,6 +169,17 @@ def good_action(record: dict) -> tuple[float, float]:
     speed = min(SPEED_RANGE[1], 1.3 * h / (LIFT_S - LIFT_TAU))
     need = obj["mass"] * (9.81 + speed / LIFT_TAU) / (2 * obj["friction"])
     return (round(min(2 * need, 0.6 * obj["strength"], FORCE_RANGE[1]), 1), round(speed, 2))
+
+
+def format_action(action: tuple[float, float]) -> str:
+    """The body of an answer with this grip force and lift speed (what `parse_action` reads back)."""
+    return f"{action[0]:.2f}, {action[1]:.3f}"
+
+
+def probe_actions(record: dict, rng: np.random.Generator, k: int) -> list[tuple[float, float]]:
+    """``k`` answers for the CPU/Warp parity check: half near `good_action`, half uniform over the ranges
+    (`core.numeric_probes`)."""
+    return core.numeric_probes(good_action(record), [FORCE_RANGE, SPEED_RANGE], PROBE_DIGITS, rng, k)
 
 
 def describe(action: tuple[float, float]) -> str:

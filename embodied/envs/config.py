@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from embodied.envs import TASKS
+
 
 @dataclass
 class FeedbackConfig:
@@ -42,7 +44,8 @@ class FeedbackConfig:
 class EnvConfig:
     """Interactive episodes: which tasks, how hard, how many, and which physics backend scores them."""
 
-    tasks: list[str] = field(default_factory=lambda: ["place", "carry", "push"])
+    tasks: list[str] = field(default_factory=lambda: list(TASKS))
+    """Interactive tasks to generate and score (default: every task shipped in `embodied/envs/`)."""
     backend: str = "cpu"
     """cpu (MuJoCo, one episode after another) | warp (MuJoCo Warp, all episodes of a call batched; CUDA
     when present, else Warp's CPU device)."""

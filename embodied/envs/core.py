@@ -80,10 +80,21 @@ _BASE: dict[str, mujoco.MjModel] = {}
 
 
 def base_model(task: str) -> mujoco.MjModel:
-    """The compiled scene ``sim/<task>/scene.xml`` (compiled once per process, never modified)."""
+    """The compiled scene of ``task`` (compiled once per process, never modified): ``sim/<task>/scene.xml``,
+    or the file given to :func:`add_scene`."""
     if task not in _BASE:
-        _BASE[task] = mujoco.MjModel.from_xml_path(str(scene_path(task)))
+        _BASE[task] = mujoco.MjModel.from_xml_path(str(_SCENES.get(task) or scene_path(task)))
     return _BASE[task]
+
+
+_SCENES: dict[str, str] = {}
+
+
+def add_scene(task: str, path: str) -> None:
+    """Use the MJCF file ``path`` as the scene of ``task`` (a task kept outside this package, whose module
+    names it as ``SCENE``: :func:`embodied.envs.register` calls this)."""
+    _SCENES[task] = str(path)
+    _BASE.pop(task, None)
 
 
 def configured_model(task: str, fields: dict[str, np.ndarray]) -> mujoco.MjModel:
@@ -150,6 +161,27 @@ def parse_numbers(text: str, ranges: list[tuple[float, float]]) -> tuple[float, 
         if not (math.isfinite(v) and lo <= v <= hi):
             return None
     return values
+
+
+def numeric_probes(
+    good: float | tuple[float, ...],
+    ranges: list[tuple[float, float]],
+    digits: tuple[int, ...],
+    rng: np.random.Generator,
+    k: int,
+):
+    """``k`` numeric actions that cover both outcomes: even positions within 20% of the sound answer
+    ``good`` (clipped to ``ranges``), odd ones uniform over ``ranges``; each coordinate rounded to its
+    ``digits``. One range gives plain numbers, several give tuples."""
+    r = np.array(ranges, dtype=float)
+
+    def rounded(x: np.ndarray):
+        values = tuple(round(float(v), d) for v, d in zip(x, digits))
+        return values if len(values) > 1 else values[0]
+
+    g = np.atleast_1d(np.asarray(good, dtype=float))
+    near = [rounded(np.clip(g * rng.uniform(0.8, 1.2, g.size), r[:, 0], r[:, 1])) for _ in range(k)]
+    return [rounded(rng.uniform(r[:, 0], r[:, 1])) if i % 2 else near[i] for i in range(k)]
 
 
 def total(terms: dict[str, float], weights: dict[str, float]) -> dict[str, float]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from embodied.envs import task
+from embodied.envs import execute, task
 from embodied.envs.reward import env_reward
 
 
@@ -34,6 +34,6 @@ class TaskEnv:
         if isinstance(answer, str):
             terms = env_reward([answer], [self.record], self.backend)[0]
         else:
-            terms = self.module.execute(self.record, answer, self.backend)
+            terms = execute(self.record, answer, self.backend)
         self.record, record = None, self.record
         return {}, terms["reward/total"], True, False, {"terms": terms, "record": record}

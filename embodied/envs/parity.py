@@ -1,7 +1,8 @@
 """CPU MuJoCo vs MuJoCo Warp on the same seeds and actions: agreement of the success label, and speed.
 
-Actions are drawn to cover both outcomes: for the numeric tasks half are uniform over the stated ranges
-and half lie within 20% of a physically sound answer (so successes occur), for ``place`` every option.
+Each task chooses its own probe answers (``probe_actions``), covering both outcomes: every option of a
+lettered task, or for a numeric one half uniform over the stated ranges and half within 20% of a
+physically sound answer (so successes occur).
 """
 
 from __future__ import annotations
@@ -10,49 +11,9 @@ import time
 
 import numpy as np
 
-from embodied.envs import task
+from embodied.envs import answer_text, task, task_names
 from embodied.envs.backend import warp_device
 from embodied.envs.reward import env_reward
-from embodied.tasks import LETTERS
-
-
-def _ranges(name: str) -> np.ndarray:
-    mod = task(name)
-    return np.array([mod.FORCE_RANGE, mod.SPEED_RANGE] if name == "carry" else [mod.IMPULSE_RANGE])
-
-
-def _rounded(name: str, x: np.ndarray):
-    return (round(float(x[0]), 2), round(float(x[1]), 3)) if name == "carry" else round(float(x[0]), 4)
-
-
-def random_action(name: str, rng: np.random.Generator):
-    """An action drawn uniformly over the task's stated choices or ranges (it knows no physics)."""
-    if name == "place":
-        return int(rng.integers(len(task(name).OFFSETS_CM)))
-    r = _ranges(name)
-    return _rounded(name, rng.uniform(r[:, 0], r[:, 1]))
-
-
-def sample_actions(name: str, record: dict, rng: np.random.Generator, k: int) -> list:
-    """``k`` actions for ``record``: a mix of arbitrary and near-good ones (see the module docstring)."""
-    if name == "place":
-        return [int(a) for a in rng.permutation(np.resize(np.arange(5), k))]
-    good, r = np.atleast_1d(task(name).good_action(record)), _ranges(name)
-    near = [
-        _rounded(name, np.clip(good * rng.uniform(0.8, 1.2, good.size), r[:, 0], r[:, 1])) for _ in range(k)
-    ]
-    return [random_action(name, rng) if i % 2 else near[i] for i in range(k)]
-
-
-def answer_text(name: str, action) -> str:
-    """A well-formed completion that answers ``action``."""
-    if name == "place":
-        body = LETTERS[action]
-    elif name == "carry":
-        body = f"{action[0]:.2f}, {action[1]:.3f}"
-    else:
-        body = f"{action:.4f}"
-    return f"<think></think><answer>{body}</answer>"
 
 
 def episodes(name: str, n: int, seed: int, difficulty: str, actions_per_episode: int = 4):
@@ -61,7 +22,7 @@ def episodes(name: str, n: int, seed: int, difficulty: str, actions_per_episode:
     records, actions = [], []
     for e in range(-(-n // actions_per_episode)):
         record, _ = task(name).make_episode(seed * 100_000 + e, difficulty, num_frames=0)
-        for a in sample_actions(name, record, rng, actions_per_episode):
+        for a in task(name).probe_actions(record, rng, actions_per_episode):
             records.append(record)
             actions.append(answer_text(name, a))
     return records[:n], actions[:n]
@@ -77,16 +38,17 @@ def parity(
     n_per_task: int = 64,
     seed: int = 0,
     difficulty: str = "easy",
-    tasks=("place", "carry", "push"),
+    tasks=None,
     warmup: bool = True,
 ) -> dict:
-    """Success labels from both backends on identical episodes and answers, plus episodes/s of each.
+    """Success labels from both backends on identical episodes and answers, plus episodes/s of each, for
+    ``tasks`` (default: every known task).
 
     Timed end to end through :func:`embodied.envs.reward.env_reward` (parse, build, simulate, score). The Warp
     timing excludes kernel compilation (a first call on one episode per task when ``warmup``).
     """
     per_task, n_all, agree_all = {}, 0, 0
-    for name in tasks:
+    for name in task_names() if tasks is None else tasks:
         records, texts = episodes(name, n_per_task, seed, difficulty)
         if warmup:
             env_reward(texts[:1], records[:1], "warp")

@@ -25,6 +25,7 @@ NAME = "place"
 NUMERIC = False  # the answer is a lettered option
 VERSION = 1
 """Bumped whenever what `make_episode` makes for a seed changes (the dataset manifest records it)."""
+RANK = 0  # first in the default env.tasks
 HALF = (0.06, 0.04, 0.025)  # block half-sizes (m), as in sim/place/scene.xml
 OFFSETS_CM = (-6.0, -3.0, 0.0, 3.0, 6.0)  # from the bottom block's centre
 MAX_SHIFT = 0.05  # m: largest sideways shift of a tower block on the one below
@@ -34,6 +35,12 @@ SETTLE_S = 2.5
 FALL_TOL = 0.01  # m: a block more than this below (or above) its stacked height has fallen
 WARP_SIZES = (48, 160)  # peak on CPU: see core.Job.warp_sizes
 WEIGHTS = {"reward/success": 1.0, "reward/toppled": 0.5, "reward/standing": 0.5}
+FAILURES = ("reward/toppled",)
+WORST_OUTCOME = -0.5
+"""The lowest reward/total of an executed action: the tower toppled (-0.5) and no block stands (0)."""
+CONSTANT_GRID = list(range(len(OFFSETS_CM)))
+"""The best-constant baseline tries every option."""
+DECIDED_BY = "the centre of the positions that stand"
 QUESTION = (
     "A fourth block, the same as these, will be set down gently on top of the tower, its centre "
     "shifted sideways from the centre of the bottom block as the options say (left and right as seen "
@@ -157,6 +164,17 @@ def outcome(record: dict, action: int, trace: core.Trace) -> dict[str, float]:
         "reward/standing": float(standing.mean()),
     }
     return core.total(terms, WEIGHTS)
+
+
+def format_action(action: int) -> str:
+    """The body of an answer choosing option ``action`` (what `parse_action` reads back)."""
+    return LETTERS[action]
+
+
+def probe_actions(record: dict, rng: np.random.Generator, k: int) -> list[int]:
+    """``k`` answers for the CPU/Warp parity check: every option in turn, in a random order."""
+    del record
+    return [int(a) for a in rng.permutation(np.resize(np.arange(len(OFFSETS_CM)), k))]
 
 
 def describe(action: int) -> str:

@@ -20,6 +20,7 @@ NAME = "push"
 NUMERIC = True  # the answer is numbers (False: a lettered option)
 VERSION = 1
 """Bumped whenever what `make_episode` makes for a seed changes (the dataset manifest records it)."""
+RANK = 2  # its place in the default env.tasks
 START_X = -0.35  # m, the puck's start (the black line in sim/push/scene.xml)
 MASS = 0.2  # kg, as in the scene
 FRICTION_RANGE = (0.1, 0.5)
@@ -31,6 +32,13 @@ SLIDE_S = 3.0
 REST_SPEED = 0.02  # m/s
 WARP_SIZES = (16, 32)  # peak on CPU: see core.Job.warp_sizes
 WEIGHTS = {"reward/success": 1.0, "reward/closeness": 0.5, "reward/overshoot": 0.25, "reward/short": 0.25}
+FAILURES = ("reward/short", "reward/overshoot")
+WORST_OUTCOME = -0.25
+"""The lowest reward/total of an executed action: short or past the zone (never both), closeness 0."""
+CONSTANT_GRID = [round(0.05 * i, 2) for i in range(1, 21)]
+"""The best-constant baseline's answers: impulses in steps of 0.05 N s over the stated range."""
+DECIDED_BY = "the impulse that stops the puck at the zone's centre"
+PROBE_DIGITS = (4,)  # parity probes: impulse to 0.0001 N s
 
 
 def question(demo_impulse: float) -> str:
@@ -141,6 +149,17 @@ def good_action(record: dict) -> float:
     trace, _ = simulate_cpu(_job(record["meta"]["seed"], scene, scene["demo_impulse"]))
     d_demo = float(trace.qpos[-1, 0]) - START_X
     return round(scene["demo_impulse"] * float(np.sqrt(scene["target"] / d_demo)), 3)
+
+
+def format_action(action: float) -> str:
+    """The body of an answer with this impulse (what `parse_action` reads back)."""
+    return f"{action:.4f}"
+
+
+def probe_actions(record: dict, rng: np.random.Generator, k: int) -> list[float]:
+    """``k`` answers for the CPU/Warp parity check: half near `good_action`, half uniform over the ranges
+    (`core.numeric_probes`)."""
+    return core.numeric_probes(good_action(record), [IMPULSE_RANGE], PROBE_DIGITS, rng, k)
 
 
 def describe(action: float) -> str:

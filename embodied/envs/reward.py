@@ -12,16 +12,22 @@ import json
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from embodied.envs import task
+from embodied.envs import task, task_names
 from embodied.envs.backend import simulate_jobs
 from embodied.envs.core import EnvError
 from embodied.tasks import format_reward
 
 ENV_FORMAT_WEIGHT = 0.2
 """Weight of ``reward/format`` (the ``<think>...</think><answer>...</answer>`` layout) in the total."""
-UNPARSEABLE_PENALTY = 1.5
-"""``reward/total`` of an unparseable answer is minus this: below the worst executed outcome of every
-task (place -0.5, carry -1.25, push -0.25), so that not answering never beats a bad action."""
+UNPARSEABLE_MARGIN = 0.25
+"""How far below the worst executed outcome of any task an unparseable answer scores."""
+
+
+def unparseable_penalty() -> float:
+    """``reward/total`` of an unparseable answer is minus this: ``UNPARSEABLE_MARGIN`` below the lowest
+    ``WORST_OUTCOME`` of every known task, so that not answering never beats a bad action (one value for
+    every task, so that a mixed batch ranks not answering the same way everywhere)."""
+    return max(-task(name).WORST_OUTCOME for name in task_names()) + UNPARSEABLE_MARGIN
 
 
 OUTCOME_CACHE_SIZE = 200_000
@@ -55,7 +61,7 @@ def env_reward(
 
     Every term of every task is present in every dict (0 where it does not apply), so that means over a
     batch are well defined; ``reward/unparseable`` is 1 for an answer that could not be parsed (nothing
-    is executed, no format reward, ``reward/total`` is ``-UNPARSEABLE_PENALTY``). An error inside a
+    is executed, no format reward, ``reward/total`` is ``-unparseable_penalty()``). An error inside a
     simulation propagates, naming task and seed.
     """
     if len(texts) != len(records):
@@ -90,6 +96,7 @@ def env_reward(
             out[i] = dict(terms)
     while len(_outcomes) > OUTCOME_CACHE_SIZE:
         _outcomes.popitem(last=False)
+    penalty = unparseable_penalty()
     keys = {"reward/total", "reward/success"}
     for name in {rec["task"] for rec in records}:
         keys |= set(task(name).WEIGHTS)
@@ -101,6 +108,6 @@ def env_reward(
         if parsed:
             terms["reward/total"] += format_weight * terms["reward/format"]
         else:
-            terms["reward/total"] = -UNPARSEABLE_PENALTY
+            terms["reward/total"] = -penalty
         out[i] = terms
     return out

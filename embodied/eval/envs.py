@@ -31,8 +31,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from embodied.envs import task
-from embodied.envs.parity import answer_text
+from embodied.envs import answer_text, task
 from embodied.envs.reward import env_reward
 from embodied.eval.loop import sampled_responses
 from embodied.eval.stats import majority_vote, pass_at_k, resolve_k, wilson_interval
@@ -255,26 +254,17 @@ def env_markdown(result: dict, title: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-CONSTANT_GRID = {
-    "place": [0, 1, 2, 3, 4],
-    "carry": [
-        (f, v) for f in (0.5, 1, 2, 3, 4, 6, 8, 10, 13, 16, 20, 25, 32, 40, 50) for v in (0.15, 0.25, 0.4)
-    ],
-    "push": [round(0.05 * i, 2) for i in range(1, 21)],
-}
-"""Candidate constant answers per task: every option, or a grid over the stated ranges."""
-
-
 def best_constant(records: Sequence[dict], backend: str = "cpu", progress: bool = False) -> dict:
-    """Per task, the one answer that succeeds on most of ``records`` (chosen on these same episodes, so an
-    upper bound for any policy that ignores the clip), with its success rate and 95% interval."""
+    """Per task, the one answer of its ``CONSTANT_GRID`` that succeeds on most of ``records`` (chosen on these
+    same episodes, so an upper bound for any policy that ignores the clip), with its success rate and 95%
+    interval."""
     out = {}
     by_task: dict[str, list[dict]] = defaultdict(list)
     for r in records:
         by_task[r["task"]].append(r)
     for name, recs in tqdm(sorted(by_task.items()), desc="best constant", disable=not progress):
         best = None
-        for action in CONSTANT_GRID[name]:
+        for action in task(name).CONSTANT_GRID:
             terms = env_reward([answer_text(name, action)] * len(recs), recs, backend)
             wins = int(sum(t["reward/success"] for t in terms))
             if best is None or wins > best[0]:

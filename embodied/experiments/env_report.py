@@ -14,15 +14,6 @@ import numpy as np
 from embodied.envs import task
 from embodied.train.metrics import read_metrics
 
-FAILURES = (
-    "reward/toppled",
-    "reward/dropped",
-    "reward/crushed",
-    "reward/too_low",
-    "reward/short",
-    "reward/overshoot",
-)
-
 
 def _spread(values: list[float]) -> str:
     values = [v for v in values if v == v]  # NaN (undefined) left out
@@ -53,8 +44,7 @@ def stage_figures(rows: list[dict], constant: dict) -> dict:
             }
             | {
                 k.split("/", 1)[1]: [p["env"]["per_task"][t]["terms"].get(k, 0.0) for p in per_seed]
-                for k in FAILURES
-                if k in task(t).WEIGHTS
+                for k in task(t).FAILURES
             }
             for t in tasks
         }
@@ -127,6 +117,7 @@ def success_markdown(figures: dict, constant: dict, n_seeds: int) -> list[str]:
 
 
 def spread_markdown(figures: dict) -> list[str]:
+    tasks = sorted(next(iter(figures.values()))["env"])
     keys = ("distinct", "entropy_bits", "corr_decisive", "unparseable")
     head = ["stage", "task", "distinct answers", "entropy (bits)", "corr. with the deciding parameter"]
     body = [
@@ -140,10 +131,9 @@ def spread_markdown(figures: dict) -> list[str]:
         "",
         *_table([*head, "unparseable"], body),
         "",
-        "Greedy answers over the held-out episodes. The deciding parameter: for place the centre of the "
-        "positions that stand, for carry the grip force a sound answer uses (set by the material), for push "
-        "the impulse that stops the puck at the zone's centre. A policy answering one constant has one "
-        "distinct answer, 0 bits and no correlation (n/a).",
+        "Greedy answers over the held-out episodes. The deciding parameter: "
+        + ", ".join(f"for {t} {task(t).DECIDED_BY}" for t in tasks)
+        + ". A policy answering one constant has one distinct answer, 0 bits and no correlation (n/a).",
     ]
 
 
