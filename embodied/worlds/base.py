@@ -231,10 +231,13 @@ class SceneWorld:
         """New episode; same seed and options -> same params, states and frames.
 
         Options: ``difficulty`` ("easy" | "hard", default: the constructor's) plus family options,
-        or ``params``: replay a stored ``info["params"]`` exactly (nothing is drawn then).
+        or ``params``: replay a stored ``info["params"]`` exactly (nothing is drawn then). ``simulate``
+        (s): simulate only that much now, for a caller that records no later frame (``record`` simulates
+        the rest on demand, so the frames are the same); ``info["motion"]`` then covers only that span.
         """
         rng = as_rng(seed)
         difficulty = check_difficulty(options.pop("difficulty", self.difficulty))
+        simulate = options.pop("simulate", None)
         replay = options.pop("params", None)
         if replay is not None:
             self.params = json.loads(json.dumps(replay))  # a private copy, JSON types only
@@ -249,20 +252,20 @@ class SceneWorld:
         self.finalize(self.model, self.params)
         jitter_camera(self.model, self.params["camera"])
         self._renderer.set_model(self.model)
-        self._rollout()
+        self._rollout(self.horizon if simulate is None else min(self.horizon, float(simulate)))
         self.data = self._data_at(0)
         self._interval = motion_interval(self._speeds, CONTROL_DT, self.rest_speed)
         self.info = {"params": self.params, "motion": self.motion(), **self.extra_info()}
         return self._obs(), self.info
 
-    def _rollout(self) -> None:
-        """Simulate ``horizon`` s, caching the integration state and speed at every chunk."""
+    def _rollout(self, span: float) -> None:
+        """Simulate ``span`` s (the horizon), caching the integration state and speed at every chunk."""
         model = self.model
         data = mujoco.MjData(model)
         self.init_state(model, data, self.params)
         mujoco.mj_forward(model, data)
         self.apply_events(model, data, 0.0)
-        n_chunks = round(self.horizon / CONTROL_DT)
+        n_chunks = max(1, round(span / CONTROL_DT))
         n_sub = round(CONTROL_DT / model.opt.timestep)
         states = np.empty((n_chunks + 1, mujoco.mj_stateSize(model, _STATE)))
         qpos, qvel = np.empty((n_chunks + 1, model.nq)), np.empty((n_chunks + 1, model.nv))
