@@ -431,6 +431,31 @@ class ConfigError(ValueError):
     """A config file or override that does not fit the schema; the message says which and why."""
 
 
+RENAMED = {
+    "env.feedback.video_fps": "env.feedback.rollout_fps",
+}
+"""Config keys that were renamed: old dotted key -> new one (``[]`` stands for any item of a list). An old key
+in a file or on the command line is an error that names the new key, never silently ignored."""
+
+
+def _paths(node, prefix: str = ""):
+    """Every dotted key path in a YAML layer as plain containers (list items as ``[]``)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            path = f"{prefix}.{key}" if prefix else str(key)
+            yield path
+            yield from _paths(value, path)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _paths(item, f"{prefix}[]")
+
+
+def _check_renamed(where: str, layer: DictConfig) -> None:
+    for path in _paths(OmegaConf.to_container(layer, resolve=False)):
+        if path in RENAMED:
+            raise ConfigError(f"{where}: `{path}` was renamed to `{RENAMED[path]}`")
+
+
 def load_config(
     path: str | Path | list | None = None, overrides: list[str] | None = None, base: Config | None = None
 ) -> Config:
@@ -465,6 +490,7 @@ def load_config(
             why = " ".join(str(e).split())
             raise ConfigError(f"command line: cannot parse {overrides} ({why})") from None
     for where, layer in layers:
+        _check_renamed(where, layer)
         try:
             merged = OmegaConf.merge(merged, layer)
         except OmegaConfBaseException as e:

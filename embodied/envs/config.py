@@ -37,7 +37,8 @@ class FeedbackConfig:
     depend on it)."""
     videos_per_task: int = 1
     """Rollout videos per task and arm of the first seed (the policy's answer and the outcome drawn)."""
-    video_fps: float = 10.0
+    rollout_fps: float = 10.0
+    """Frame rate of those rollout videos (playback only: the policy's frames come at `video.fps`)."""
 
 
 @dataclass
@@ -62,6 +63,8 @@ class EnvConfig:
     height: int = 112
     num_frames: int = 4
     fps: float = 2.0
+    """Rate (frames per second of simulated time) at which each episode's clip is rendered and stored, as
+    `data.clip.fps` is for the generated questions; the policy then samples stored clips at `video.fps`."""
     format_weight: float = 0.2
     """Weight of reward/format in reward/total for interactive answers."""
     workers: int = 0

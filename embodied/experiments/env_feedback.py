@@ -142,7 +142,7 @@ def _videos(env_result: dict, data: dict, cfg, out: Path, arm: str) -> list[str]
         if k >= cfg.env.feedback.videos_per_task:
             continue
         path = out / "videos" / f"{arm}_{name}_{k}.mp4"
-        rollout_video(ex.record, ex.clip.frames, by_id[ex.record["id"]], path, cfg.env.feedback.video_fps)
+        rollout_video(ex.record, ex.clip.frames, by_id[ex.record["id"]], path, cfg.env.feedback.rollout_fps)
         per_task[name] = k + 1
         written.append(str(path.relative_to(out)))
     return written

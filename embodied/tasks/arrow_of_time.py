@@ -38,6 +38,8 @@ class ClipSpec:
     """What one arrow-of-time clip looks like."""
 
     fps: float = 2.0
+    """Rate (frames per second of simulated time) at which the clip is rendered and stored (`data.clip.fps`);
+    the policy samples stored clips at `video.fps`."""
     num_frames: int = 4
     max_start: float = 0.25
     """Latest clip start after release (s). Later starts give nearly static clips with no answer."""

@@ -24,8 +24,8 @@ __all__ = [
     "world_class",
 ]
 
-# name -> (module, class); imported lazily so that one family's import cost is paid only when used.
-_FAMILIES = {
+# scene name -> (module, class); imported lazily so that one scene's import cost is paid only when used.
+_SCENES = {
     "drop": ("embodied.worlds.drop", "DropWorld"),
     "occluder": ("embodied.worlds.occluder", "OccluderWorld"),
     "slide": ("embodied.worlds.slide", "SlideWorld"),
@@ -33,7 +33,7 @@ _FAMILIES = {
     "dominoes": ("embodied.worlds.dominoes", "DominoesWorld"),
     "pendulum": ("embodied.worlds.pendulum", "PendulumWorld"),
 }
-WORLD_NAMES = tuple(_FAMILIES)
+WORLD_NAMES = tuple(_SCENES)
 """Every registered world's name."""
 
 
@@ -62,23 +62,23 @@ def scene_path(name: str) -> pathlib.Path:
 
 def world_class(name: str) -> type:
     """The world class registered as ``name`` (see ``WORLDS``), importing only its module."""
-    if name not in _FAMILIES:
-        raise ValueError(f"unknown world {name!r}; known worlds: {', '.join(sorted(_FAMILIES))}")
-    module, cls = _FAMILIES[name]
+    if name not in _SCENES:
+        raise ValueError(f"unknown world {name!r}; known worlds: {', '.join(sorted(_SCENES))}")
+    module, cls = _SCENES[name]
     return getattr(importlib.import_module(module), cls)
 
 
 def make_world(name: str, width: int = 128, height: int = 128, **kwargs: Any) -> Any:
     """Build world ``name`` rendering ``width`` x ``height`` frames; ``kwargs`` go to its constructor
-    (e.g. ``difficulty="hard"`` for every family but drop, ``max_objects`` for drop)."""
+    (e.g. ``difficulty="hard"`` for every scene but drop, ``max_objects`` for drop)."""
     return world_class(name)(width=width, height=height, **kwargs)
 
 
 def __getattr__(name: str) -> object:
-    # Lazy so that `scene_path` works without importing the scene families.
+    # Lazy so that `scene_path` works without importing the scenes' modules.
     if name == "WORLDS":
-        return {n: world_class(n) for n in _FAMILIES}
-    for module, cls in _FAMILIES.values():
+        return {n: world_class(n) for n in _SCENES}
+    for module, cls in _SCENES.values():
         if name == cls:
             return getattr(importlib.import_module(module), cls)
     raise AttributeError(name)

@@ -1,6 +1,6 @@
-"""Shared machinery of the scene families (slide, topple, dominoes, occluder, pendulum).
+"""Shared machinery of the scenes (slide, topple, dominoes, occluder, pendulum).
 
-A family subclasses :class:`SceneWorld` and supplies four hooks: ``sample_params`` (the episode's
+A scene subclasses :class:`SceneWorld` and supplies four hooks: ``sample_params`` (the episode's
 JSON-serialisable parameters), ``build`` (add bodies to a copy of ``sim/<scene>/scene.xml``),
 ``init_state`` (velocities at t = 0) and optionally ``apply_events`` (scripted edits, e.g. lifting
 the occluder) and ``speed`` (what "still moving" means).
@@ -219,7 +219,7 @@ class SceneWorld:
         return free_body_speeds(self.model, qvel)
 
     def extra_info(self) -> dict[str, Any]:
-        """Family-specific info from the rollout traces (``self._qpos``, ``self._qvel``, ...)."""
+        """Scene-specific info from the rollout traces (``self._qpos``, ``self._qvel``, ...)."""
         return {}
 
     def motion(self) -> list[float]:
@@ -230,7 +230,7 @@ class SceneWorld:
     def reset(self, seed: int | np.random.Generator, **options: Any) -> tuple[dict, dict]:
         """New episode; same seed and options -> same params, states and frames.
 
-        Options: ``difficulty`` ("easy" | "hard", default: the constructor's) plus family options,
+        Options: ``difficulty`` ("easy" | "hard", default: the constructor's) plus the scene's own options,
         or ``params``: replay a stored ``info["params"]`` exactly (nothing is drawn then). ``simulate``
         (s): simulate only that much now, for a caller that records no later frame (``record`` simulates
         the rest on demand, so the frames are the same); ``info["motion"]`` then covers only that span.
