@@ -35,7 +35,7 @@ def worktree(ref: str, out: Path) -> tuple[Path, str]:
         return path, sha
     if path.exists():
         git("worktree", "remove", "--force", str(path))
-    git("worktree", "add", "--detach", str(path), sha)
+    git("worktree", "add", "--force", "--detach", str(path), sha)  # --force: a stale entry of a deleted one
     return path, sha
 
 
