@@ -55,3 +55,24 @@ def test_threaded_load_keeps_order_and_frames(examples, tmp_path):
     assert not skipped and [x.record["id"] for x in loaded] == [r["id"] for r in lines]
     for x, r in zip(loaded, lines):
         assert np.array_equal(x.clip.frames, read_video(root / r["video"]).frames)
+
+
+def test_bench_quickstart_needs_a_ref_and_checks_it_out(tmp_path):
+    import subprocess
+    from types import SimpleNamespace
+
+    import pytest
+
+    from embodied.bench import quickstart
+
+    cfg = SimpleNamespace(bench=SimpleNamespace(against=""))
+    with pytest.raises(ValueError, match="--against"):
+        quickstart.run(cfg, tmp_path)
+    path, sha = quickstart.worktree("HEAD", tmp_path)
+    try:
+        assert sha == quickstart.git("rev-parse", "HEAD")
+        assert quickstart.git("rev-parse", "HEAD", cwd=path) == sha
+        assert (path / "embodied" / "bench" / "quickstart.py").is_file()
+        assert quickstart.worktree("HEAD", tmp_path) == (path, sha)  # reused, not added twice
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=quickstart.REPO, check=False)
