@@ -137,23 +137,9 @@ def shared_prefill(model, batch: GroupedBatch):
 def shared_prefix_logits(model, batch: GroupedBatch, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Logits `(B*G, T, V)` predicting completion `ids (B*G, T)`, with each prompt run once (the positions
     as in `shared_prefill`)."""
-    u, n = batch.unique, batch.group
-    prompt = {k: v for k, v in u.items() if k in PROMPT_KEYS or k in VISUAL_KEYS}
-    positions, deltas = model.model.get_rope_index(
-        u["input_ids"],
-        image_grid_thw=u.get("image_grid_thw"),
-        video_grid_thw=u.get("video_grid_thw"),
-        attention_mask=u["attention_mask"],
-        second_per_grid_ts=u.get("second_per_grid_ts"),
-        mm_token_type_ids=u["mm_token_type_ids"],
-    )
-    first = model(**prompt, position_ids=positions, use_cache=True, logits_to_keep=1)
-    cache = first.past_key_values
-    cache.batch_repeat_interleave(n)
+    cache, head, prompt_mask, start = shared_prefill(model, batch)
     t = ids.shape[1]
-    start = (u["attention_mask"].sum(1, keepdim=True) + deltas).repeat_interleave(n, dim=0)  # (B*G, 1)
     completion_pos = (start + torch.arange(t, device=ids.device)).unsqueeze(0).expand(3, -1, -1)
-    prompt_mask = u["attention_mask"].repeat_interleave(n, dim=0)
     attention = torch.cat([prompt_mask, mask.to(prompt_mask.dtype)], dim=1)
     rest = model(
         input_ids=ids,
@@ -163,5 +149,5 @@ def shared_prefix_logits(model, batch: GroupedBatch, ids: torch.Tensor, mask: to
         use_cache=True,
         logits_to_keep=t,
     )
-    head = first.logits[:, -1:].repeat_interleave(n, dim=0)  # predicts each completion's first token
-    return torch.cat([head, rest.logits[:, :-1]], dim=1)
+    # `head` predicts each completion's first token
+    return torch.cat([head.unsqueeze(1), rest.logits[:, :-1]], dim=1)
