@@ -122,3 +122,42 @@ def test_shared_prompt_sampling_draws_the_same_tokens_as_generate(tiny, max_new_
     slow = generate(model, processor, grouped, max_new_tokens, temps, seeds=seeds, share_prompt=False)
     assert fast[0].shape == slow[0].shape
     assert torch.equal(fast[0], slow[0]) and torch.equal(fast[1], slow[1])
+
+
+def test_prefix_cache_reuses_a_frozen_models_prompt_passes(tiny):
+    """The reference policy's cached prompt passes give the uncached log-probs, whichever prompts share a
+    batch (so padding differs); a changed clip is a new prompt; the memory bound evicts; no autograd."""
+    from embodied.policy.groups import PrefixCache
+    from embodied.policy.model import select_rows
+
+    model, processor = tiny
+    grouped = _grouped(processor)
+    ids, mask = _completions(processor, grouped["input_ids"].shape[0])
+    cache = PrefixCache(max_mb=64)
+    with torch.no_grad():
+        want = completion_logprobs(model, grouped, ids, mask) * mask
+        first = completion_logprobs(model, grouped, ids, mask, prefix_cache=cache) * mask
+        again = completion_logprobs(model, grouped, ids, mask, prefix_cache=cache) * mask
+        # prompts 2 and 0 alone: the stored passes are re-padded to this batch's width
+        part = repeat_batch(select_rows(grouped.unique, [2, 0]), 3)
+        rows = [6, 7, 8, 0, 1, 2]
+        want_part = completion_logprobs(model, part, ids[rows], mask[rows]) * mask[rows]
+        got_part = completion_logprobs(model, part, ids[rows], mask[rows], prefix_cache=cache) * mask[rows]
+    for got in (first, again):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    torch.testing.assert_close(got_part, want_part, atol=1e-5, rtol=0)
+    assert (cache.misses, cache.hits) == (3, 5) and cache.stats()["ref_cache/prompts"] == 3
+
+    changed = dict(grouped.unique)
+    changed["pixel_values"] = changed["pixel_values"].clone()
+    changed["pixel_values"][0, 0] += 1.0  # one value of prompt 0's first image
+    keys = [PrefixCache.key(grouped.unique, i) for i in range(3)]
+    new = [PrefixCache.key(changed, i) for i in range(3)]
+    assert new[0] != keys[0] and new[1:] == keys[1:]
+
+    small = PrefixCache(max_mb=cache.bytes / 3 / 2**20 * 1.5)  # room for one prompt's pass, not two
+    with torch.no_grad():
+        completion_logprobs(model, grouped, ids, mask, prefix_cache=small)
+    assert len(small.entries) == 1 and small.bytes <= small.max_bytes
+    with pytest.raises(RuntimeError, match="no_grad"):
+        completion_logprobs(model, grouped, ids, mask, prefix_cache=PrefixCache())

@@ -67,7 +67,9 @@ def varied_reward(texts, records):
 
 
 def _no_time(row: dict) -> dict:
-    return {k: v for k, v in row.items() if not k.startswith("time/")}
+    """A logged row less what depends on the process's history rather than the run: the wall clock and the
+    reference cache's hit rate and size (a resumed process starts with an empty cache)."""
+    return {k: v for k, v in row.items() if not k.startswith(("time/", "ref_cache/"))}
 
 
 # the PPO preset file itself, as `-c configs/recipes/ppo.yaml` would layer it
