@@ -127,8 +127,8 @@ def test_shared_prompt_sampling_draws_the_same_tokens_as_generate(tiny, max_new_
 def test_prefix_cache_reuses_a_frozen_models_prompt_passes(tiny):
     """The reference policy's cached prompt passes give the uncached log-probs, whichever prompts share a
     batch (so padding differs); a changed clip is a new prompt; the memory bound evicts; no autograd."""
-    from embodied.policy.groups import PrefixCache
     from embodied.policy.model import select_rows
+    from embodied.policy.prefix_cache import PrefixCache
 
     model, processor = tiny
     grouped = _grouped(processor)

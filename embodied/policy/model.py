@@ -23,7 +23,6 @@ from embodied.policy.groups import (
     PROMPT_KEYS,
     VISUAL_KEYS,
     GroupedBatch,
-    PrefixCache,
     is_grouped,
     shared_prefill,
     shared_prefix_logits,
@@ -513,7 +512,7 @@ def completion_logprobs(
     with_entropy: bool = False,
     entropy_grad: bool = False,
     value_head: torch.nn.Module | None = None,
-    prefix_cache: PrefixCache | None = None,
+    prefix_cache=None,
 ):
     """Per-token log-probs `(B, T)` of completion `ids` after the prompts of `batch`.
 
@@ -528,7 +527,7 @@ def completion_logprobs(
     runs the full pass (the shared-prefix pass of a grouped batch keeps no hidden states).
 
     `prefix_cache` (for a frozen model under no_grad: GRPO's reference policy) reuses the passes over
-    prompts seen before (`groups.PrefixCache`); it applies to the shared-prefix pass of a grouped batch.
+    prompts seen before (`policy.prefix_cache.PrefixCache`) in the shared-prefix pass of a grouped batch.
     """
     checkpointing = model.training and getattr(model, "is_activation_checkpointing", False)
     # checkpointed layers drop the KV cache the shared prefix needs; DDP must see the whole forward

@@ -23,8 +23,8 @@ from tqdm.auto import tqdm
 
 from embodied.data.load import Example
 from embodied.eval.loop import evaluate
-from embodied.policy.groups import PrefixCache
 from embodied.policy.model import completion_logprobs, decode, generate, select_rows
+from embodied.policy.prefix_cache import PrefixCache
 from embodied.rl.advantages import ESTIMATORS, compute_advantages
 from embodied.rl.losses import (
     COV_MODES,
