@@ -15,12 +15,15 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from embodied.data.schema import REQUIRED_FIELDS
+from embodied.data.schema import REQUIRED_FIELDS, upgrade
 from embodied.video import Clip, VideoError, read_video
 
 
 def load_records(root: str | Path, split: str) -> list[dict]:
-    """Read `<root>/<split>.jsonl`, checking each line; errors name the file, the line and the fix."""
+    """Read `<root>/<split>.jsonl`, checking each line; errors name the file, the line and the fix.
+
+    Records of format 1 (a question's family under `task`) come back as format 2 has them (`family`):
+    the one place where old datasets are mapped (`schema.upgrade`)."""
     path = Path(root) / f"{split}.jsonl"
     if not path.is_file():
         raise FileNotFoundError(
@@ -34,7 +37,10 @@ def load_records(root: str | Path, split: str) -> list[dict]:
             rec = json.loads(line)
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}:{lineno}: not valid JSON ({e})") from e
+        rec = upgrade(rec)
         missing = [k for k in REQUIRED_FIELDS if k not in rec]
+        if "family" not in rec and "task" not in rec:
+            missing.append("family (or task)")
         if missing or ("video" not in rec and "images" not in rec):
             raise ValueError(
                 f"{path}:{lineno}: record lacks {missing or ['video or images']}; see data/FORMAT.md"
@@ -110,7 +116,20 @@ def manifest_matches(root: str | Path, config: dict, ignore: set[str] | frozense
     path = Path(root) / "manifest.json"
     if not path.is_file():
         return False
-    old = json.loads(path.read_text()).get("config", {})
+    old = upgrade_config(json.loads(path.read_text()).get("config", {}))
     return {k: v for k, v in old.items() if k not in ignore} == {
         k: v for k, v in config.items() if k not in ignore
     }
+
+
+def upgrade_config(config: dict) -> dict:
+    """A manifest's data config as today's schema has it: before issue 23 a `data.families` item named its
+    family `task`. The records of such a dataset load through `schema.upgrade`, so it is reused as it is."""
+    families = config.get("families")
+    if not isinstance(families, list):
+        return config
+    fams = [
+        {("family" if k == "task" else k): v for k, v in f.items()} if isinstance(f, dict) else f
+        for f in families
+    ]
+    return config | {"families": fams}

@@ -107,7 +107,7 @@ def make_examples(
         Example(
             {
                 "id": f"pretrain-{stream}-{i}",
-                "task": "caption",
+                "family": "caption",
                 "video": "",
                 "question": QUESTION if cfg.captions == "drop" else SCENE_QUESTION,
                 "options": [],
