@@ -435,6 +435,7 @@ RENAMED = {
     "env.feedback.video_fps": "env.feedback.rollout_fps",
     "data.families[].task": "data.families[].family",
     "cosmos.curriculum[].tasks": "cosmos.curriculum[].families",
+    "pretrain.worlds": "pretrain.scenes",
 }
 """Config keys that were renamed: old dotted key -> new one (``[]`` stands for any item of a list). An old key
 in a file or on the command line is an error that names the new key, never silently ignored. Issue 23: a
