@@ -472,6 +472,16 @@ def load_config(
     Several files stack: `[configs/quickstart.yaml, configs/recipes/dapo.yaml]` is the quickstart run
     with DAPO's switches.
     """
+    return OmegaConf.to_object(_merged(path, overrides, base))
+
+
+def config_yaml(path: str | Path | list | None = None, overrides: list[str] | None = None) -> str:
+    """`to_yaml(load_config(path, overrides))`, what `embodied show-config` prints, from the one merged
+    schema (building OmegaConf's schema from the dataclasses is most of show-config's time; no second one)."""
+    return OmegaConf.to_yaml(_merged(path, overrides, None), resolve=True)
+
+
+def _merged(path, overrides: list[str] | None, base: Config | None) -> DictConfig:
     merged = OmegaConf.structured(base if base is not None else Config())
     layers = []
     paths = [path] if isinstance(path, (str, Path)) else list(path or [])
@@ -504,7 +514,7 @@ def load_config(
         except OmegaConfBaseException as e:
             first_line = str(e).splitlines()[0]
             raise ConfigError(f"{where}: {first_line} (key {getattr(e, 'full_key', '?')!r})") from None
-    return OmegaConf.to_object(merged)
+    return merged
 
 
 def to_yaml(cfg: Config) -> str:

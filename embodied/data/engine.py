@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from embodied.data.schema import FORMAT_VERSION, kind
 from embodied.video import write_video
@@ -115,6 +114,8 @@ def light_spawn():
 def make_all(source: Any, jobs: list, workers: int, progress: bool, desc: str = "generate") -> Iterator:
     """`source.make(job)` for every job, in order, as they are made: `workers` spawned processes (fresh ones:
     GL contexts do not survive fork), or this process when 0."""
+    from tqdm.auto import tqdm  # here: the config (`embodied show-config`) imports this module
+
     bar = tqdm(total=len(jobs), desc=desc, unit="job", disable=not progress)
     if workers > 0:
         ctx = mp.get_context("spawn")

@@ -13,8 +13,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from embodied.data.schema import REQUIRED_FIELDS, upgrade
 from embodied.video import Clip, VideoError, read_video
 
@@ -73,6 +71,8 @@ def load_examples(
             return read_video(Path(root) / rec["video"], fps=fps, max_frames=max_frames)
         except VideoError as e:
             return e
+
+    from tqdm.auto import tqdm  # here: the config (`embodied show-config`) imports this module
 
     # PyAV decodes without the GIL: threads decode several clips at once (same clips, same order)
     with ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as pool:

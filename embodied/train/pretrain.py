@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from embodied.data.engine import Source, make_all
 from embodied.data.load import Example
@@ -142,6 +141,7 @@ def pretrain_vision(model, processor, examples, pc: PretrainConfig, video, progr
     from the pixels, so the tower learns to see before the language model learns to read it. The head is
     discarded; returns the held-out accuracy of the occupancy bits."""
     import torch
+    from tqdm.auto import tqdm  # here: the config (`embodied show-config`) imports this module
 
     from embodied.policy.model import encode_prompts
     from embodied.train.common import index_batches
