@@ -156,17 +156,17 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "from_videos", None):
         args.overrides.append(f"data.from_videos={args.from_videos}")
     # the schema (omegaconf, numpy) loads only once the arguments parse; torch only past the config
-    from embodied.config import ConfigError, load_config, to_yaml
+    from embodied.config import ConfigError, config_yaml, load_config
 
     try:
+        if args.command == "show-config":
+            print(config_yaml(args.config, args.overrides), end="")
+            return 0
         resume = [f"resume={args.resume}"] if getattr(args, "resume", None) else []
         cfg = load_config(args.config, args.overrides + resume)
     except ConfigError as e:
         print(f"embodied: config error: {e}", file=sys.stderr)
         return 2
-    if args.command == "show-config":
-        print(to_yaml(cfg), end="")
-        return 0
     from embodied import run  # heavy imports (torch, transformers) only past argument checking
 
     progress = not args.quiet

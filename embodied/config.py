@@ -50,7 +50,7 @@ class SFTConfig:
     eval_examples: int = 100
     stop_at: float = 0.0
     """Stop at the first validation whose accuracy reaches this (0 = never): e.g. a start that half-solves
-    the task, for a recipe comparison (`embodied experiment recipes`)."""
+    its questions, for a recipe comparison (`embodied experiment recipes`)."""
     max_seconds: float = 0.0
     """Stop after the first step that ends this many seconds into training (0 = no limit): continued SFT on
     the same wall time as an RL stage (`embodied experiment cosmos`)."""
@@ -332,8 +332,8 @@ class ZeroLabelConfig:
 class CurriculumStage:
     """One SFT stage before the mixed SFT of `embodied experiment cosmos`."""
 
-    tasks: list[str] = field(default_factory=list)
-    """Train only on these question families (`task` names of `data.families`)."""
+    families: list[str] = field(default_factory=list)
+    """Train only on these question families (`family` names of `data.families`)."""
     steps: int = 0
     """SFT steps of this stage (its own warm-up and cosine schedule at `sft.lr`)."""
 
@@ -351,7 +351,7 @@ class CosmosConfig:
     """SFT steps with random-letter targets before GRPO alone (random letters: no target tied to the clip)."""
     transfer_scenes: list[str] = field(default_factory=lambda: ["drop", "slide"])
     """The transfer run trains on the families in these scenes and is tested on the benchmark's questions
-    of the same tasks in every other scene (empty: no transfer run)."""
+    of the same families in every other scene (empty: no transfer run)."""
     probe_train: int = 2000
     """Training clips of the linear probes of the base's visual tokens per family (0 = no probes): does the
     vision tower carry the answer at all (`embodied.eval.probe`)?"""
@@ -437,16 +437,24 @@ class ConfigError(ValueError):
 
 RENAMED = {
     "env.feedback.video_fps": "env.feedback.rollout_fps",
+    "data.families[].task": "data.families[].family",
+    "cosmos.curriculum[].tasks": "cosmos.curriculum[].families",
+    "pretrain.worlds": "pretrain.scenes",
 }
 """Config keys that were renamed: old dotted key -> new one (``[]`` stands for any item of a list). An old key
-in a file or on the command line is an error that names the new key, never silently ignored."""
+in a file or on the command line is an error that names the new key, never silently ignored. Issue 23: a
+question family is a `family` (`task` is an interactive task only)."""
 
 
 def _paths(node, prefix: str = ""):
-    """Every dotted key path in a YAML layer as plain containers (list items as ``[]``)."""
+    """Every dotted key path in a YAML layer as plain containers (list items as ``[]``, also when an override
+    names one by its index: `data.families.0.task=...`)."""
     if isinstance(node, dict):
         for key, value in node.items():
-            path = f"{prefix}.{key}" if prefix else str(key)
+            if prefix and str(key).isdigit():
+                path = f"{prefix}[]"
+            else:
+                path = f"{prefix}.{key}" if prefix else str(key)
             yield path
             yield from _paths(value, path)
     elif isinstance(node, list):
@@ -468,6 +476,16 @@ def load_config(
     Several files stack: `[configs/quickstart.yaml, configs/recipes/dapo.yaml]` is the quickstart run
     with DAPO's switches.
     """
+    return OmegaConf.to_object(_merged(path, overrides, base))
+
+
+def config_yaml(path: str | Path | list | None = None, overrides: list[str] | None = None) -> str:
+    """`to_yaml(load_config(path, overrides))`, what `embodied show-config` prints, from the one merged
+    schema (building OmegaConf's schema from the dataclasses is most of show-config's time; no second one)."""
+    return OmegaConf.to_yaml(_merged(path, overrides, None), resolve=True)
+
+
+def _merged(path, overrides: list[str] | None, base: Config | None) -> DictConfig:
     merged = OmegaConf.structured(base if base is not None else Config())
     layers = []
     paths = [path] if isinstance(path, (str, Path)) else list(path or [])
@@ -500,7 +518,7 @@ def load_config(
         except OmegaConfBaseException as e:
             first_line = str(e).splitlines()[0]
             raise ConfigError(f"{where}: {first_line} (key {getattr(e, 'full_key', '?')!r})") from None
-    return OmegaConf.to_object(merged)
+    return merged
 
 
 def to_yaml(cfg: Config) -> str:

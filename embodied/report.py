@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from embodied.eval.stats import by_family
+
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ccc; }
@@ -120,9 +122,10 @@ def eval_section(path: Path) -> str:
         return cells
 
     rows = [row("all", "all", r)]
-    for task, s in r.get("per_task", {}).items():
-        rows.append(row(task, "all", s))
-        rows += [row(task, tier, st) for tier, st in r.get("per_task_tier", {}).get(task, {}).items()]
+    per_family, per_family_tier = by_family(r)  # `per_task` in evaluations written before issue 23
+    for family, s in per_family.items():
+        rows.append(row(family, "all", s))
+        rows += [row(family, tier, st) for tier, st in per_family_tier.get(family, {}).items()]
     name = path.stem.removeprefix("eval_")
     return f"<h3>Evaluation: {_esc(name)}</h3>\n" + _table(head, rows, numeric_from=2)
 

@@ -141,11 +141,11 @@ def test_shuffled_frames_and_sampling_run(tiny_policy, pairs4):
         evaluate(model, processor, pairs4[:2], VideoConfig(), progress=False, baseline="random")
 
 
-def _records(n: int, skew: float = 0.5, seed: int = 0, task: str = "t") -> list[dict]:
+def _records(n: int, skew: float = 0.5, seed: int = 0, family: str = "t") -> list[dict]:
     """Two-option records, `skew` of them answered B (exactly, in random order)."""
     b = np.random.default_rng(seed).permutation(np.arange(n) < round(skew * n))
     return [
-        {"id": f"{task}{i}", "task": task, "options": ["x", "y"], "answer": "AB"[int(x)], "meta": {}}
+        {"id": f"{family}{i}", "family": family, "options": ["x", "y"], "answer": "AB"[int(x)], "meta": {}}
         for i, x in enumerate(b)
     ]
 
@@ -164,14 +164,14 @@ def test_random_baseline_at_chance_within_interval():
 
 
 def test_majority_baseline_uses_train_and_says_so():
-    train = _records(100, skew=0.7) + _records(10, skew=0.5, task="u")
-    test = _records(200, seed=1) + _records(20, seed=1, task="u") + _records(10, skew=0.2, task="v")
+    train = _records(100, skew=0.7) + _records(10, skew=0.5, family="u")
+    test = _records(200, seed=1) + _records(20, seed=1, family="u") + _records(10, skew=0.2, family="v")
     letters, sources = majority_letters(test, train)
     assert letters == {"t": "B", "u": "A", "v": "A"}  # u is a 5-5 tie in train: A
     assert sources["t"] == "train" and sources["v"].startswith("evaluated split")
     res = prediction_stats(model_free_predictions(test, "majority", letters=letters))
-    assert res["per_task"]["t"]["accuracy"] == 0.5  # balanced test split: exactly chance
-    assert res["per_task"]["v"]["accuracy"] == pytest.approx(0.8)  # its own majority (A 80%)
+    assert res["per_family"]["t"]["accuracy"] == 0.5  # balanced test split: exactly chance
+    assert res["per_family"]["v"]["accuracy"] == pytest.approx(0.8)  # its own majority (A 80%)
 
 
 @pytest.fixture(scope="module")
@@ -197,7 +197,7 @@ def test_cli_eval_baselines_write_json_and_markdown(tiny_policy, small_dataset, 
     assert "| arrow_of_time | easy | 4 |" in table and table in capsys.readouterr().out
     assert main(["eval", "-q", "--baseline", "blind", "eval.samples=2", *base]) == 0
     saved = json.loads((run / "eval_test_blind.json").read_text())
-    assert saved["settings"]["baseline"] == "blind" and "cons@2" in saved["per_task"]["arrow_of_time"]
+    assert saved["settings"]["baseline"] == "blind" and "cons@2" in saved["per_family"]["arrow_of_time"]
     assert saved["choice_accuracy"] == 0.5  # 2 forward, 2 reversed, identical black inputs
     assert main(["eval", "-q", "eval.samples=2", "eval.k=[3]", *base]) == 1
     assert "eval.k" in capsys.readouterr().err
@@ -223,7 +223,7 @@ def test_audit_table_flags_video_baselines_above_chance():
 
     def stats(correct: int, n: int = 100) -> dict:
         s = {"n": n, "accuracy": correct / n, "ci95": list(wilson_interval(correct, n)), "chance": 0.5}
-        return s | {"per_task": {"t": dict(s)}, "per_task_tier": {"t": {"easy": dict(s)}}}
+        return s | {"per_family": {"t": dict(s)}, "per_family_tier": {"t": {"easy": dict(s)}}}
 
     # 70/100 has a 95% interval of [0.60, 0.78]: above chance; 58/100 [0.48, 0.67] is not.
     runs = {"none": stats(95), "blind": stats(70), "single-frame": stats(58), "random": stats(70)}

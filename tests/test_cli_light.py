@@ -22,7 +22,7 @@ for argv in (["--help"], ["show-config"], ["show-config", "sft.lrr=1"], ["bench"
         except SystemExit as e:
             codes[" ".join(argv)] = e.code
     codes[" ".join(argv) + " stderr"] = err.getvalue()
-heavy = [m for m in ("torch", "transformers", "torchvision", "mujoco") if m in sys.modules]
+heavy = [m for m in ("torch", "transformers", "torchvision", "mujoco", "tqdm") if m in sys.modules]
 print(json.dumps({"heavy": heavy, "codes": codes}))
 """
 
@@ -36,3 +36,22 @@ def test_cli_and_config_do_not_import_torch():
     assert codes["--help"] == 0 and codes["show-config"] == 0 and codes["bench --list"] == 0
     assert codes["show-config sft.lrr=1"] == 2
     assert "Did you mean: 'lr'" in codes["show-config sft.lrr=1 stderr"]
+
+
+def test_show_config_prints_what_load_config_gives():
+    """`embodied show-config` prints the merged schema directly (one schema build, not two): the same YAML
+    as `to_yaml(load_config(...))` for every shipped config and for overrides."""
+    from pathlib import Path
+
+    from embodied.config import config_yaml, load_config, to_yaml
+
+    root = Path(__file__).resolve().parents[1]
+    cases = [
+        ([], ["sft.lr=3e-4", "data.families=[{family: spatial_puzzle, variant: patch}]", "run_dir=${seed}x"])
+    ]
+    cases += [([str(p)], []) for p in sorted((root / "configs").rglob("*.yaml"))]
+    cases.append(
+        ([str(root / "configs/quickstart.yaml"), str(root / "configs/recipes/dapo.yaml")], ["seed=3"])
+    )
+    for paths, overrides in cases:
+        assert config_yaml(paths, overrides) == to_yaml(load_config(paths, overrides)), (paths, overrides)

@@ -3,23 +3,55 @@ line, and every new key in the table exists in the schema."""
 
 from __future__ import annotations
 
+import dataclasses
+import typing
+
 import pytest
 from omegaconf import OmegaConf
 
 from embodied.config import RENAMED, Config, ConfigError, load_config
 
 
+def _field_type(path: str):
+    """The type a dotted schema path (``[]``: an item of a list) leads to, or None if it names no field."""
+    tp = Config
+    for part in path.replace("[]", ".[]").split("."):
+        if part == "[]":
+            args = typing.get_args(tp)
+            if not args:
+                return None
+            tp = args[0]
+            continue
+        if not dataclasses.is_dataclass(tp):
+            return None
+        hints = typing.get_type_hints(tp)
+        if part not in hints:
+            return None
+        tp = hints[part]
+    return tp
+
+
 def test_new_keys_exist_in_the_schema():
     schema = OmegaConf.structured(Config())
     for old, new in RENAMED.items():
-        assert "[]" in new or OmegaConf.select(schema, new, throw_on_missing=False) is not None, new
-        assert "[]" in old or OmegaConf.select(schema, old, default="absent") == "absent", old
+        assert _field_type(new) is not None, new
+        assert _field_type(old) is None, old
+        if "[]" not in new:
+            assert OmegaConf.select(schema, new, throw_on_missing=False) is not None, new
+            assert OmegaConf.select(schema, old, default="absent") == "absent", old
+
+
+def _override(old: str) -> str:
+    """An override that sets `old`; a list item is named by its index (`data.families.0.task=5`)."""
+    return f"{old.replace('[]', '.0')}=5"
 
 
 @pytest.mark.parametrize(("old", "new"), sorted(RENAMED.items()))
 def test_old_key_on_the_command_line_names_the_new_one(old, new):
-    with pytest.raises(ConfigError, match=rf"command line: `{old}` was renamed to `{new}`"):
-        load_config(overrides=[f"{old}=5"])
+    with pytest.raises(
+        ConfigError, match=rf"command line: `{old}` was renamed to `{new}`".replace("[]", r"\[\]")
+    ):
+        load_config(overrides=[_override(old)])
 
 
 def test_old_key_in_a_file_names_the_new_one(tmp_path):
@@ -30,6 +62,29 @@ def test_old_key_in_a_file_names_the_new_one(tmp_path):
     ):
         load_config(path)
     assert load_config(overrides=["env.feedback.rollout_fps=5"]).env.feedback.rollout_fps == 5
+
+
+def test_a_question_familys_old_key_inside_a_list_names_the_new_one(tmp_path):
+    """`data.families[].task` and `cosmos.curriculum[].tasks` (issue 23: a question family is a `family`)."""
+    path = tmp_path / "old.yaml"
+    path.write_text("data:\n  families:\n    - {task: arrow_of_time, scene: slide}\n")
+    with pytest.raises(
+        ConfigError, match=r"old.yaml: `data.families\[\].task` was renamed to `data.families\[\].family`"
+    ):
+        load_config(path)
+    with pytest.raises(
+        ConfigError, match=r"`cosmos.curriculum\[\].tasks` was renamed to `cosmos.curriculum\[\].families`"
+    ):
+        load_config(overrides=["cosmos.curriculum=[{tasks: [arrow_of_time], steps: 2}]"])
+    with pytest.raises(ConfigError, match=r"`data.families\[\].task` was renamed"):
+        load_config(overrides=["data.families=[{task: arrow_of_time}]"])
+    cfg = load_config(
+        overrides=[
+            "data.families=[{family: spatial_puzzle}]",
+            "cosmos.curriculum=[{families: [a], steps: 2}]",
+        ]
+    )
+    assert cfg.data.families[0].family == "spatial_puzzle" and cfg.cosmos.curriculum[0].families == ["a"]
 
 
 def test_the_cli_prints_it(capsys):

@@ -19,7 +19,7 @@ def test_cosmos_experiment_end_to_end(tmp_path):
         "grpo.prompts_per_step=2",
         "grpo.group_size=2", "grpo.max_new_tokens=8", "cosmos.seeds=[0,1]", "cosmos.workers=1",
         "cosmos.format_steps=1", "cosmos.benchmark_n_test=16", "eval.max_new_tokens=8",
-        "cosmos.curriculum=[{tasks: [arrow_of_time], steps: 2}]",
+        "cosmos.curriculum=[{families: [arrow_of_time], steps: 2}]",
     ]  # fmt: skip
     cfg = load_config([REPO / "configs/physics_mix.yaml", REPO / "configs/experiment_cosmos.yaml"], overrides)
     spec = (
@@ -76,8 +76,8 @@ def test_curriculum_examples_pick_the_stage_families():
     from embodied.experiments.cosmos import curriculum_examples
 
     class E:
-        def __init__(self, task):
-            self.record = {"task": task}
+        def __init__(self, family):
+            self.record = {"family": family}
 
     train = [E("arrow_of_time"), E("spatial_puzzle"), E("arrow_of_time")]
     assert len(curriculum_examples(train, ["arrow_of_time"])) == 2

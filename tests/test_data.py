@@ -47,7 +47,7 @@ def test_files_and_manifest(dataset):
         assert len(records) == n
         assert len({r["id"] for r in records}) == n
         for r in records:
-            assert set(r) >= {"id", "task", "video", "question", "options", "answer", "meta"}
+            assert set(r) >= {"id", "family", "video", "question", "options", "answer", "meta"}
             assert r["id"].startswith(f"{split}-")
             assert r["video"] == f"videos/{split}/{r['id']}.mp4"  # relative to the root
             assert (root / r["video"]).is_file()
@@ -164,6 +164,35 @@ def test_load_records_missing_field_and_split(dataset, tmp_path):
         load_records(root, "val")
     with pytest.raises(FileNotFoundError, match="train.jsonl"):
         load_records(root, "train")
+
+
+def test_a_dataset_written_before_the_family_key_loads_as_today(dataset, tmp_path):
+    """Format 1 named a question's family `task` (issue 23 renamed it `family`): such a dataset loads with
+    the same records, in the same key order, and the same clips; an interactive episode keeps `task`."""
+    root = tmp_path / "ds_v1"
+    shutil.copytree(dataset[0], root)
+    for split in SIZES:
+        new = _jsonl(dataset[0] / f"{split}.jsonl")
+        old = [{("task" if k == "family" else k): v for k, v in r.items()} for r in new]
+        assert all("family" not in r and r["task"] == "arrow_of_time" for r in old)
+        (root / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in old))
+        loaded = load_records(root, split)
+        assert loaded == new and [list(r) for r in loaded] == [list(r) for r in new]
+    now, _ = load_examples(dataset[0], "test")
+    then, skipped = load_examples(root, "test")
+    assert skipped == [] and [e.record for e in then] == [e.record for e in now]
+    assert all(np.array_equal(a.clip.frames, b.clip.frames) for a, b in zip(then, now))
+    episode = {"id": "test-place-00000", "task": "place", "video": "v.mp4", "question": "q", "options": []}
+    (root / "val.jsonl").write_text(json.dumps(episode | {"answer": ""}) + "\n")
+    assert load_records(root, "val") == [episode | {"answer": ""}]  # an interactive task stays a task
+    (root / "val.jsonl").write_text(json.dumps({k: v for k, v in episode.items() if k != "task"}) + "\n")
+    with pytest.raises(ValueError, match=r"val\.jsonl:1: record lacks .*family \(or task\)"):
+        load_records(root, "val")
+
+
+def test_manifest_says_format_2_and_the_families(dataset):
+    _, manifest = dataset
+    assert manifest["format_version"] == 2 and manifest["kinds"] == ["arrow_of_time"]
 
 
 def test_hf_datasets_loads_jsonl(dataset):

@@ -56,7 +56,7 @@ def test_rollout_video_shows_answer_and_outcome(episodes, tmp_path):
 
 
 def test_routed_reward_scores_each_record_by_its_kind(episodes):
-    mcq = {"id": "q", "task": "arrow_of_time", "answer": "A", "options": ["forward", "reversed"]}
+    mcq = {"id": "q", "family": "arrow_of_time", "answer": "A", "options": ["forward", "reversed"]}
     env = next(e.record for e in episodes if e.record["task"] == "push")
     j = push.good_action(env)
     texts = ["<think></think><answer>A</answer>", f"<think></think><answer>{j:.3f}</answer>"]

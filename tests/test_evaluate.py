@@ -71,10 +71,10 @@ def test_resolve_k():
         resolve_k(4, [1, 8])
 
 
-def _row(qid, task, tier, answer, predicted, choice=None, sampled=None, n_options=2, view=0):
+def _row(qid, family, tier, answer, predicted, choice=None, sampled=None, n_options=2, view=0):
     row = {
         "id": qid,
-        "task": task,
+        "family": family,
         "difficulty": tier,
         "n_options": n_options,
         "view": view,
@@ -116,19 +116,19 @@ def test_summarize_families_tiers_views_and_samples():
     assert res["chance_pass@2"] == pytest.approx((0.75 * 3 + (1 - 0.75**2)) / 4)
     assert res["unparseable_samples"] == pytest.approx((0 + 1 / 3 + (0 + 1 / 3) / 2 + 0) / 4)
 
-    assert list(res["per_task"]) == ["f", "g"]
-    assert res["per_task"]["f"]["n"] == 3 and res["per_task"]["f"]["accuracy"] == pytest.approx(1.5 / 3)
-    assert res["per_task"]["g"]["chance"] == pytest.approx(0.25)
-    tiers = res["per_task_tier"]["f"]
+    assert list(res["per_family"]) == ["f", "g"]
+    assert res["per_family"]["f"]["n"] == 3 and res["per_family"]["f"]["accuracy"] == pytest.approx(1.5 / 3)
+    assert res["per_family"]["g"]["chance"] == pytest.approx(0.25)
+    tiers = res["per_family_tier"]["f"]
     assert list(tiers) == ["easy", "hard"]  # easy < medium < hard, then the rest alphabetically
     assert tiers["easy"]["n"] == 2 and tiers["easy"]["accuracy"] == pytest.approx(0.75)
     assert tiers["hard"]["accuracy"] == 0.0
-    assert list(res["per_task_tier"]["g"]) == ["unspecified"]
+    assert list(res["per_family_tier"]["g"]) == ["unspecified"]
 
 
 def test_summarize_old_call_without_option_counts_in_rows():
     """`prediction_stats(rows, n_options)` as before: rows without `n_options` take it from the mapping."""
-    rows = [{"id": "a", "task": "t", "answer": "A", "predicted": "A", "choice": None}]
+    rows = [{"id": "a", "family": "t", "answer": "A", "predicted": "A", "choice": None}]
     res = prediction_stats(rows, {"a": 3})
     assert res["chance"] == pytest.approx(1 / 3) and res["accuracy"] == 1.0
     assert "choice_accuracy" not in res and "pass@1" not in res

@@ -52,7 +52,7 @@ def test_restoring_order_and_options():
 @pytest.mark.parametrize("variant", ["arrangement", "patch"])
 def test_spatial_puzzle_answer_is_unique(tier, variant):
     image = _noise((128, 128, 3))
-    fam = FamilySpec(task="spatial_puzzle", variant=variant)
+    fam = FamilySpec(family="spatial_puzzle", variant=variant)
     for answer in range(4):
         rec, still = sp.from_frames(image[None], 2.0, np.random.default_rng(answer), answer, tier, fam)
         assert rec["answer"] == LETTERS[answer] and len(rec["options"]) == 4
@@ -151,5 +151,5 @@ def test_sft_target_for_every_family():
     rec, _ = sp.from_frames(image[None], 2.0, np.random.default_rng(0), 2, "easy", FamilySpec())
     assert sft_target(rec) == "<think></think><answer>C</answer>"
     assert rec["options"][2] in sft_target(rec, rationale=True)
-    with pytest.raises(KeyError, match="unknown task"):
-        sft_target({"task": "nope", "answer": "A"})
+    with pytest.raises(KeyError, match="unknown question family"):
+        sft_target({"family": "nope", "answer": "A"})

@@ -76,7 +76,7 @@ def test_moving_area_refuses_a_still_scene_and_a_person_standing_still_keeps_a_p
 
 
 def test_temporal_puzzle_refuses_a_repeated_static_segment_and_keeps_a_moving_clip():
-    fam = FamilySpec(task="temporal_puzzle")
+    fam = FamilySpec(family="temporal_puzzle")
     moving = panning(6)
     rec, shown = tp.from_frames(moving, 2.0, np.random.default_rng(0), 1, "easy", fam)
     assert tp.verify(rec, shown, moving) and rec["meta"]["segment_change"] >= tp.FOOTAGE_MIN_SEGMENT_CHANGE
@@ -92,7 +92,7 @@ def test_temporal_puzzle_refuses_a_repeated_static_segment_and_keeps_a_moving_cl
 
 @pytest.mark.parametrize("tier", ["easy", "hard"])
 def test_spatial_puzzle_refuses_near_uniform_patches_and_uses_a_textured_frame(tier):
-    fam = FamilySpec(task="spatial_puzzle")
+    fam = FamilySpec(family="spatial_puzzle")
     wall = _scene(6)
     wall[:, :56] = (180, 120, 60)  # the left half is a plain wooden wall
     frames = _noisy(np.repeat(wall[None], 4, axis=0))
@@ -120,7 +120,7 @@ def test_from_videos_counts_refusals_per_family_and_reason(tmp_path):
     records = [json.loads(line) for line in (root / "train.jsonl").read_text().splitlines()]
     by_source = {}
     for r in records:
-        by_source.setdefault(r["meta"]["source"], []).append(r["task"])
+        by_source.setdefault(r["meta"]["source"], []).append(r["family"])
     assert sorted(by_source["pan.mp4"]) == ["arrow_of_time", "spatial_puzzle", "temporal_puzzle"]
     assert "arrow_of_time" not in by_source.get("still.mp4", []) + by_source.get("standing.mp4", [])
     assert sum(fv["refused"].values()) + len(records) == 3 * 3  # every window x family: made or refused

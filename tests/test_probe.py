@@ -45,7 +45,7 @@ def test_probe_families_on_the_tiny_policy(tiny_policy):
             0, 5, (4, 56, 56, 3), np.uint8
         )
         rec = {
-            "id": f"p{i}", "task": "arrow_of_time", "video": f"{i}.mp4", "question": "Forward or reversed?",
+            "id": f"p{i}", "family": "arrow_of_time", "video": f"{i}.mp4", "question": "Forward or reversed?",
             "options": ["forward", "reversed"], "answer": "AB"[bright], "meta": {"scene": "drop"},
         }  # fmt: skip
         examples.append(Example(rec, Clip(frames, 2.0)))

@@ -20,7 +20,7 @@ from embodied.rl.rewards import (
 # A 3-segment temporal puzzle whose right order is A = 2, 3, 1.
 TEMPORAL = {
     "id": "t0",
-    "task": "temporal_puzzle",
+    "family": "temporal_puzzle",
     "question": "...",
     "options": ["2, 3, 1", "2, 1, 3", "3, 1, 2", "1, 3, 2"],
     "answer": "A",
@@ -107,14 +107,14 @@ def test_off_by_default_and_exact_match_unchanged():
 def test_other_families_are_unchanged():
     arrow = {
         "id": "a",
-        "task": "arrow_of_time",
+        "family": "arrow_of_time",
         "options": ["forward", "reversed"],
         "answer": "A",
         "meta": {},
     }
     patch = {
         "id": "p",
-        "task": "spatial_puzzle",
+        "family": "spatial_puzzle",
         "options": ["top left", "top right", "bottom left", "bottom right"],
         "answer": "C",
         "meta": {"variant": "patch", "grid": 2},
@@ -139,7 +139,7 @@ def test_batch_metrics_keep_accuracy_exact():
 
 
 def test_generated_puzzles_are_ordering_questions():
-    """Records made by the task generators themselves: their options parse as orders and the right letter
+    """Records made by the family generators themselves: their options parse as orders and the right letter
     earns accuracy, never credit; every wrong one earns at most 0.2 x (k-1)/k."""
     from embodied.tasks import spatial_puzzle, temporal_puzzle
 
@@ -148,7 +148,7 @@ def test_generated_puzzles_are_ordering_questions():
     fields, _ = temporal_puzzle.shuffle_clip(frames, rng, 2, "hard")
     image = rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)
     spatial, _ = spatial_puzzle.puzzle(image, rng, 1, "easy", "arrangement")
-    for rec in ({"task": "temporal_puzzle", **fields}, {"task": "spatial_puzzle", **spatial}):
+    for rec in ({"family": "temporal_puzzle", **fields}, {"family": "spatial_puzzle", **spatial}):
         orders = option_orders(rec)
         assert orders is not None and all(sorted(o) == list(range(1, len(o) + 1)) for o in orders)
         terms = mcq_rewards(1.0, 0.5, 0.2)([said(x) for x in "ABCD"], [rec] * 4)

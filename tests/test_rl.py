@@ -248,7 +248,7 @@ def test_rloo_loop_equals_vectorised():
 def test_score_passes_terms_through_and_averages_mixed_kinds():
     from embodied.rl.rewards import mcq_rewards, mean_terms, score
 
-    recs = [{"id": "a", "task": "t", "answer": "A"}, {"id": "b", "task": "t", "answer": "B"}]
+    recs = [{"id": "a", "family": "t", "answer": "A"}, {"id": "b", "family": "t", "answer": "B"}]
     texts = ["<think></think><answer>A</answer>", "<answer>A</answer>"]
     terms = score(mcq_rewards(1.0, 0.5), texts, recs)
     assert [t["reward/total"] for t in terms] == [1.5, 0.0]

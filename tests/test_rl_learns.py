@@ -32,7 +32,7 @@ def colour_examples(n: int, seed: int) -> list[Example]:
         clip = np.clip(rgb + rng.integers(-20, 20, size=(2, 56, 56, 3)), 0, 255).astype(np.uint8)
         record = {
             "id": f"colour-{seed}-{i}",
-            "task": "arrow_of_time",  # any family: only its answer format is used
+            "family": "arrow_of_time",  # any family: only its answer format is used
             "video": "",  # in memory: two frames of the picture
             "question": "Which colour fills the video?",
             "options": names,  # fixed order: the letter depends on the picture alone

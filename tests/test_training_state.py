@@ -36,7 +36,7 @@ def synthetic_examples(n: int = 12, seed: int = 0) -> list[Example]:
         frames = rng.integers(0, 255, (4, 56, 56, 3), dtype=np.uint8)
         record = {
             "id": f"s-{i}",
-            "task": arrow_of_time.NAME,
+            "family": arrow_of_time.NAME,
             "video": f"{i}.mp4",
             "question": arrow_of_time.QUESTION,
             "options": list(arrow_of_time.OPTIONS),

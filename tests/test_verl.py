@@ -21,7 +21,7 @@ from embodied.config import GRPOConfig
 from embodied.data.build import generate_dataset
 from embodied.data.episodes import generate_episodes
 from embodied.data.load import load_records
-from embodied.data.schema import DataConfig
+from embodied.data.schema import DataConfig, kind
 from embodied.envs import TASKS as ENV_TASKS
 from embodied.envs import is_interactive, push, task
 from embodied.envs.config import EnvConfig
@@ -34,11 +34,11 @@ from embodied.video import VideoConfig, frame_pixel_cap, read_video
 ROOT = Path(__file__).parents[1]
 VERL_PYTHON = ROOT / ".venv-verl" / "bin" / "python"
 FAMILIES = [
-    FamilySpec(task="arrow_of_time"),
-    FamilySpec(task="spatial_puzzle"),
-    FamilySpec(task="spatial_puzzle", variant="patch"),
-    FamilySpec(task="temporal_puzzle"),
-    FamilySpec(task="object_permanence", scene="occluder"),
+    FamilySpec(family="arrow_of_time"),
+    FamilySpec(family="spatial_puzzle"),
+    FamilySpec(family="spatial_puzzle", variant="patch"),
+    FamilySpec(family="temporal_puzzle"),
+    FamilySpec(family="object_permanence", scene="occluder"),
 ]
 
 
@@ -97,7 +97,7 @@ def test_export_verl_reads_back_with_datasets(roots, tmp_path):
         records = load_records(root, "test")
         assert len(ds) == len(records)
         for row, rec in zip(ds, records):
-            assert row["data_source"] == f"embodied/{rec['task']}" and row["ability"] == "physics"
+            assert row["data_source"] == f"embodied/{kind(rec)}" and row["ability"] == "physics"
             assert row["reward_model"]["style"] == "rule"
             assert json.loads(row["reward_model"]["ground_truth"]) == rec  # the whole record survives
             text = format_question(rec["question"], rec["options"], rec.get("instruction"))
@@ -145,7 +145,7 @@ def test_exported_video_fields_give_our_frames_in_qwen_vl_utils(roots, tmp_path)
 
 def test_reward_entry_equals_the_trainer_reward(roots):
     cases = scored_cases(roots)
-    assert {r["task"] for r, _ in cases} == set(TASKS) | set(ENV_TASKS)
+    assert {kind(r) for r, _ in cases} == set(TASKS) | set(ENV_TASKS)
     g = GRPOConfig()
     trainer = routed_rewards(
         EnvConfig().backend, EnvConfig().format_weight, g.accuracy_weight, g.format_weight
@@ -154,9 +154,9 @@ def test_reward_entry_equals_the_trainer_reward(roots):
     seen = set()
     for record, text in cases:
         gt = json.dumps(record)
-        got = verl_reward.compute_score(f"embodied/{record['task']}", text, gt, {"index": 0})
+        got = verl_reward.compute_score(f"embodied/{kind(record)}", text, gt, {"index": 0})
         want = trainer([text], [record])[0]
-        assert got["score"] == want["reward/total"], (record["task"], text)
+        assert got["score"] == want["reward/total"], (kind(record), text)
         if not is_interactive(record):
             assert got["score"] == grpo_default([text], [record])[0]["reward/total"]
         seen.add(got["score"])
@@ -164,7 +164,7 @@ def test_reward_entry_equals_the_trainer_reward(roots):
     # the batch entry points (verl's batch manager, EasyR1) agree with the per-response one
     texts, records = [t for _, t in cases], [r for r, _ in cases]
     gts = [json.dumps(r) for r in records]
-    batch = verl_reward.compute_score_batch([f"embodied/{r['task']}" for r in records], texts, gts)
+    batch = verl_reward.compute_score_batch([f"embodied/{kind(r)}" for r in records], texts, gts)
     easy = verl_reward.easyr1_compute_score(
         [{"response": t, "response_length": 1, "ground_truth": g} for t, g in zip(texts, gts)]
     )
@@ -182,7 +182,7 @@ def test_reward_kwargs_reach_the_trainer_reward(roots):
     ]
     credited = 0
     for record, text in cases:
-        source = f"embodied/{record['task']}"
+        source = f"embodied/{kind(record)}"
         got = verl_reward.compute_score(source, text, json.dumps(record), order_credit=0.2)
         want = mcq_rewards(1.0, 0.5, 0.2)([text], [record])[0]
         assert got["score"] == want["reward/total"]

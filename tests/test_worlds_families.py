@@ -40,7 +40,7 @@ def _energy(world, k: int) -> tuple[float, float]:
 
 def test_registry_lists_families_and_names_them_for_an_unknown_one() -> None:
     assert set(FAMILIES) | {"drop"} <= set(WORLDS)
-    with pytest.raises(ValueError, match="unknown world 'nope'.*dominoes, drop, occluder, pendulum"):
+    with pytest.raises(ValueError, match="unknown scene 'nope'.*dominoes, drop, occluder, pendulum"):
         make_world("nope")
 
 

@@ -146,7 +146,7 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
         width=SIZE,
         height=SIZE,
         clip=dataclasses.replace(cfg.data.clip, fps=FPS, num_frames=FRAMES),
-        families=[FamilySpec(task="arrow_of_time", scene="drop", num_frames=FRAMES)],
+        families=[FamilySpec(family="arrow_of_time", scene="drop", num_frames=FRAMES)],
         benchmark=False,
         from_videos="",
         sheets=False,

@@ -24,9 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
-from embodied.data.schema import FORMAT_VERSION
+from embodied.data.schema import FORMAT_VERSION, kind
 from embodied.video import write_video
 
 GENERATOR = "embodied.data.engine"
@@ -55,11 +54,12 @@ class Source:
     def make(self, job: Any) -> list[Made]:
         raise NotImplementedError
 
-    def versions(self, tasks: list[str]) -> dict[str, int]:
-        """Generator version of each task in the dataset (bumped whenever a seed makes something else)."""
+    def versions(self, kinds: list[str]) -> dict[str, int]:
+        """Generator version of each question family in the dataset (bumped whenever a seed makes something
+        else)."""
         from embodied.tasks import family
 
-        return {t: family(t).VERSION for t in tasks}
+        return {f: family(f).VERSION for f in kinds}
 
     def extra(self) -> dict:
         """Source-specific manifest fields (seed streams, families, refusals ...)."""
@@ -114,6 +114,8 @@ def light_spawn():
 def make_all(source: Any, jobs: list, workers: int, progress: bool, desc: str = "generate") -> Iterator:
     """`source.make(job)` for every job, in order, as they are made: `workers` spawned processes (fresh ones:
     GL contexts do not survive fork), or this process when 0."""
+    from tqdm.auto import tqdm  # here: the config (`embodied show-config`) imports this module
+
     bar = tqdm(total=len(jobs), desc=desc, unit="job", disable=not progress)
     if workers > 0:
         ctx = mp.get_context("spawn")
@@ -141,7 +143,8 @@ def store(root: Path, rid: str, split: str, record: dict, frames: np.ndarray, fp
     video encoder's build."""
     rel = f"videos/{split}/{rid}.mp4"
     write_video(root / rel, frames, fps)
-    full = {"id": rid, "task": record["task"], "video": rel}
+    key = "family" if "family" in record else "task"  # a question's family, an episode's interactive task
+    full = {"id": rid, key: record[key], "video": rel}
     if record["meta"].get("still"):
         from PIL import Image
 
@@ -149,7 +152,7 @@ def store(root: Path, rid: str, split: str, record: dict, frames: np.ndarray, fp
         (root / img).parent.mkdir(parents=True, exist_ok=True)
         Image.fromarray(frames[0]).save(root / img)
         full["images"] = [img]
-    full |= {k: v for k, v in record.items() if k != "task"}
+    full |= {k: v for k, v in record.items() if k != key}
     h = hashlib.sha256(json.dumps(full, sort_keys=True).encode())
     h.update(np.ascontiguousarray(frames).tobytes())
     return full, h.hexdigest()
@@ -192,7 +195,7 @@ class SplitWriter:
         self.hash = {s: hashlib.sha256() for s in splits}
         self.counts: dict = {s: {} for s in splits}
         self.answers: dict = {s: {} for s in splits}
-        self.tasks: set[str] = set()
+        self.kinds: set[str] = set()
         self.made = 0
         self.files: dict = {}
 
@@ -207,7 +210,7 @@ class SplitWriter:
         self.files[split].write(json.dumps(record) + "\n")
         self.hash[split].update(digest.encode())
         count(record, self.counts[split], self.answers[split])
-        self.tasks.add(record["task"])
+        self.kinds.add(kind(record))
         self.made += 1
 
     def __exit__(self, exc_type, *exc) -> None:
@@ -233,14 +236,14 @@ def finish(source: Source, splits: SplitWriter, extra: dict) -> dict:
         hashes[split] = splits.hash[split].hexdigest()
         content.update(hashes[split].encode())
         counts[split], answers[split] = sort_tally(splits.counts[split], splits.answers[split])
-    tasks = sorted(splits.tasks)
+    kinds = sorted(splits.kinds)
     manifest = {
         "generator": GENERATOR,
         "source": source.name,
-        "generator_version": {"embodied": package_version(), **source.versions(tasks)},
+        "generator_version": {"embodied": package_version(), **source.versions(kinds)},
         "format_version": FORMAT_VERSION,
         "benchmark": getattr(cfg, "benchmark", False),
-        "tasks": tasks,
+        "kinds": kinds,
         "seed": cfg.seed,
         "counts": counts,
         "answers": answers,
@@ -259,14 +262,15 @@ def finish(source: Source, splits: SplitWriter, extra: dict) -> dict:
 
 
 def family_label(record: dict) -> str:
-    """`task`, or `task/variant` for families whose variants ask different questions."""
+    """`family`, or `family/variant` for families whose variants ask different questions (an episode: its
+    `task`)."""
     variant = record["meta"].get("variant")
-    return f"{record['task']}/{variant}" if variant else record["task"]
+    return f"{kind(record)}/{variant}" if variant else kind(record)
 
 
 def count(r: dict, counts: dict, answers: dict) -> None:
-    """Add record `r` to the counts per family (`task` or `task/variant`) and tier, and to the answer-letter
-    counts per family and tier."""
+    """Add record `r` to the counts per family (`family` or `family/variant`) and tier, and to the
+    answer-letter counts per family and tier."""
     name, tier = family_label(r), r["meta"].get("difficulty", "easy")
     counts.setdefault(name, {}).setdefault(tier, 0)
     counts[name][tier] += 1

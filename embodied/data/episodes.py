@@ -42,8 +42,8 @@ class EpisodeSource(Source):
         record, frames = task(name).make_episode(seed, c.difficulty, c.width, c.height, c.num_frames, c.fps)
         return [store(self.root, f"{split}-{name}-{index:05d}", split, record, frames, c.fps)]
 
-    def versions(self, tasks: list[str]) -> dict[str, int]:
-        return {t: task(t).VERSION for t in tasks}
+    def versions(self, kinds: list[str]) -> dict[str, int]:
+        return {t: task(t).VERSION for t in kinds}
 
 
 def generate_episodes(cfg: EnvConfig, progress: bool = True) -> dict:

@@ -52,10 +52,10 @@ def apportion(total: int, weights: list[float]) -> list[int]:
 
 def check_families(families: list[FamilySpec]) -> None:
     for f in families:
-        family(f.task)  # raises with the known names
+        family(f.family)  # raises with the known names
         bad = [t for t in f.tiers if t not in TIERS]
         if bad or not f.tiers:
-            raise ValueError(f"family {f.task}: tiers must be a non-empty subset of {TIERS}, got {f.tiers}")
+            raise ValueError(f"family {f.family}: tiers must be a non-empty subset of {TIERS}, got {f.tiers}")
 
 
 def split_sizes(cfg: DataConfig) -> dict[str, int]:
@@ -76,7 +76,7 @@ def plan(cfg: DataConfig) -> list[FamilyJob]:
         for fi, (f, nf) in enumerate(zip(fams, apportion(n, [f.weight for f in fams]))):
             for tier, nt in zip(f.tiers, apportion(nf, [1.0] * len(f.tiers))):
                 rng = np.random.default_rng([cfg.seed, code, fi + 1, TIERS.index(tier), 7919])
-                answers = balanced_answers(nt, family(f.task).num_options(tier, f.variant), rng)
+                answers = balanced_answers(nt, family(f.family).num_options(tier, f.variant), rng)
                 seeds = group_seeds(cfg.seed, stream, fi, tier, nt)
                 group += [(fi, s, int(a), tier) for s, a in zip(seeds, answers)]
         order = np.random.default_rng([cfg.seed, code, 31337]).permutation(len(group))
@@ -109,9 +109,9 @@ class FamilySource(Source):
         rng = np.random.default_rng(job.seed)
         world = self.world(fam.scene, cfg.width, cfg.height)
         try:
-            record, frames = family(fam.task).make(world, rng, job.answer, job.tier, fam, cfg.clip)
+            record, frames = family(fam.family).make(world, rng, job.answer, job.tier, fam, cfg.clip)
         except Ambiguous as e:
-            return [(None, f"{rid} ({fam.task}/{fam.scene}, seed {job.seed}): {e}")]
+            return [(None, f"{rid} ({fam.family}/{fam.scene}, seed {job.seed}): {e}")]
         record["meta"] = {"seed": job.seed, "difficulty": job.tier, **record["meta"]}
         return [store(self.root, rid, job.split, record, frames, cfg.clip.fps)]
 

@@ -26,7 +26,7 @@ from embodied.tasks import TIERS, Ambiguous, FamilySpec, changed_area, family
 from embodied.video import VideoError
 
 VIDEO_EXTENSIONS = (".mp4", ".m4v", ".mov", ".avi", ".mkv", ".webm", ".mpg", ".mpeg", ".wmv", ".flv", ".gif")
-REAL_TASKS = ("arrow_of_time", "spatial_puzzle", "temporal_puzzle")
+REAL_FAMILIES = ("arrow_of_time", "spatial_puzzle", "temporal_puzzle")
 NEEDS_MOTION = ("arrow_of_time", "temporal_puzzle")
 """Families that refuse a still window (a spatial puzzle is one frame: it needs none)."""
 
@@ -93,10 +93,10 @@ def window_frames(fams: list[FamilySpec], cfg: DataConfig) -> int:
     """Window length: the longest clip any requested family and tier needs."""
     need = [1]
     for f in fams:
-        if f.task == "arrow_of_time":
+        if f.family == "arrow_of_time":
             need.append(f.num_frames or cfg.clip.num_frames)
-        elif f.task == "temporal_puzzle":
-            need += [family(f.task).num_frames(t) for t in f.tiers]
+        elif f.family == "temporal_puzzle":
+            need += [family(f.family).num_frames(t) for t in f.tiers]
     return max(need)
 
 
@@ -143,19 +143,19 @@ def _questions(
     refused: dict,
 ) -> list[tuple[dict, np.ndarray]]:
     """One record per family from a window (tiers take turns by window); refusals are counted in `refused`
-    as `<task>/<reason>` (`still` for the families that need motion when the window is `still`)."""
+    as `<family>/<reason>` (`still` for the families that need motion when the window is `still`)."""
     out = []
     for fi, fam in enumerate(fams):
         tier = fam.tiers[key[-1] % len(fam.tiers)]
-        module = family(fam.task)
+        module = family(fam.family)
         rng = np.random.default_rng([*key, fi])
         answer = answers.peek(fi, tier, module.num_options(tier, fam.variant))
         try:
-            if still and fam.task in NEEDS_MOTION:
+            if still and fam.family in NEEDS_MOTION:
                 raise Ambiguous("the window is still", "still")
             record, frames = module.from_frames(clip, fps, rng, answer, tier, fam)
         except Ambiguous as e:
-            refused[f"{fam.task}/{e.reason}"] = refused.get(f"{fam.task}/{e.reason}", 0) + 1
+            refused[f"{fam.family}/{e.reason}"] = refused.get(f"{fam.family}/{e.reason}", 0) + 1
             continue
         answers.take(fi, tier)
         record["meta"] = {"difficulty": tier, **record["meta"]}
@@ -173,10 +173,10 @@ class VideoSource(Source):
     def __init__(self, cfg: DataConfig) -> None:
         split = "test" if cfg.benchmark else cfg.from_videos_split  # a benchmark is a test split
         super().__init__(cfg, cfg.root, [split], workers=0, sheets=cfg.sheets)
-        fams = cfg.families or [FamilySpec(task=t, tiers=["easy", "hard"]) for t in REAL_TASKS]
-        bad = [f.task for f in fams if f.task not in REAL_TASKS]
+        fams = cfg.families or [FamilySpec(family=t, tiers=["easy", "hard"]) for t in REAL_FAMILIES]
+        bad = [f.family for f in fams if f.family not in REAL_FAMILIES]
         if bad:
-            raise ValueError(f"--from-videos makes {list(REAL_TASKS)}; {bad} need a simulated scene")
+            raise ValueError(f"--from-videos makes {list(REAL_FAMILIES)}; {bad} need a simulated scene")
         self.families, self.folder = fams, Path(cfg.from_videos)
         self.n_win, self.answers = window_frames(fams, cfg), _Answers(cfg.seed)
         self.made, self.used, self.unreadable, self.truncated, self.ignored = 0, [], [], [], []

@@ -13,14 +13,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
-from embodied.data.schema import REQUIRED_FIELDS
+from embodied.data.schema import REQUIRED_FIELDS, upgrade
 from embodied.video import Clip, VideoError, read_video
 
 
 def load_records(root: str | Path, split: str) -> list[dict]:
-    """Read `<root>/<split>.jsonl`, checking each line; errors name the file, the line and the fix."""
+    """Read `<root>/<split>.jsonl`, checking each line; errors name the file, the line and the fix.
+
+    Records of format 1 (a question's family under `task`) come back as format 2 has them (`family`):
+    the one place where old datasets are mapped (`schema.upgrade`)."""
     path = Path(root) / f"{split}.jsonl"
     if not path.is_file():
         raise FileNotFoundError(
@@ -34,7 +35,10 @@ def load_records(root: str | Path, split: str) -> list[dict]:
             rec = json.loads(line)
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}:{lineno}: not valid JSON ({e})") from e
+        rec = upgrade(rec)
         missing = [k for k in REQUIRED_FIELDS if k not in rec]
+        if "family" not in rec and "task" not in rec:
+            missing.append("family (or task)")
         if missing or ("video" not in rec and "images" not in rec):
             raise ValueError(
                 f"{path}:{lineno}: record lacks {missing or ['video or images']}; see data/FORMAT.md"
@@ -67,6 +71,8 @@ def load_examples(
             return read_video(Path(root) / rec["video"], fps=fps, max_frames=max_frames)
         except VideoError as e:
             return e
+
+    from tqdm.auto import tqdm  # here: the config (`embodied show-config`) imports this module
 
     # PyAV decodes without the GIL: threads decode several clips at once (same clips, same order)
     with ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as pool:
@@ -110,7 +116,20 @@ def manifest_matches(root: str | Path, config: dict, ignore: set[str] | frozense
     path = Path(root) / "manifest.json"
     if not path.is_file():
         return False
-    old = json.loads(path.read_text()).get("config", {})
+    old = upgrade_config(json.loads(path.read_text()).get("config", {}))
     return {k: v for k, v in old.items() if k not in ignore} == {
         k: v for k, v in config.items() if k not in ignore
     }
+
+
+def upgrade_config(config: dict) -> dict:
+    """A manifest's data config as today's schema has it: before issue 23 a `data.families` item named its
+    family `task`. The records of such a dataset load through `schema.upgrade`, so it is reused as it is."""
+    families = config.get("families")
+    if not isinstance(families, list):
+        return config
+    fams = [
+        {("family" if k == "task" else k): v for k, v in f.items()} if isinstance(f, dict) else f
+        for f in families
+    ]
+    return config | {"families": fams}

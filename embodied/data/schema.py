@@ -3,7 +3,7 @@ the named seed streams every generator draws from. A leaf: it imports no other p
 
 Layout of a dataset root (see data/FORMAT.md)::
 
-    manifest.json             generator, version, seeds, counts per split and task, content hash, config
+    manifest.json             generator, version, seeds, counts per split and family, content hash, config
     train.jsonl val.jsonl ... one record per line
     videos/<split>/<id>.mp4   the clips, referenced by each record's `video` field (relative path)
 """
@@ -18,9 +18,30 @@ import numpy as np
 from embodied.tasks import FamilySpec
 from embodied.tasks.arrow_of_time import ClipSpec
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""2: a question record names its family in `family` (1 called it `task`; `load_records` still reads 1)."""
 SPLITS = ("train", "val", "test")
-REQUIRED_FIELDS = ("id", "task", "question", "options", "answer")
+REQUIRED_FIELDS = ("id", "question", "options", "answer")
+"""Besides `family` (a question) or `task` (an interactive episode), and `video` or `images`."""
+V1_FAMILIES = ("arrow_of_time", "spatial_puzzle", "temporal_puzzle", "object_permanence")
+"""The question families a format-1 record could name in its `task` field (`upgrade` maps them)."""
+
+
+def kind(record: dict, default: str | None = None) -> str:
+    """What a record is an instance of: its question family (`record["family"]`) or, for an interactive
+    episode, its interactive task (`record["task"]`). Code that handles both kinds of record reads this.
+    A record with neither gives `default`, or a KeyError without one."""
+    if "family" in record:
+        return record["family"]
+    return record["task"] if default is None or "task" in record else default
+
+
+def upgrade(record: dict) -> dict:
+    """A record as the current format has it: a format-1 question record (`task` naming a question family)
+    gets that name under `family`, in the same place among its keys. Anything else is returned as it is."""
+    if "family" in record or record.get("task") not in V1_FAMILIES:
+        return record
+    return {("family" if k == "task" else k): v for k, v in record.items()}
 
 
 @dataclass

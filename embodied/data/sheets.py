@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from embodied.data.schema import kind
 from embodied.tasks import LETTERS
 from embodied.video import VideoError, read_video
 
@@ -32,18 +33,18 @@ def pick(records: list[dict], n: int) -> list[dict]:
 
 
 def write_sheets(root: str | Path, splits: list[str], per_family: int = 6) -> list[Path]:
-    """Write `<root>/sheets/<task>.png` and `<task>.gif`; returns the paths written."""
+    """Write `<root>/sheets/<family>.png` and `<family>.gif`; returns the paths written."""
     root = Path(root)
-    by_task: dict[str, list[dict]] = {}
+    by_family: dict[str, list[dict]] = {}
     for split in splits:
         path = root / f"{split}.jsonl"
         if not path.is_file():
             continue
         for line in path.read_text().splitlines():
             rec = json.loads(line)
-            by_task.setdefault(rec["task"], {}).setdefault(split, []).append(rec)
+            by_family.setdefault(kind(rec), {}).setdefault(split, []).append(rec)
     written = []
-    for task, per_split in sorted(by_task.items()):
+    for name, per_split in sorted(by_family.items()):
         records = pick(next(iter(per_split.values())), per_family)
         clips = []
         for r in records:
@@ -56,7 +57,7 @@ def write_sheets(root: str | Path, splits: list[str], per_family: int = 6) -> li
             continue
         out = root / "sheets"
         out.mkdir(exist_ok=True)
-        written += [_png(out / f"{task}.png", task, clips), _gif(out / f"{task}.gif", clips)]
+        written += [_png(out / f"{name}.png", name, clips), _gif(out / f"{name}.gif", clips)]
     return written
 
 
@@ -72,7 +73,7 @@ def _caption(r: dict, width: int = 58) -> str:
     return "\n".join(lines)
 
 
-def _png(path: Path, task: str, clips: list[tuple[dict, np.ndarray]]) -> Path:
+def _png(path: Path, name: str, clips: list[tuple[dict, np.ndarray]]) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -94,7 +95,7 @@ def _png(path: Path, task: str, clips: list[tuple[dict, np.ndarray]]) -> Path:
                 ax.imshow(frames[c])
                 ax.set_title(f"frame {c + 1}", fontsize=6)
         axes[row][cols].text(0.0, 0.5, _caption(r), fontsize=5.5, va="center", family="monospace")
-    fig.suptitle(f"{task}: {len(clips)} records (answer marked)", fontsize=9)
+    fig.suptitle(f"{name}: {len(clips)} records (answer marked)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

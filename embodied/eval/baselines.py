@@ -92,15 +92,15 @@ def majority_letters(records: Sequence[dict], train: Sequence[dict] | None) -> t
     """Per family, the most frequent answer letter in `train` (alphabetical on ties), falling back to
     `records` themselves for a family that `train` lacks. Returns `(letters, sources)`."""
     letters, sources = {}, {}
-    for task in sorted({r["task"] for r in records}):
-        pool = [r["answer"] for r in train or () if r["task"] == task]
-        sources[task] = "train"
+    for family in sorted({r["family"] for r in records}):
+        pool = [r["answer"] for r in train or () if r["family"] == family]
+        sources[family] = "train"
         if not pool:
-            pool = [r["answer"] for r in records if r["task"] == task]
-            sources[task] = "evaluated split (no train records of this family)"
+            pool = [r["answer"] for r in records if r["family"] == family]
+            sources[family] = "evaluated split (no train records of this family)"
         counts = Counter(pool)
         top = max(counts.values())
-        letters[task] = min(a for a, c in counts.items() if c == top)
+        letters[family] = min(a for a, c in counts.items() if c == top)
     return letters, sources
 
 
@@ -124,13 +124,13 @@ def model_free_predictions(
             drawn = question_rng(seed, i).integers(m, size=1 + samples)
             guess, sampled = LETTERS[drawn[0]], [LETTERS[j] for j in drawn[1:]]
         elif baseline == "majority":
-            guess = letters[r["task"]]
+            guess = letters[r["family"]]
             sampled = [guess] * samples
         else:
             raise ValueError(f"{baseline!r} is not a model-free baseline; those are {MODEL_FREE}")
         row = {
             "id": r["id"],
-            "task": r["task"],
+            "family": r["family"],
             "difficulty": r.get("meta", {}).get("difficulty"),
             "n_options": m,
             "answer": r["answer"],

@@ -19,6 +19,7 @@ import torch
 from tqdm.auto import tqdm
 
 from embodied.data.load import Example
+from embodied.data.schema import kind
 from embodied.eval.baselines import VIDEO_BASELINES, baseline_views, question_rng
 from embodied.eval.stats import (
     format_result,
@@ -101,7 +102,7 @@ def _row(rec: dict, text: str, view: int, lp: torch.Tensor | None, sampled) -> d
     m = len(rec["options"])
     row = {
         "id": rec["id"],
-        "task": rec["task"],
+        "family": kind(rec),
         "difficulty": rec.get("meta", {}).get("difficulty"),
         "n_options": m,
         "view": view,
@@ -138,7 +139,7 @@ def evaluate(
 
     `baseline` is `none` or a video baseline (`blind`, `single-frame`, `shuffled-frames`); `seed` draws
     its shuffles and seeds torch for sampling. Returns a JSON-ready dict: the overall figures,
-    `per_task`, `per_task_tier`, `settings`, and every prediction row (`id`, `answer`, `predicted`,
+    `per_family`, `per_family_tier`, `settings`, and every prediction row (`id`, `answer`, `predicted`,
     `response`, `choice`, ...; one row per view of a question).
     """
     if baseline != "none" and baseline not in VIDEO_BASELINES:

@@ -26,9 +26,9 @@ WEIGHT_DECAYS = (1e-3, 1e-2, 1e-1, 1.0)
 
 
 def group_of(example: Example) -> str:
-    """`task/scene` (plus `/variant` where a family has several): the unit a probe is fitted on."""
+    """`family/scene` (plus `/variant` where a family has several): the unit a probe is fitted on."""
     meta = example.record.get("meta", {})
-    parts = [example.record["task"], meta.get("scene", "")]
+    parts = [example.record["family"], meta.get("scene", "")]
     if meta.get("variant") not in (None, "", "outcome", "arrangement"):
         parts.append(meta["variant"])
     return "/".join(p for p in parts if p)

@@ -97,7 +97,7 @@ def _question(views: list[dict], n_options: int, ks: Sequence[int]) -> dict:
     first = views[0]
     answer = first["answer"]
     q = {
-        "task": first["task"],
+        "family": first["family"],
         "tier": first.get("difficulty") or NO_TIER,
         "chance": 1 / n_options,
         "correct": _mean(v["predicted"] == answer for v in views),
@@ -141,7 +141,7 @@ def _tier_key(tier: str) -> tuple:
 def prediction_stats(
     predictions: Sequence[dict], n_options: dict[str, int] | None = None, k: Sequence[int] = ()
 ) -> dict:
-    """Overall figures plus `per_task` (family) and `per_task_tier` (family -> tier) from prediction
+    """Overall figures plus `per_family` and `per_family_tier` (family -> tier) from prediction
     rows. Rows of the same `id` are views of one question. The option count comes from each row's
     `n_options`, else from `n_options[id]`."""
     by_id: dict[str, list[dict]] = defaultdict(list)
@@ -149,16 +149,24 @@ def prediction_stats(
         by_id[p["id"]].append(p)
     qs = [_question(views, views[0].get("n_options") or n_options[qid], k) for qid, views in by_id.items()]
     result = _stats(qs)
-    tasks = sorted({q["task"] for q in qs})
-    result["per_task"] = {t: _stats([q for q in qs if q["task"] == t]) for t in tasks}
-    result["per_task_tier"] = {
-        t: {
-            tier: _stats([q for q in qs if q["task"] == t and q["tier"] == tier])
-            for tier in sorted({q["tier"] for q in qs if q["task"] == t}, key=_tier_key)
+    families = sorted({q["family"] for q in qs})
+    result["per_family"] = {f: _stats([q for q in qs if q["family"] == f]) for f in families}
+    result["per_family_tier"] = {
+        f: {
+            tier: _stats([q for q in qs if q["family"] == f and q["tier"] == tier])
+            for tier in sorted({q["tier"] for q in qs if q["family"] == f}, key=_tier_key)
         }
-        for t in tasks
+        for f in families
     }
     return result
+
+
+def by_family(result: dict) -> tuple[dict, dict]:
+    """`(per_family, per_family_tier)` of an evaluation result; results written before issue 23 called
+    them `per_task` and `per_task_tier`, and read the same."""
+    if "per_family" in result or "per_task" not in result:
+        return result.get("per_family", {}), result.get("per_family_tier", {})
+    return result["per_task"], result.get("per_task_tier", {})
 
 
 def format_result(result: dict) -> str:
@@ -192,8 +200,9 @@ def markdown_table(result: dict, title: str = "") -> str:
         return "| " + " | ".join(cells) + " |"
 
     rows = [line("**all**", "all", result)]
-    for task, s in result.get("per_task", {}).items():
-        rows.append(line(task, "all", s))
-        rows += [line(task, tier, st) for tier, st in result["per_task_tier"][task].items()]
+    per_family, per_family_tier = by_family(result)
+    for family, s in per_family.items():
+        rows.append(line(family, "all", s))
+        rows += [line(family, tier, st) for tier, st in per_family_tier[family].items()]
     table = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *rows]
     return "\n".join(([f"### {title}", ""] if title else []) + table) + "\n"

@@ -14,7 +14,7 @@
    - **zero**: `cosmos.format_steps` of format-only SFT (random letters: never a right answer), then
      `grpo.steps` of GRPO (GRPO alone);
    - **transfer**: SFT, then SFT + GRPO, trained only on the families whose scene is in
-     `cosmos.transfer_scenes`, evaluated on the benchmark's questions of the same tasks in other scenes;
+     `cosmos.transfer_scenes`, evaluated on the benchmark's questions of the same families in other scenes;
 4. tables per family (and tier) with the mean over seeds, its 95% Student-t interval and the min-max; the
    three targets of the issue checked from them (every family above chance after SFT + GRPO; GRPO beats
    continued SFT on the family average, paired by seed; blind and single-frame contain chance).
@@ -90,10 +90,10 @@ def bench_eval(model, processor, examples, cfg, baseline: str = "none") -> dict:
     r = evaluate_free(model, processor, examples, cfg, baseline=baseline)
     keep = ("accuracy", "ci95", "n", "chance", "unparseable")
     return {k: r[k] for k in keep} | {
-        "per_task": {t: {k: v[k] for k in keep} for t, v in r["per_task"].items()},
-        "per_task_tier": {
-            t: {tier: {k: v[k] for k in keep} for tier, v in tiers.items()}
-            for t, tiers in r["per_task_tier"].items()
+        "per_family": {f: {k: v[k] for k in keep} for f, v in r["per_family"].items()},
+        "per_family_tier": {
+            f: {tier: {k: v[k] for k in keep} for tier, v in tiers.items()}
+            for f, tiers in r["per_family_tier"].items()
         },
     }
 
@@ -115,12 +115,14 @@ def _grpo(model, processor, train, cfg, seed: int, out: Path, progress: bool, **
     return time.perf_counter() - t0
 
 
-def curriculum_examples(train: list, tasks: list[str]) -> list:
+def curriculum_examples(train: list, families: list[str]) -> list:
     """The training examples of a curriculum stage's families."""
-    chosen = [e for e in train if e.record["task"] in tasks]
+    chosen = [e for e in train if e.record["family"] in families]
     if not chosen:
-        have = sorted({e.record["task"] for e in train})
-        raise ValueError(f"cosmos.curriculum: no training example of tasks {tasks}; the data has {have}")
+        have = sorted({e.record["family"] for e in train})
+        raise ValueError(
+            f"cosmos.curriculum: no training example of families {families}; the data has {have}"
+        )
     return chosen
 
 
@@ -133,7 +135,7 @@ def _main_job(cfg, data: dict, seed: int, out: Path, progress: bool) -> dict:
     model, processor = load(cfg.policy)
     t_sft = 0.0
     for i, stage in enumerate(cfg.cosmos.curriculum):
-        train = curriculum_examples(data["train"], stage.tasks)
+        train = curriculum_examples(data["train"], stage.families)
         done = _sft(model, processor, train, cfg, seed, out / f"stage{i}", progress, steps=stage.steps)
         t_sft += done["wall_s"]
     t_sft += _sft(model, processor, data["train"], cfg, seed, out / "sft", progress)["wall_s"]
@@ -194,10 +196,11 @@ def _zero_job(cfg, data: dict, seed: int, out: Path, progress: bool) -> dict:
 
 
 def transfer_split(data: dict, scenes: list[str]) -> tuple[list, list]:
-    """Training examples whose scene is in `scenes`; benchmark questions of the same tasks in other scenes."""
+    """Training examples whose scene is in `scenes`; benchmark questions of the same families in other
+    scenes."""
     train = [e for e in data["train"] if scene(e) in scenes]
-    tasks = {e.record["task"] for e in train}
-    test = [e for e in data["bench"] if scene(e) not in scenes and e.record["task"] in tasks]
+    families = {e.record["family"] for e in train}
+    test = [e for e in data["bench"] if scene(e) not in scenes and e.record["family"] in families]
     return train, test
 
 
@@ -208,7 +211,7 @@ def _transfer_job(cfg, data: dict, seed: int, out: Path, progress: bool) -> dict
     if not train or not test:
         raise ValueError(
             f"cosmos.transfer_scenes={cfg.cosmos.transfer_scenes}: {len(train)} training examples in those "
-            f"scenes and {len(test)} benchmark questions of their tasks elsewhere; name scenes of "
+            f"scenes and {len(test)} benchmark questions of their families elsewhere; name scenes of "
             "data.families"
         )
     model, processor = load(cfg.policy)
@@ -324,9 +327,22 @@ def _stat(values: list[float]) -> dict:
     }
 
 
+def _per_family(ev: dict) -> dict:
+    """An evaluation's `per_family` (`per_task` in rows saved before issue 23)."""
+    from embodied.eval.stats import by_family
+
+    return by_family(ev)[0]
+
+
+def _per_tier(ev: dict) -> dict:
+    from embodied.eval.stats import by_family
+
+    return by_family(ev)[1]
+
+
 def _family_mean(ev: dict) -> float:
     """Unweighted mean accuracy over families (Cosmos-Reason1's "average" column)."""
-    return float(np.mean([v["accuracy"] for v in ev["per_task"].values()]))
+    return float(np.mean([v["accuracy"] for v in _per_family(ev).values()]))
 
 
 def _rows(base: dict, per_seed: dict) -> dict[str, list[dict]]:
@@ -344,23 +360,20 @@ def _rows(base: dict, per_seed: dict) -> dict[str, list[dict]]:
 def summarise(base: dict, per_seed: dict, cfg) -> dict:
     """Per row and family: mean over seeds with its t-interval; the issue's three targets checked."""
     rows = _rows(base, per_seed)
-    families = sorted(base["per_task"])
+    families = sorted(_per_family(base))
     table = {
-        row: {f: _stat([e["per_task"][f]["accuracy"] for e in evs]) for f in families}
+        row: {f: _stat([_per_family(e)[f]["accuracy"] for e in evs]) for f in families}
         | {"average": _stat([_family_mean(e) for e in evs])}
         for row, evs in rows.items()
     }
     tiers = {
         row: {
-            f: {
-                t: _stat([e["per_task_tier"][f][t]["accuracy"] for e in evs])
-                for t in base["per_task_tier"][f]
-            }
+            f: {t: _stat([_per_tier(e)[f][t]["accuracy"] for e in evs]) for t in _per_tier(base)[f]}
             for f in families
         }
         for row, evs in rows.items()
     }
-    chance = {f: base["per_task"][f]["chance"] for f in families}
+    chance = {f: _per_family(base)[f]["chance"] for f in families}
     chance["average"] = float(np.mean(list(chance.values())))
     diff = [_family_mean(a) - _family_mean(b) for a, b in zip(rows["sft_grpo"], rows["more_sft"])]
     targets = {
@@ -375,7 +388,7 @@ def summarise(base: dict, per_seed: dict, cfg) -> dict:
     if "sft_grpo_credit" in rows:  # partial order credit minus exact match, paired by seed
         pairs = list(zip(rows["sft_grpo_credit"], rows["sft_grpo"]))
         targets["credit_minus_exact"] = {
-            f: _stat([a["per_task"][f]["accuracy"] - b["per_task"][f]["accuracy"] for a, b in pairs])
+            f: _stat([_per_family(a)[f]["accuracy"] - _per_family(b)[f]["accuracy"] for a, b in pairs])
             for f in families
             if f in ORDER_FAMILIES
         }
@@ -400,9 +413,9 @@ def _transfer_table(per_seed: dict) -> dict:
     runs = [r["transfer"] for r in per_seed.values() if "transfer" in r]
     if not runs:
         return {}
-    families = sorted(runs[0]["sft"]["per_task"])
+    families = sorted(_per_family(runs[0]["sft"]))
     out = {
-        row: {f: _stat([r[row]["per_task"][f]["accuracy"] for r in runs]) for f in families}
+        row: {f: _stat([_per_family(r[row])[f]["accuracy"] for r in runs]) for f in families}
         | {"all": _stat([r[row]["accuracy"] for r in runs])}
         for row in ("sft", "sft_grpo")
     }
@@ -430,7 +443,10 @@ def _cell(s: dict) -> str:
 def markdown(result: dict) -> str:
     fams = result["families"] + ["average"]
     head = "| row | " + " | ".join(f.replace("_", " ") for f in fams) + " |"
-    stages = "".join(f"{c['steps']} on {' + '.join(c['tasks'])}, then " for c in result.get("curriculum", []))
+    stages = "".join(  # a stage's families were its `tasks` before issue 23
+        f"{c['steps']} on {' + '.join(c.get('families', c.get('tasks', [])))}, then "
+        for c in result.get("curriculum", [])
+    )
     lines = [
         f"`{result['policy']}`: SFT {stages}{result['sft_steps']} steps on every family; "
         f"{result['grpo_steps']} GRPO steps; "

@@ -152,7 +152,7 @@ def _keep(result: dict, path: Path) -> dict:
     """Write every prediction of a stage to `path`; return the figures without them."""
     path.write_text(json.dumps(result, indent=1, default=float))
     return {
-        part: {k: v for k, v in r.items() if k not in ("predictions", "per_task_tier")}
+        part: {k: v for k, v in r.items() if k not in ("predictions", "per_family_tier")}
         for part, r in result.items()
     }
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from embodied.envs import task
+from embodied.eval.stats import by_family
 from embodied.train.metrics import read_metrics
 
 
@@ -54,11 +55,11 @@ def stage_figures(rows: list[dict], constant: dict) -> dict:
             "chance": per_seed[0]["mcq"]["chance"],
         }
         if "bench" in per_seed[0]:
-            fams = sorted(per_seed[0]["bench"]["per_task"])
+            fams = sorted(by_family(per_seed[0]["bench"])[0])
             mcq["bench"] = [p["bench"]["accuracy"] for p in per_seed]
             mcq["bench_chance"] = per_seed[0]["bench"]["chance"]
             mcq["bench_per_family"] = {
-                f: [p["bench"]["per_task"][f]["accuracy"] for p in per_seed] for f in fams
+                f: [by_family(p["bench"])[0][f]["accuracy"] for p in per_seed] for f in fams
             }
         out[s] = {"env": env, "mcq": mcq, "seeds": [r["seed"] for r in rows]}
     return out

@@ -1,5 +1,5 @@
 """The recipe comparison: GRPO, DAPO, Dr. GRPO, GSPO, REINFORCE++, PAPO and PPO from a start that half-solves
-the task, three seeds each.
+its questions, three seeds each.
 
 `embodied experiment recipes -c configs/experiment_recipes.yaml` runs:
 

@@ -46,10 +46,10 @@ def audit_table(results: dict[str, dict], key: str = "accuracy") -> str:
         return "| " + " | ".join(cells) + " |"
 
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), row("**all**", "all", lambda r: r)]
-    for task in first["per_task"]:
-        lines.append(row(task, "all", lambda r, t=task: r["per_task"][t]))
-        for tier in first["per_task_tier"][task]:
-            lines.append(row(task, tier, lambda r, t=task, x=tier: r["per_task_tier"][t][x]))
+    for family in first["per_family"]:
+        lines.append(row(family, "all", lambda r, f=family: r["per_family"][f]))
+        for tier in first["per_family_tier"][family]:
+            lines.append(row(family, tier, lambda r, f=family, x=tier: r["per_family_tier"][f][x]))
     return "\n".join(lines) + "\n"
 
 

@@ -9,7 +9,7 @@
      (`sft.targets=format`): the policy learns to answer `<think></think><answer>X</answer>` and nothing
      about which X is right;
    - **half**: the format start plus `zero_label.half_steps` of ordinary SFT, stopped while the policy
-     half-solves the task;
+     half-solves its questions;
 3. `grpo.steps` of GRPO from each start, with validation accuracy every `zero_label.eval_every` steps;
 4. held-out test accuracy (with its 95% interval) of each start and of each final policy.
 

@@ -7,7 +7,7 @@ verl (`--format verl`, `export.format=verl`) or EasyR1 (`export.format=easyr1`).
 
 verl (`verl/utils/dataset/rl_dataset.py`, `RLHFDataset`; the layout of `examples/data_preprocess/geo3k.py`):
 
-- `data_source`: `embodied/<task>` (verl groups validation metrics by it);
+- `data_source`: `embodied/<family>` (an episode: `embodied/<task>`; verl groups validation metrics by it);
 - `prompt`: chat messages, one user turn whose text is `<video>` (or one `<image>` per image) followed by
   exactly the text our trainer shows (`embodied.tasks.format_question`); verl applies the model's chat
   template, which adds the same default system turn;
@@ -16,7 +16,7 @@ verl (`verl/utils/dataset/rl_dataset.py`, `RLHFDataset`; the layout of `examples
   `video.max_pixels` and the clip within `video.video_max_pixels` (qwen-vl-utils counts `total_pixels` per
   2-frame temporal patch, so it is written as half our per-clip budget); `images` likewise for still records;
 - `ability`: `physics`; `reward_model`: `{"style": "rule", "ground_truth": RECORD_JSON}`; `extra_info`: split,
-  index, id, task, answer letter, interactive.
+  index, id, kind (the question family or interactive task, `schema.kind`), answer letter, interactive.
 
 The ground truth is the whole record as JSON (`ground_truth_json`): the letter for a multiple-choice question
 and, for an interactive episode, everything the simulator needs to rebuild and execute it. The reward entry
@@ -78,13 +78,14 @@ def _media(record: dict, root: Path, media_root: str, video) -> tuple[str, list[
 
 def verl_row(record: dict, split: str, index: int, root: Path, media_root: str, video) -> dict:
     """One row of verl's multimodal RL dataset for `record` (fields in the module docstring)."""
+    from embodied.data.schema import kind as record_kind
     from embodied.envs import is_interactive
     from embodied.tasks import format_question
 
     kind, items = _media(record, root, media_root, video)
     text = format_question(record["question"], record["options"], record.get("instruction"))
     return {
-        "data_source": f"embodied/{record['task']}",
+        "data_source": f"embodied/{record_kind(record)}",
         "prompt": [{"role": "user", "content": f"<{kind}>" * len(items) + text}],
         "videos": items if kind == "video" else None,
         "images": items if kind == "image" else None,
@@ -94,7 +95,7 @@ def verl_row(record: dict, split: str, index: int, root: Path, media_root: str, 
             "split": split,
             "index": index,
             "id": str(record["id"]),
-            "task": record["task"],
+            "kind": record_kind(record),
             "answer": record["answer"],
             "interactive": is_interactive(record),
         },
@@ -138,6 +139,7 @@ def export_dataset(
     `VideoConfig`) sampling; returns the summary also written to `<out>/export.json`."""
     import pyarrow.parquet as pq
 
+    from embodied.data import schema
     from embodied.data.load import load_records
 
     if fmt not in FORMATS:
@@ -173,7 +175,8 @@ def export_dataset(
             )
         path = out / f"{split}.parquet"
         pq.write_table(_table(rows, path), path)
-        written[split] = {"path": str(path), "rows": len(rows), "tasks": sorted({r["task"] for r in records})}
+        kinds = sorted({schema.kind(r) for r in records})
+        written[split] = {"path": str(path), "rows": len(rows), "kinds": kinds}
     if not written:
         raise ValueError(f"every split of {root} is empty ({', '.join(empty)}): nothing to export")
     summary = _summary(root, out, fmt, video, written, media_root) | {"empty_splits": empty}

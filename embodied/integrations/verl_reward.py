@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import threading
 
+from embodied.data.schema import upgrade
 from embodied.rl.rewards import ENV_FORMAT_WEIGHT, routed_rewards, score
 
 REWARD_NAME = "embodied"
@@ -43,21 +44,24 @@ _lock = (
 
 def record_from_ground_truth(ground_truth: str, data_source: str = "") -> dict:
     """The record `embodied export` wrote as ground truth; a bare letter makes a multiple-choice record
-    (task from `data_source` = `embodied/<task>`). Raises `ValueError` for anything else."""
+    (its family from `data_source` = `embodied/<family>`). Raises `ValueError` for anything else. Ground
+    truths exported before issue 23 (a question's family under `task`) read as today's records."""
     text = str(ground_truth).strip()
     if text.startswith("{"):
         try:
             record = json.loads(text)
         except json.JSONDecodeError as e:
             raise ValueError(f"ground truth is not valid record JSON ({e}): {text[:80]!r}") from e
-        if not isinstance(record, dict) or "task" not in record or "answer" not in record:
+        named = isinstance(record, dict) and ("family" in record or "task" in record)
+        if not named or "answer" not in record:
             raise ValueError(
-                f"ground truth JSON lacks task/answer; re-export with `embodied export`: {text[:80]!r}"
+                f"ground truth JSON lacks family (or task)/answer; re-export with `embodied export`: "
+                f"{text[:80]!r}"
             )
-        return record
+        return upgrade(record)
     if len(text) == 1 and text.isalpha():
-        task = data_source.split("/", 1)[1] if data_source.startswith("embodied/") else data_source
-        return {"id": "?", "task": task or "?", "answer": text.upper(), "options": [], "meta": {}}
+        family = data_source.split("/", 1)[1] if data_source.startswith("embodied/") else data_source
+        return {"id": "?", "family": family or "?", "answer": text.upper(), "options": [], "meta": {}}
     raise ValueError(
         f"ground truth {text[:80]!r} is neither a record written by `embodied export` nor an answer letter"
     )

@@ -19,6 +19,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 
 import torch
 
+from embodied.data.schema import kind
 from embodied.envs import is_interactive
 from embodied.envs.reward import ENV_FORMAT_WEIGHT, env_reward  # noqa: F401  (re-exported)
 from embodied.tasks import LETTERS, format_reward, parse_answer, spatial_puzzle, temporal_puzzle
@@ -52,7 +53,7 @@ def partial_order_credit(chosen: Sequence[int], truth: Sequence[int], discount: 
 def option_orders(record: dict) -> list[list[int]] | None:
     """The options of an ordering question as orders (`"2, 1, 3"` -> `[2, 1, 3]`), or None for any other
     question: only temporal puzzles and spatial puzzles of the arrangement variant have orders as options."""
-    name = record.get("task")
+    name = record.get("family")
     variant = (record.get("meta") or {}).get("variant") or spatial_puzzle.VARIANTS[0]  # its default
     if name == temporal_puzzle.NAME or (name == spatial_puzzle.NAME and variant == "arrangement"):
         return [[int(x) for x in option.split(",")] for option in record["options"]]
@@ -180,8 +181,8 @@ def score(reward_fn: RewardFn, texts: list[str], records: list[dict], timeout_s:
     call keeps running in its thread, but the run stops.
     """
     ids = sorted({str(r.get("id", "?")) for r in records})
-    tasks = sorted({str(r.get("task", "?")) for r in records})
-    where = f"tasks {tasks}, records {ids[:5]}{' ...' if len(ids) > 5 else ''}"
+    kinds = sorted({str(kind(r, "?")) for r in records})
+    where = f"{kinds}, records {ids[:5]}{' ...' if len(ids) > 5 else ''}"
     name = getattr(reward_fn, "__qualname__", repr(reward_fn))
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reward")
     try:

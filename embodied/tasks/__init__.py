@@ -1,6 +1,6 @@
 """Question families. Each module owns its generator and its verifier.
 
-A record is one JSON line (see data/FORMAT.md): `id`, `task`, `video` or `images`, `question`, `options`,
+A record is one JSON line (see data/FORMAT.md): `id`, `family`, `video` or `images`, `question`, `options`,
 `answer` (a letter), `meta`. The prompt format follows Cosmos-Reason1: the question, the options as
 `(A) ...` lines, and an instruction to reason in `<think>` and answer in `<answer>`.
 
@@ -41,7 +41,7 @@ TIERS = ("easy", "hard")
 class FamilySpec:
     """One question family in a generation spec (`data.families` in YAML)."""
 
-    task: str = "arrow_of_time"
+    family: str = "arrow_of_time"
     """arrow_of_time | spatial_puzzle | temporal_puzzle | object_permanence."""
     scene: str = "drop"
     """World it is simulated in (`embodied.worlds` registry); ignored with `data.from_videos`."""
@@ -69,7 +69,7 @@ class Ambiguous(ValueError):
 def family(name: str) -> ModuleType:
     """The module of question family `name` (imported on first use)."""
     if name not in TASKS:
-        raise KeyError(f"unknown task {name!r}; known: {list(TASKS)}")
+        raise KeyError(f"unknown question family {name!r}; known: {list(TASKS)}")
     return importlib.import_module(f"embodied.tasks.{name}")
 
 
@@ -115,7 +115,7 @@ def sft_target(record: dict, rationale: bool = False) -> str:
     The questions carry no human reasoning, so the default leaves `<think>` empty rather than teaching a
     canned sentence.
     """
-    module = family(record["task"])  # an unknown task is an error even without a rationale
+    module = family(record["family"])  # an unknown family is an error even without a rationale
     reasoning = module.reasoning_for(record) if rationale else ""
     return format_response(reasoning, record["answer"])
 

@@ -68,7 +68,7 @@ def make_example(world, seed: int, reverse: bool, spec: ClipSpec) -> tuple[dict,
         frames = frames[::-1]
     answer = LETTERS[OPTIONS.index("reversed" if reverse else "forward")]
     record = {
-        "task": NAME,
+        "family": NAME,
         "question": QUESTION,
         "options": list(OPTIONS),
         "answer": answer,
@@ -96,7 +96,7 @@ def num_options(tier: str, variant: str = "") -> int:
 
 def _record(answer: int, meta: dict) -> dict:
     return {
-        "task": NAME,
+        "family": NAME,
         "question": QUESTION,
         "options": list(OPTIONS),
         "answer": LETTERS[answer],

@@ -83,7 +83,13 @@ def make(world, rng: np.random.Generator, answer: int, tier: str, fam, clip) -> 
         "reveal_s": round(float(info["reveal_time"]), 4),
         **scene_meta(fam.scene, info),
     }
-    record = {"task": NAME, "question": question, "options": options, "answer": LETTERS[answer], "meta": meta}
+    record = {
+        "family": NAME,
+        "question": question,
+        "options": options,
+        "answer": LETTERS[answer],
+        "meta": meta,
+    }
     return record, np.ascontiguousarray(frames)
 
 

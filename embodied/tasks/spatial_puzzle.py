@@ -112,7 +112,7 @@ def _outline(image: np.ndarray, g: int, j: int) -> None:
 def puzzle(
     image: np.ndarray, rng: np.random.Generator, answer: int, tier: str, variant: str
 ) -> tuple[dict, np.ndarray]:
-    """Question fields (no `task`/`meta` scene fields) and the puzzle image for one frame `(H, W, 3)`."""
+    """Question fields (no `family`/`meta` scene fields) and the puzzle image for one frame `(H, W, 3)`."""
     variant = variant or VARIANTS[0]
     if variant not in VARIANTS:
         raise ValueError(f"spatial_puzzle variant must be one of {VARIANTS}, got {variant!r}")
@@ -173,7 +173,7 @@ def make(world, rng: np.random.Generator, answer: int, tier: str, fam, clip) -> 
             continue
         meta = fields.pop("meta") | {"time_s": round(t, 4), "attempts": attempt + 1, "fps": clip.fps}
         meta |= {"still": True, **scene_meta(fam.scene, info)}
-        return {"task": NAME, **fields, "meta": meta}, np.stack([image, image])
+        return {"family": NAME, **fields, "meta": meta}, np.stack([image, image])
     raise Ambiguous(f"no frame of {fam.scene!r} with distinct patches in {MAX_TRIES} scenes")
 
 
@@ -208,7 +208,7 @@ def from_frames(
             continue
         meta = fields.pop("meta") | {"frame_index": k, "fps": fps, "still": True}
         meta["flattest_patch_std"] = round(flat, 1)
-        return {"task": NAME, **fields, "meta": meta}, np.stack([image, image])
+        return {"family": NAME, **fields, "meta": meta}, np.stack([image, image])
     raise refused or Ambiguous(
         f"every frame has a near-uniform patch (grey std < {FOOTAGE_MIN_PATCH_STD}): nothing to place it by",
         "uniform_patches",

@@ -97,7 +97,7 @@ def make(world, rng: np.random.Generator, answer: int, tier: str, fam, clip) -> 
             "fps": clip.fps,
             "attempts": attempt + 1,
         }
-        return {"task": NAME, **fields, "meta": meta | scene_meta(fam.scene, info)}, shuffled
+        return {"family": NAME, **fields, "meta": meta | scene_meta(fam.scene, info)}, shuffled
     raise Ambiguous(f"no clip of {fam.scene!r} with distinct segments in {MAX_TRIES} scenes")
 
 
@@ -127,7 +127,7 @@ def from_frames(
         )
     fields, shuffled = shuffle_clip(clip, rng, answer, tier)
     meta = fields.pop("meta") | {"fps": fps, "segment_change": round(change, 3)}
-    return {"task": NAME, **fields, "meta": meta}, shuffled
+    return {"family": NAME, **fields, "meta": meta}, shuffled
 
 
 def verify(record: dict, shown: np.ndarray, original: np.ndarray) -> bool:

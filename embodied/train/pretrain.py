@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from embodied.data.engine import Source, make_all
 from embodied.data.load import Example
@@ -61,11 +60,11 @@ class PretrainConfig:
     workers: int = 2
     """Processes that simulate and render the clips (0 = this one)."""
     captions: str = "drop"
-    """drop: the drop world's height captions (how `tiny-base` was made) | scene: every world in `worlds`,
+    """drop: the drop scene's height captions (how `tiny-base` was made) | scene: every scene in `scenes`,
     captioned with where each object is in every frame, whether it is seen, how it stands and whether it
     moves (`embodied.tasks.caption.make_scene_clip`)."""
-    worlds: list[str] = field(default_factory=lambda: ["drop"])
-    """Worlds the `scene` captions are drawn from, one per clip, uniformly."""
+    scenes: list[str] = field(default_factory=lambda: ["drop"])
+    """Scenes the `scene` captions are drawn from, one per clip, uniformly."""
     num_frames: list[int] = field(default_factory=lambda: [4])
     """Frames per `scene` clip, drawn per clip from this list (at 2 fps)."""
     init: str = ""
@@ -88,11 +87,11 @@ class CaptionClips(Source):
         if pc.captions == "drop":
             return make_clip(self.world("drop", 112, 112), seed, pc.max_start)
         pick = np.random.default_rng([seed, 1])  # the clip's own stream (make_scene_clip's) stays untouched
-        name = pc.worlds[int(pick.integers(len(pc.worlds)))]
+        name = pc.scenes[int(pick.integers(len(pc.scenes)))]
         frames = int(pc.num_frames[int(pick.integers(len(pc.num_frames)))])
         difficulty = ("easy", "hard")[int(pick.integers(2))]
         made = make_scene_clip(self.world(name, 112, 112), seed, frames, difficulty=difficulty)
-        return made[0], made[1], made[2] | {"world": name}
+        return made[0], made[1], made[2] | {"scene": name}
 
 
 def make_examples(
@@ -107,7 +106,7 @@ def make_examples(
         Example(
             {
                 "id": f"pretrain-{stream}-{i}",
-                "task": "caption",
+                "family": "caption",
                 "video": "",
                 "question": QUESTION if cfg.captions == "drop" else SCENE_QUESTION,
                 "options": [],
@@ -142,6 +141,7 @@ def pretrain_vision(model, processor, examples, pc: PretrainConfig, video, progr
     from the pixels, so the tower learns to see before the language model learns to read it. The head is
     discarded; returns the held-out accuracy of the occupancy bits."""
     import torch
+    from tqdm.auto import tqdm  # here: the config (`embodied show-config`) imports this module
 
     from embodied.policy.model import encode_prompts
     from embodied.train.common import index_batches
@@ -304,9 +304,9 @@ def _check(pc: PretrainConfig) -> None:
 
     if pc.captions not in ("drop", "scene"):
         raise ValueError(f"pretrain.captions must be 'drop' or 'scene', got {pc.captions!r}")
-    unknown = [w for w in pc.worlds if w not in WORLD_NAMES]
-    if unknown or not pc.worlds:
-        raise ValueError(f"pretrain.worlds: unknown {unknown or 'empty list'}; known: {sorted(WORLD_NAMES)}")
+    unknown = [s for s in pc.scenes if s not in WORLD_NAMES]
+    if unknown or not pc.scenes:
+        raise ValueError(f"pretrain.scenes: unknown {unknown or 'empty list'}; known: {sorted(WORLD_NAMES)}")
     if not pc.num_frames or any(f < 2 or f % 2 for f in pc.num_frames):
         raise ValueError(
             f"pretrain.num_frames must be even counts >= 2 (2 per temporal patch), got {pc.num_frames}"

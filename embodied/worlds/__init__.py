@@ -34,7 +34,7 @@ _SCENES = {
     "pendulum": ("embodied.worlds.pendulum", "PendulumWorld"),
 }
 WORLD_NAMES = tuple(_SCENES)
-"""Every registered world's name."""
+"""Every registered scene's name (a world is one simulated instance of a scene)."""
 
 
 def scene_path(name: str) -> pathlib.Path:
@@ -63,14 +63,14 @@ def scene_path(name: str) -> pathlib.Path:
 def world_class(name: str) -> type:
     """The world class registered as ``name`` (see ``WORLDS``), importing only its module."""
     if name not in _SCENES:
-        raise ValueError(f"unknown world {name!r}; known worlds: {', '.join(sorted(_SCENES))}")
+        raise ValueError(f"unknown scene {name!r}; known scenes: {', '.join(sorted(_SCENES))}")
     module, cls = _SCENES[name]
     return getattr(importlib.import_module(module), cls)
 
 
 def make_world(name: str, width: int = 128, height: int = 128, **kwargs: Any) -> Any:
-    """Build world ``name`` rendering ``width`` x ``height`` frames; ``kwargs`` go to its constructor
-    (e.g. ``difficulty="hard"`` for every scene but drop, ``max_objects`` for drop)."""
+    """Build a world of scene ``name`` rendering ``width`` x ``height`` frames; ``kwargs`` go to its
+    constructor (e.g. ``difficulty="hard"`` for every scene but drop, ``max_objects`` for drop)."""
     return world_class(name)(width=width, height=height, **kwargs)
 
 

@@ -1,6 +1,6 @@
 """Drop world: 1-4 rigid objects dropped onto a floor, bouncing with energy loss, coming to rest.
 
-The scene is built for clearly irreversible physics (the arrow-of-time task): objects fall, lose
+The scene is built for clearly irreversible physics (the arrow-of-time family): objects fall, lose
 energy at every bounce and stop. Played backwards, objects would leap off the floor.
 
 Model strategy (measured on 1 CPU core, 4 objects): compiling a fresh model per episode with
