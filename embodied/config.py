@@ -144,10 +144,6 @@ class GRPOConfig:
     """Weight of the KL to the frozen initial policy; 0 drops the reference model entirely. From a start that
     answers each letter half the time, the KL holds the letters apart until the clip decides them: without it
     the tiny policy collapsed to one letter within 50 steps (docs/perception.md)."""
-    ref_cache_mb: float = 256.0
-    """Memory (MiB) for the reference policy's passes over prompts, kept across steps and reused when a
-    prompt comes back (the reference never changes; `embodied.policy.prefix_cache.PrefixCache`, least recently
-    used first out). Its hit rate is logged as `ref_cache/hit_rate`. 0 = recompute every time."""
     kl_in_reward: bool = False
     """Put the KL to the reference in the reward instead of the loss (InstructGPT, Ouyang et al. 2022, Eq. 2;
     TRL's PPO): every completion token's reward gets `- kl_coef * KL`, the `kl_estimator` estimate from the

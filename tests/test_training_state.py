@@ -67,9 +67,7 @@ def varied_reward(texts, records):
 
 
 def _no_time(row: dict) -> dict:
-    """A logged row less what depends on the process's history rather than the run: the wall clock and the
-    reference cache's hit rate and size (a resumed process starts with an empty cache)."""
-    return {k: v for k, v in row.items() if not k.startswith(("time/", "ref_cache/"))}
+    return {k: v for k, v in row.items() if not k.startswith("time/")}
 
 
 # the PPO preset file itself, as `-c configs/recipes/ppo.yaml` would layer it

@@ -9,8 +9,6 @@ batch, plus the batch before repeating. The functions here use the latter:
 - `shared_prefix_logits`: one pass over the prompts that keeps their KV cache (with gradients), the cache
   repeated G times, then one pass over the completions that attends to it. Gradients from the G
   completions add up in the shared prompt activations, exactly as separate passes' would.
-- `prefill`: the pass over the prompts itself, which `policy.prefix_cache.PrefixCache` keeps across steps
-  for a frozen model (GRPO's reference policy meets the same prompts again every epoch).
 """
 
 from __future__ import annotations
@@ -110,8 +108,15 @@ def shared_visual_features(model, batch: GroupedBatch) -> dict:
     return out
 
 
-def prefill(model, u: dict):
-    """The pass over the left-padded prompts `u`: `(KV cache, last logits (B, V), RoPE deltas (B, 1))`."""
+def shared_prefill(model, batch: GroupedBatch):
+    """One pass over each unique prompt, repeated for its group: `(cache, logits, attention, start)`.
+
+    `cache` holds the prompts' keys and values repeated `group` times in a row, `logits (B*G, V)` predict
+    each row's first completion token, `attention (B*G, L)` is the prompts' mask and `start (B*G, 1)` the
+    position of the first completion token. Qwen2-VL's multimodal RoPE gives the prompt 3-D positions; text
+    after it continues at `L + t + rope_delta` on all three axes (L = the prompt's unpadded length).
+    """
+    u, n = batch.unique, batch.group
     prompt = {k: v for k, v in u.items() if k in PROMPT_KEYS or k in VISUAL_KEYS}
     positions, deltas = model.model.get_rope_index(
         u["input_ids"],
@@ -122,37 +127,17 @@ def prefill(model, u: dict):
         mm_token_type_ids=u["mm_token_type_ids"],
     )
     first = model(**prompt, position_ids=positions, use_cache=True, logits_to_keep=1)
-    return first.past_key_values, first.logits[:, -1], deltas
-
-
-def shared_prefill(model, batch: GroupedBatch, prefix_cache=None):
-    """One pass over each unique prompt, repeated for its group: `(cache, logits, attention, start)`.
-
-    `cache` holds the prompts' keys and values repeated `group` times in a row, `logits (B*G, V)` predict
-    each row's first completion token, `attention (B*G, L)` is the prompts' mask and `start (B*G, 1)` the
-    position of the first completion token. Qwen2-VL's multimodal RoPE gives the prompt 3-D positions; text
-    after it continues at `L + t + rope_delta` on all three axes (L = the prompt's unpadded length). With
-    `prefix_cache` (a `policy.prefix_cache.PrefixCache`, for a frozen model under no_grad) prompts seen
-    before are not run again.
-    """
-    u, n = batch.unique, batch.group
-    if prefix_cache is not None:
-        cache, logits, lengths, deltas = prefix_cache.prefill(model, u)
-    else:
-        cache, logits, deltas = prefill(model, u)
-        lengths = u["attention_mask"].sum(1, keepdim=True)
+    cache = first.past_key_values
     cache.batch_repeat_interleave(n)
-    start = (lengths + deltas).repeat_interleave(n, dim=0)
+    start = (u["attention_mask"].sum(1, keepdim=True) + deltas).repeat_interleave(n, dim=0)
     attention = u["attention_mask"].repeat_interleave(n, dim=0)
-    return cache, logits.repeat_interleave(n, dim=0), attention, start
+    return cache, first.logits[:, -1].repeat_interleave(n, dim=0), attention, start
 
 
-def shared_prefix_logits(
-    model, batch: GroupedBatch, ids: torch.Tensor, mask: torch.Tensor, prefix_cache=None
-) -> torch.Tensor:
+def shared_prefix_logits(model, batch: GroupedBatch, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Logits `(B*G, T, V)` predicting completion `ids (B*G, T)`, with each prompt run once (the positions
-    as in `shared_prefill`; `prefix_cache` as there)."""
-    cache, head, prompt_mask, start = shared_prefill(model, batch, prefix_cache)
+    as in `shared_prefill`)."""
+    cache, head, prompt_mask, start = shared_prefill(model, batch)
     t = ids.shape[1]
     completion_pos = (start + torch.arange(t, device=ids.device)).unsqueeze(0).expand(3, -1, -1)
     attention = torch.cat([prompt_mask, mask.to(prompt_mask.dtype)], dim=1)

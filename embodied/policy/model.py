@@ -115,42 +115,7 @@ def load_policy(path: str | Path, dtype: str = "float32", device: str = "cpu"):
     processor.tokenizer.padding_side = "left"  # generation appends on the right
     if processor.tokenizer.pad_token is None:
         processor.tokenizer.pad_token = processor.tokenizer.eos_token
-    patch_embedding_as_matmul(model)
     return model, processor
-
-
-def _matmul_patch_embed(self, hidden_states: torch.Tensor) -> torch.Tensor:
-    weight = self.proj.weight
-    return torch.nn.functional.linear(
-        hidden_states.to(weight.dtype).reshape(-1, weight[0].numel()), weight.reshape(weight.shape[0], -1)
-    )
-
-
-_MATMUL_CLASSES: dict[type, type] = {}
-
-
-def patch_embedding_as_matmul(model) -> bool:
-    """Run the vision tower's patch embedding as the matrix product it is.
-
-    Qwen2-VL's and Qwen2.5-VL's `PatchEmbed` is a `Conv3d` whose stride equals its kernel and that has no
-    bias: each output is one patch's flattened pixels (the processor's row order: channel, time, height,
-    width) times the flattened kernel, so `pixels @ W.T` computes the same numbers (up to float summation
-    order, 4e-6 here). PyTorch's CPU conv3d is 4x slower than that product at this shape, forward and
-    backward (docs/benchmarks.md). The module's class is swapped for a subclass whose `forward` is the
-    product: parameters, state-dict keys, `deepcopy` (the reference policy) and saving are unchanged.
-    Returns False, changing nothing, when the model has no such patch embedding.
-    """
-    visual = getattr(getattr(model, "model", model), "visual", None)
-    embed = getattr(visual, "patch_embed", None)
-    proj = getattr(embed, "proj", None)
-    if not isinstance(proj, torch.nn.Conv3d) or proj.bias is not None or proj.stride != proj.kernel_size:
-        return False
-    cls = type(embed)
-    if cls not in _MATMUL_CLASSES.values():
-        if cls not in _MATMUL_CLASSES:
-            _MATMUL_CLASSES[cls] = type(f"Matmul{cls.__name__}", (cls,), {"forward": _matmul_patch_embed})
-        embed.__class__ = _MATMUL_CLASSES[cls]
-    return True
 
 
 def save_policy(model, processor, out: str | Path, state: dict | None = None) -> None:
@@ -512,7 +477,6 @@ def completion_logprobs(
     with_entropy: bool = False,
     entropy_grad: bool = False,
     value_head: torch.nn.Module | None = None,
-    prefix_cache=None,
 ):
     """Per-token log-probs `(B, T)` of completion `ids` after the prompts of `batch`.
 
@@ -525,9 +489,6 @@ def completion_logprobs(
     the values `(B, T)` come last in the returned tuple: `values[:, t]` is read from the very hidden state
     whose logits predict token t, so it is V(prompt + completion[:t]), the state before token t. This always
     runs the full pass (the shared-prefix pass of a grouped batch keeps no hidden states).
-
-    `prefix_cache` (for a frozen model under no_grad: GRPO's reference policy) reuses the passes over
-    prompts seen before (`policy.prefix_cache.PrefixCache`) in the shared-prefix pass of a grouped batch.
     """
     checkpointing = model.training and getattr(model, "is_activation_checkpointing", False)
     # checkpointed layers drop the KV cache the shared prefix needs; DDP must see the whole forward
@@ -538,7 +499,7 @@ def completion_logprobs(
         logits, hidden = _full_forward(model, batch, ids, mask, hidden=True)
         values = value_head(hidden)
     elif is_grouped(batch) and not checkpointing:
-        logits = shared_prefix_logits(model, batch, ids, mask, prefix_cache)
+        logits = shared_prefix_logits(model, batch, ids, mask)
     else:
         logits, _ = _full_forward(model, batch, ids, mask)
     logits = logits.float()

@@ -24,7 +24,6 @@ from tqdm.auto import tqdm
 from embodied.data.load import Example
 from embodied.eval.loop import evaluate
 from embodied.policy.model import completion_logprobs, decode, generate, select_rows
-from embodied.policy.prefix_cache import PrefixCache
 from embodied.rl.advantages import ESTIMATORS, compute_advantages
 from embodied.rl.losses import (
     COV_MODES,
@@ -199,13 +198,12 @@ def update(
     procs=None,
     critic: Critic | None = None,
     critic_only: bool = False,
-    ref_cache: PrefixCache | None = None,
 ) -> dict:
     """Accumulate the loss's gradient over micro-batches of the rollout (no optimizer step); `cfg` is the
     `GRPOConfig`, whose loss switches go to `grpo_loss` as one `LossSpec`. `advantages` is `(B,)` or, with
     a `critic` (PPO), `(B, T)`; the critic's clipped value loss is then added with weight `cfg.vf_coef`.
     `critic_only` (the critic's warm-up) leaves the policy loss out and stops the value loss's gradient at
-    the head's input: only the head gets a gradient. `ref_cache` keeps the reference's passes over prompts.
+    the head's input: only the head gets a gradient.
 
     Every micro-batch loss is normalised by whole-rollout sizes (summed over processes), so the summed
     gradient equals the whole-batch one. Returns this process's share of the detached metrics, summed the
@@ -227,7 +225,7 @@ def update(
         ref_logp = None
         if ref is not None and spec.kl_coef > 0:
             with torch.no_grad():
-                ref_logp = completion_logprobs(ref, sub, ids, m, temp, prefix_cache=ref_cache)
+                ref_logp = completion_logprobs(ref, sub, ids, m, temp)
         sizes = {"num_seqs": rows, "num_tokens": tokens, "agg": cfg.loss_agg, "agg_norm": cfg.max_new_tokens}
         old = logp.detach() if old_logp is None else old_logp[idx]
         ent = entropy if cfg.entropy_coef > 0 else None
@@ -281,16 +279,13 @@ class _Detached(torch.nn.Module):
 
 
 @torch.no_grad()
-def rollout_logprobs(model, ro: Rollout, micro_batch_size: int = 0, value_head=None, prefix_cache=None):
+def rollout_logprobs(model, ro: Rollout, micro_batch_size: int = 0, value_head=None):
     """`(P * G, T)` log-probs of the rollout's tokens under `model`, in micro-batches, without grad; with
-    `value_head`, `(log-probs, values)` from the same pass (values float32); `prefix_cache` as in
-    `completion_logprobs`."""
+    `value_head`, `(log-probs, values)` from the same pass (values float32)."""
     parts = []
     for idx in micro_batches(ro.ids.shape[0], micro_batch_size):
         sub, ids, mask, temp = select_rows(ro.batch, idx), ro.ids[idx], ro.mask[idx], ro.temperature[idx]
-        out = completion_logprobs(
-            model, sub, ids, mask, temp, value_head=value_head, prefix_cache=prefix_cache
-        )
+        out = completion_logprobs(model, sub, ids, mask, temp, value_head=value_head)
         parts.append(out if value_head is not None else (out,))
     cols = [torch.cat(c) for c in zip(*parts)]
     return cols[0] if value_head is None else (cols[0], cols[1].float())
@@ -298,7 +293,7 @@ def rollout_logprobs(model, ro: Rollout, micro_batch_size: int = 0, value_head=N
 
 @torch.no_grad()
 def critic_targets(
-    model, ref, head: ValueHead, ro: Rollout, cfg, ref_cache: PrefixCache | None = None
+    model, ref, head: ValueHead, ro: Rollout, cfg
 ) -> tuple[torch.Tensor, torch.Tensor, Critic, dict]:
     """PPO's advantages for a rollout (`grpo.advantage=gae`): one no-grad pass for the sampling policy's
     log-probs and the head's values, the per-token KL to the reference when it goes in the reward
@@ -309,8 +304,7 @@ def critic_targets(
     baseline = baseline_values(old_values, mask, cfg)
     kl = None
     if cfg.kl_in_reward and ref is not None:
-        ref_logp = rollout_logprobs(ref, ro, cfg.micro_batch_size, prefix_cache=ref_cache)
-        kl = kl_estimate(old_logp, ref_logp, cfg.kl_estimator)
+        kl = kl_estimate(old_logp, rollout_logprobs(ref, ro, cfg.micro_batch_size), cfg.kl_estimator)
     kl_coef = cfg.kl_coef if kl is not None else 0.0
     rewards = ro.rewards.flatten()
     advantages, returns = gae_advantages(
@@ -414,7 +408,6 @@ def train_grpo(
             stacklevel=2,
         )
     ref = procs.wrap_frozen(copy.deepcopy(model).eval().requires_grad_(False)) if cfg.kl_coef > 0 else None
-    ref_cache = PrefixCache(cfg.ref_cache_mb) if ref is not None and cfg.ref_cache_mb > 0 else None
     net, out_dir, head = procs.wrap(model), Path(out_dir), value_head(model, cfg)
     optimizer, extra = make_optimizer(model, head, cfg), ({"value_head": head} if head is not None else None)
     reward_fn = reward_fn or mcq_rewards(cfg.accuracy_weight, cfg.format_weight, cfg.order_credit)
@@ -444,9 +437,7 @@ def train_grpo(
         if ro is None:  # every group drawn had equal rewards: nothing to learn from this step
             state["empty_steps"] += 1
         else:
-            metrics = learn(
-                net, ref, model, processor, ro, cfg, optimizer, guard, procs, seed, step, head, ref_cache
-            )
+            metrics = learn(net, ref, model, processor, ro, cfg, optimizer, guard, procs, seed, step, head)
         if head is not None and metrics:
             critic_watch.see(step, metrics["critic/explained_variance"])
         if step % cfg.log_every == 0 or step == cfg.steps:
@@ -517,23 +508,11 @@ def rollout(draw, cfg, processor, video: VideoConfig) -> tuple[Rollout | None, d
 
 
 def learn(
-    net,
-    ref,
-    model,
-    processor,
-    ro: Rollout,
-    cfg,
-    optimizer,
-    guard,
-    procs,
-    seed: int,
-    step: int,
-    head=None,
-    ref_cache: PrefixCache | None = None,
+    net, ref, model, processor, ro: Rollout, cfg, optimizer, guard, procs, seed: int, step: int, head=None
 ) -> dict:
     """Advantages within each group (or, with PPO's value `head`, GAE against its values), then
     `cfg.updates_per_rollout` optimizer steps against the sampling policy's log-probs (masks and token
-    picks drawn from `(seed, step)`); the last update's metrics (with `ref_cache`'s hit rate)."""
+    picks drawn from `(seed, step)`); the last update's metrics."""
     gen, critic, extra = _generator(seed, step, 1), None, {}
     model.train()
     if head is None:
@@ -543,20 +522,18 @@ def learn(
         mu = cfg.updates_per_rollout
         old_logp = rollout_logprobs(model, ro, cfg.micro_batch_size) if mu > 1 else None
     else:
-        advantages, old_logp, critic, extra = critic_targets(model, ref, head, ro, cfg, ref_cache)
+        advantages, old_logp, critic, extra = critic_targets(model, ref, head, ro, cfg)
     warmup = head is not None and step <= cfg.value_warmup_steps  # the critic learns, the policy waits
     stepped = model if head is None else torch.nn.ModuleList([model, head])  # clipped and stepped together
     for _ in range(cfg.updates_per_rollout):
-        metrics = update(
-            net, ref, processor, ro, advantages, old_logp, cfg, gen, procs, critic, warmup, ref_cache
-        )
+        metrics = update(net, ref, processor, ro, advantages, old_logp, cfg, gen, procs, critic, warmup)
         loss = torch.tensor(metrics["loss/total"])
         stepping = head if warmup else stepped  # no policy parameter has a gradient in the warm-up
         metrics["optim/grad_norm"] = apply_gradients(stepping, optimizer, loss, cfg.grad_clip, guard, step)
     if critic is not None:
         extra |= critic_fit(model, ro, critic, cfg) | {"critic/warmup": float(warmup)}
     model.eval()
-    return metrics | extra | (ref_cache.stats() if ref_cache is not None else {})
+    return metrics | extra
 
 
 @torch.no_grad()
