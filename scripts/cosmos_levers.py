@@ -1,0 +1,145 @@
+"""One SFT lever on one question family, measured cheaply: SFT from `policy.path` on `data.root`'s train
+split for `sft.steps`, then greedy accuracy on its test split (Wilson 95% interval), in one process.
+
+    python scripts/cosmos_levers.py -c configs/levers_temporal_topple.yaml --targets trace --seed 0 \\
+        --out runs/levers/trace_s0.json threads=1
+
+`--targets` picks what goes inside `<think>` of every SFT target (the letter follows):
+none (empty, the default recipe) | template (the family's fixed sentence, `tasks.reasoning_for`) |
+trace (the simulator-derived trace, `tasks.trace_for`: for a puzzle, each shown piece's place in the
+original, then the order) | order (only the right order, the option's text). For traces the report
+also splits the errors: how often the generated trace names the right order (seeing), and how often the
+letter is the option that lists the generated order (matching). docs/cosmos.md reports the runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import time
+from pathlib import Path
+
+TARGETS = ("none", "template", "trace", "order")
+
+
+def target_text(record: dict, targets: str) -> str:
+    from embodied.tasks import LETTERS, format_response, sft_target
+
+    if targets == "order":
+        return format_response(record["options"][LETTERS.index(record["answer"])], record["answer"])
+    return sft_target(record, rationale=targets)
+
+
+ORDER = re.compile(r"(\d+(?:\s*,\s*\d+)+)\s*$")
+
+
+def trace_split(rows: list[dict], records: dict) -> dict:
+    """Of the responses with a trace: the share whose trace ends in the right order (seeing), and the share
+    whose letter is the option that lists the order the trace ends in (matching, right or wrong order)."""
+    from embodied.tasks import LETTERS
+
+    seen = matched = with_order = 0
+    for row in rows:
+        rec = records[row["id"]]
+        think = re.search(r"<think>(.*?)</think>", row["response"], re.S)
+        m = ORDER.search(think.group(1)) if think else None
+        if m is None:
+            continue
+        order = ", ".join(x.strip() for x in m.group(1).split(","))
+        with_order += 1
+        seen += order == rec["options"][LETTERS.index(rec["answer"])]
+        if order in rec["options"]:
+            matched += row["predicted"] == LETTERS[rec["options"].index(order)]
+    n = len(rows)
+    return {
+        "with_order": with_order / n,
+        "order_right": seen / max(1, with_order),
+        "letter_matches_order": matched / max(1, with_order),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("-c", "--config", action="append", default=[], help="config YAML (repeatable)")
+    ap.add_argument("--targets", choices=TARGETS, default="none")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", required=True, help="JSON result")
+    ap.add_argument("overrides", nargs="*", help="dotted key=value overrides")
+    args = ap.parse_args()
+
+    import torch
+
+    from embodied.config import load_config
+    from embodied.data.load import load_split
+    from embodied.eval.loop import evaluate
+    from embodied.policy.model import load
+    from embodied.train.sft import train_sft
+
+    cfg = load_config(args.config or None, overrides=args.overrides)
+    torch.set_num_threads(max(1, cfg.threads) if cfg.threads else torch.get_num_threads())
+    torch.manual_seed(args.seed)
+    train = load_split(cfg.data.root, "train", cfg.video)
+    test = load_split(cfg.data.root, "test", cfg.video)
+    model, processor = load(cfg.policy)
+    out = Path(args.out)
+    run_dir = out.with_suffix("")
+    sft = dataclasses.replace(cfg.sft, eval_every=0, checkpoint_every=0)
+    done = train_sft(
+        model,
+        processor,
+        train,
+        sft,
+        cfg.video,
+        run_dir,
+        (),
+        args.seed,
+        True,
+        target_fn=lambda r: target_text(r, args.targets),
+    )
+    t0 = time.perf_counter()
+    res = evaluate(
+        model,
+        processor,
+        test,
+        cfg.video,
+        cfg.eval.batch_size,
+        cfg.eval.max_new_tokens,
+        choice=True,
+        progress=False,
+    )
+    eval_s = time.perf_counter() - t0
+    losses = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    losses = [m["loss/sft"] for m in losses if "loss/sft" in m]
+    records = {e.record["id"]: e.record for e in test}
+    keep = ("accuracy", "ci95", "n", "chance", "unparseable", "choice_accuracy", "choice_ci95")
+    result = {
+        "data": cfg.data.root,
+        "policy": cfg.policy.path,
+        "targets": args.targets,
+        "seed": args.seed,
+        "steps": done["steps"],
+        "batch_size": cfg.sft.batch_size,
+        "lr": cfg.sft.lr,
+        "sft_s": round(done["wall_s"], 1),
+        "eval_s": round(eval_s, 1),
+        "loss_first_last": [losses[0], losses[-1]] if losses else None,
+        "loss_curve": losses,
+        **{k: res[k] for k in keep if k in res},
+        "per_task_tier": {
+            t: {tier: {k: v[k] for k in ("accuracy", "ci95", "n") if k in v} for tier, v in tiers.items()}
+            for t, tiers in res["per_task_tier"].items()
+        },
+        "trace": trace_split(res["predictions"], records) if args.targets in ("trace", "order") else None,
+        "examples": [
+            {k: p[k] for k in ("id", "answer", "predicted", "response")} for p in res["predictions"][:8]
+        ],
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    print(json.dumps({k: v for k, v in result.items() if k not in ("loss_curve", "examples")}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
