@@ -9,7 +9,8 @@ none (empty, the default recipe) | template (the family's fixed sentence, `tasks
 trace (the simulator-derived trace, `tasks.trace_for`: for a puzzle, each shown piece's place in the
 original, then the order) | order (only the right order, the option's text). For traces the report
 also splits the errors: how often the generated trace names the right order (seeing), and how often the
-letter is the option that lists the generated order (matching). docs/cosmos.md reports the runs.
+letter is the option that lists the generated order (matching). docs/cosmos.md reports the runs;
+`--collect RUN.json ... --out docs/results/cosmos_levers.json` gathers them and prints their table.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def trace_split(rows: list[dict], records: dict) -> dict:
     whose letter is the option that lists the order the trace ends in (matching, right or wrong order)."""
     from embodied.tasks import LETTERS
 
-    seen = matched = with_order = 0
+    seen = matched = with_order = right_given_seen = 0
     for row in rows:
         rec = records[row["id"]]
         think = re.search(r"<think>(.*?)</think>", row["response"], re.S)
@@ -49,7 +50,9 @@ def trace_split(rows: list[dict], records: dict) -> dict:
             continue
         order = ", ".join(x.strip() for x in m.group(1).split(","))
         with_order += 1
-        seen += order == rec["options"][LETTERS.index(rec["answer"])]
+        saw = order == rec["options"][LETTERS.index(rec["answer"])]
+        seen += saw
+        right_given_seen += saw and row["predicted"] == rec["answer"]
         if order in rec["options"]:
             matched += row["predicted"] == LETTERS[rec["options"].index(order)]
     n = len(rows)
@@ -57,17 +60,47 @@ def trace_split(rows: list[dict], records: dict) -> dict:
         "with_order": with_order / n,
         "order_right": seen / max(1, with_order),
         "letter_matches_order": matched / max(1, with_order),
+        "letter_right_when_order_right": right_given_seen / max(1, seen),
     }
+
+
+def collect(paths: list[str], out: Path, machine: str) -> None:
+    """Gather finished runs' JSON (without per-question predictions) into one file and print a table."""
+    runs = []
+    for p in sorted(paths):
+        r = json.loads(Path(p).read_text())
+        r.pop("predictions", None)
+        r["loss_curve"] = r["loss_curve"][::5]  # every 50th step (logged every 10)
+        runs.append({"run": Path(p).stem, **r})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"machine": machine, "runs": runs}, indent=1))
+    print(
+        "| run | data | targets | seed | steps | SFT s | accuracy [95% CI] | order right | letter = order |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in runs:
+        t = r["trace"] or {}
+        cells = [f"{t[k]:.3f}" if k in t else "-" for k in ("order_right", "letter_matches_order")]
+        lo, hi = r["ci95"]
+        print(
+            f"| {r['run']} | {Path(r['data']).name} | {r['targets']} | {r['seed']} | {r['steps']} | "
+            f"{r['sft_s']:.0f} | {r['accuracy']:.3f} [{lo:.2f}, {hi:.2f}] | " + " | ".join(cells) + " |"
+        )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--collect", nargs="+", help="instead of a run: gather these result JSONs into --out")
+    ap.add_argument("--machine", default="", help="with --collect: where the runs ran, in words")
     ap.add_argument("-c", "--config", action="append", default=[], help="config YAML (repeatable)")
     ap.add_argument("--targets", choices=TARGETS, default="none")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", required=True, help="JSON result")
     ap.add_argument("overrides", nargs="*", help="dotted key=value overrides")
     args = ap.parse_args()
+    if args.collect:
+        collect(args.collect, Path(args.out), args.machine)
+        return
 
     import torch
 
@@ -132,13 +165,13 @@ def main() -> None:
             for t, tiers in res["per_task_tier"].items()
         },
         "trace": trace_split(res["predictions"], records) if args.targets in ("trace", "order") else None,
-        "examples": [
-            {k: p[k] for k in ("id", "answer", "predicted", "response")} for p in res["predictions"][:8]
+        "predictions": [
+            {k: p[k] for k in ("id", "answer", "predicted", "response")} for p in res["predictions"]
         ],
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
-    print(json.dumps({k: v for k, v in result.items() if k not in ("loss_curve", "examples")}, indent=1))
+    print(json.dumps({k: v for k, v in result.items() if k not in ("loss_curve", "predictions")}, indent=1))
 
 
 if __name__ == "__main__":
