@@ -39,7 +39,8 @@ ORDER = re.compile(r"(\d+(?:\s*,\s*\d+)+)\s*$")
 def trace_split(rows: list[dict], records: dict) -> dict:
     """How the responses' traces relate to their letters. `order_right`: the share of traces that end in the
     right order (seeing); `first_right`: the share whose order starts with the right piece (on topple's
-    temporal puzzle that alone decides the answer); `order_in_options`: the share whose order is one of the four options;
+    temporal puzzle that alone decides the answer); `order_in_options`: the share whose order is one of the
+    four options;
     `letter_matches_order`: of those, the share whose letter is that option (matching; chance 0.25);
     `letter_matches_order_all`: the same count over every response with an order (the first runs' figure);
     `letter_right_when_order_right`: accuracy where the trace's order is right."""
