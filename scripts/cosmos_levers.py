@@ -178,9 +178,9 @@ def main() -> None:
         "loss_first_last": [losses[0], losses[-1]] if losses else None,
         "loss_curve": losses,
         **{k: res[k] for k in keep if k in res},
-        "per_task_tier": {
+        "per_family_tier": {
             t: {tier: {k: v[k] for k in ("accuracy", "ci95", "n") if k in v} for tier, v in tiers.items()}
-            for t, tiers in res["per_task_tier"].items()
+            for t, tiers in res["per_family_tier"].items()
         },
         "trace": trace_split(res["predictions"], records) if args.targets in ("trace", "order") else None,
         "predictions": [

@@ -103,7 +103,7 @@ def test_trace_targets_must_fit_the_responses_grpo_and_eval_generate(tiny_path):
             answer = [shown.index(i) + 1 for i in range(len(shown))]
             opts = [", ".join(map(str, answer)), "2, 1, 4, 3", "4, 3, 2, 1", "3, 4, 1, 2"]
             self.record = {
-                "task": "temporal_puzzle",
+                "family": "temporal_puzzle",
                 "options": opts,
                 "answer": LETTERS[0],
                 "meta": {"shown_order": shown},
