@@ -93,12 +93,14 @@ def collect(paths: list[str], out: Path, machine: str) -> None:
     head = (
         "| run | data | targets | seed | steps | SFT s | accuracy [95% CI] | order right | order is an option"
     )
-    print(head + " | letter = that option | letter = order, of all |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print(head + " | letter = that option | letter = order, of all | blind [95% CI] |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in runs:
         t = r["trace"] or {}
         keys = ("order_right", "order_in_options", "letter_matches_order", "letter_matches_order_all")
         cells = [f"{t[k]:.3f}" if k in t else "-" for k in keys]
+        b = (r.get("baselines") or {}).get("blind")
+        cells.append(f"{b['accuracy']:.3f} [{b['ci95'][0]:.2f}, {b['ci95'][1]:.2f}]" if b else "-")
         lo, hi = r["ci95"]
         print(
             f"| {r['run']} | {Path(r['data']).name} | {r['targets']} | {r['seed']} | {r['steps']} | "
@@ -114,6 +116,12 @@ def main() -> None:
     ap.add_argument("--targets", choices=TARGETS, default="none")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", required=True, help="JSON result")
+    ap.add_argument(
+        "--baselines",
+        nargs="*",
+        default=["blind"],
+        help="video baselines the trained policy is also scored on",
+    )
     ap.add_argument("overrides", nargs="*", help="dotted key=value overrides")
     args = ap.parse_args()
     if args.collect:
@@ -161,6 +169,23 @@ def main() -> None:
         progress=False,
     )
     eval_s = time.perf_counter() - t0
+    baselines = {}  # the same policy on modified clips: what it answers without the video's evidence
+    for name in args.baselines:
+        b = evaluate(
+            model,
+            processor,
+            test,
+            cfg.video,
+            cfg.eval.batch_size,
+            cfg.eval.max_new_tokens,
+            choice=False,
+            progress=False,
+            baseline=name,
+            seed=args.seed,
+        )
+        baselines[name] = {k: b[k] for k in ("accuracy", "ci95", "n", "unparseable")}
+        if args.targets in ("trace", "order"):
+            baselines[name]["trace"] = trace_split(b["predictions"], {e.record["id"]: e.record for e in test})
     losses = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
     losses = [m["loss/sft"] for m in losses if "loss/sft" in m]
     records = {e.record["id"]: e.record for e in test}
@@ -183,6 +208,7 @@ def main() -> None:
             for t, tiers in res["per_family_tier"].items()
         },
         "trace": trace_split(res["predictions"], records) if args.targets in ("trace", "order") else None,
+        "baselines": baselines,
         "predictions": [
             {k: p[k] for k in ("id", "answer", "predicted", "response")} for p in res["predictions"]
         ],
