@@ -42,8 +42,8 @@ class SFTConfig:
     template (the family's fixed sentence, `reasoning_for`) | trace (the simulator-derived trace,
     `trace_for`: on the puzzles each shown piece's place in the original, then the order, e.g.
     `3 1 2 -> 2, 3, 1`). A trace is a target, never an input. It makes responses longer: evaluation and
-    GRPO need `max_new_tokens` above the longest trace (about 30 tokens on a 2x2 grid or 4 segments,
-    docs/cosmos.md)."""
+    GRPO need `max_new_tokens` at least the longest target (48 tokens with a 3x3 arrangement; the cosmos
+    main job checks; docs/cosmos.md)."""
     targets: str = "answer"
     """answer: the correct letter | format: a uniformly random option letter, drawn anew at every step, so
     SFT teaches the answer format and never the answer (the zero-label start for GRPO)."""
