@@ -37,8 +37,13 @@ class SFTConfig:
     (docs/perception.md)."""
     restart_every: int = 0
     """Warm restarts (SGDR): every this many steps a fresh AdamW and a new warmup + cosine (0 = off)."""
-    rationale: bool = False
-    """Train on each family's templated rationale inside `<think>` (default: an empty `<think>`)."""
+    rationale: str = "none"
+    """What SFT targets carry inside `<think>` before the letter (`tasks.RATIONALES`): none (empty) |
+    template (the family's fixed sentence, `reasoning_for`) | trace (the simulator-derived trace,
+    `trace_for`: on the puzzles each shown piece's place in the original, then the order, e.g.
+    `3 1 2 -> 2, 3, 1`). A trace is a target, never an input. It makes responses longer: evaluation and
+    GRPO need `max_new_tokens` at least the longest target (48 tokens with a 3x3 arrangement; the cosmos
+    main job checks; docs/cosmos.md)."""
     targets: str = "answer"
     """answer: the correct letter | format: a uniformly random option letter, drawn anew at every step, so
     SFT teaches the answer format and never the answer (the zero-label start for GRPO)."""

@@ -84,3 +84,40 @@ def test_curriculum_examples_pick_the_stage_families():
     assert len(curriculum_examples(train, ["arrow_of_time", "spatial_puzzle"])) == 3
     with pytest.raises(ValueError, match="object_permanence.*the data has"):
         curriculum_examples(train, ["object_permanence"])
+
+
+def test_trace_targets_must_fit_the_responses_grpo_and_eval_generate(tiny_path):
+    """`sft.rationale=trace` makes targets longer than GRPO's default 16 new tokens: the cosmos main job
+    refuses to start rather than train on answers that GRPO and the evaluation would cut off."""
+    import dataclasses
+
+    import pytest
+
+    from embodied.experiments.cosmos import check_response_room
+    from embodied.policy.model import load_policy
+    from embodied.tasks import LETTERS
+    from embodied.train.sft import longest_target
+
+    class E:
+        def __init__(self, shown):
+            answer = [shown.index(i) + 1 for i in range(len(shown))]
+            opts = [", ".join(map(str, answer)), "2, 1, 4, 3", "4, 3, 2, 1", "3, 4, 1, 2"]
+            self.record = {
+                "family": "temporal_puzzle",
+                "options": opts,
+                "answer": LETTERS[0],
+                "meta": {"shown_order": shown},
+            }
+
+    train = [E([2, 0, 3, 1]), E([1, 0, 2, 3])]
+    _, processor = load_policy(tiny_path)
+    cfg = load_config(None)
+    assert longest_target(processor, [e.record for e in train], cfg.sft) == 6  # <think></think>, letter, end
+    trace = dataclasses.replace(cfg, sft=dataclasses.replace(cfg.sft, rationale="trace"))
+    need = longest_target(processor, [e.record for e in train], trace.sft)
+    assert 16 < need <= 48
+    check_response_room(cfg, processor, train)  # no trace: fits
+    with pytest.raises(ValueError, match="grpo.max_new_tokens"):
+        check_response_room(trace, processor, train)
+    roomy = dataclasses.replace(trace, grpo=dataclasses.replace(trace.grpo, max_new_tokens=need))
+    check_response_room(roomy, processor, train)

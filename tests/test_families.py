@@ -153,3 +153,45 @@ def test_sft_target_for_every_family():
     assert rec["options"][2] in sft_target(rec, rationale=True)
     with pytest.raises(KeyError, match="unknown question family"):
         sft_target({"family": "nope", "answer": "A"})
+
+
+@pytest.mark.parametrize("tier", ["easy", "hard"])
+def test_temporal_puzzle_trace_states_each_shown_segment_and_the_order(tier):
+    """The trace's per-segment places, read from the shown clip alone, put the original back together, and
+    the trace ends in the right option's text: it says what the clip shows, not anything else."""
+    k, m = tp.SEGMENTS[tier], tp.SEGMENT_FRAMES
+    frames = _noise((k * m, 16, 16, 3), seed=3)
+    rec, shown = tp.from_frames(frames, 2.0, np.random.default_rng(5), 1, tier, FamilySpec())
+    target = sft_target(rec, rationale="trace")
+    think = target[len("<think>") : target.index("</think>")]
+    places, order = think.split(" -> ")
+    assert order == rec["options"][1] and target.endswith("<answer>B</answer>")
+    segs = shown.reshape(k, m, *shown.shape[1:])
+    rebuilt = np.empty_like(segs)
+    for j, place in enumerate(int(p) for p in places.split()):
+        rebuilt[place - 1] = segs[j]  # shown segment j belongs at `place` in the original
+    assert np.array_equal(rebuilt.reshape(frames.shape), frames)
+
+
+def test_spatial_puzzle_traces():
+    image = _noise((64, 64, 3))
+    rec, _ = sp.from_frames(image[None], 2.0, np.random.default_rng(0), 2, "easy", FamilySpec())
+    places, order = sft_target(rec, "trace")[len("<think>") :].split("</think>")[0].split(" -> ")
+    assert order == rec["options"][2]
+    assert [int(p) - 1 for p in places.split()] == rec["meta"]["shown_order"]
+    fam = FamilySpec(family="spatial_puzzle", variant="patch")
+    rec, _ = sp.from_frames(image[None], 2.0, np.random.default_rng(0), 1, "easy", fam)
+    shown_at = sp.place_name(rec["meta"]["outlined"] - 1, 2)
+    assert (
+        sft_target(rec, "trace")
+        == f"<think>outlined at {shown_at} -> {rec['options'][1]}</think><answer>B</answer>"
+    )
+
+
+def test_sft_target_rationale_modes():
+    image = _noise((64, 64, 3))
+    rec, _ = sp.from_frames(image[None], 2.0, np.random.default_rng(0), 2, "easy", FamilySpec())
+    assert sft_target(rec, "none") == sft_target(rec, False) == "<think></think><answer>C</answer>"
+    assert sft_target(rec, "template") == sft_target(rec, True)
+    with pytest.raises(ValueError, match="rationale must be one of"):
+        sft_target(rec, "traces")

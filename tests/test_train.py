@@ -30,7 +30,7 @@ def test_sft_then_grpo_change_parameters_and_stay_finite(examples, tiny_path, tm
         log_every=5,
         eval_every=0,
         vision_lr_scale=1.0,
-        rationale=True,
+        rationale="template",
     )
     train_sft(model, processor, examples, sft, VideoConfig(), tmp_path, progress=False)
     rows = read_metrics(tmp_path / "metrics.jsonl")

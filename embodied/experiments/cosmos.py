@@ -126,6 +126,27 @@ def curriculum_examples(train: list, families: list[str]) -> list:
     return chosen
 
 
+def check_response_room(cfg, processor, train: list) -> None:
+    """Raise when the SFT targets (with `sft.rationale`'s `<think>`, e.g. a trace) are longer than the
+    responses GRPO samples or the evaluation generates: they would be cut before their `<answer>`."""
+    from embodied.train.sft import longest_target
+
+    need = longest_target(processor, [e.record for e in train], cfg.sft)
+    short = {
+        key: n
+        for key, n in (
+            ("grpo.max_new_tokens", cfg.grpo.max_new_tokens),
+            ("eval.max_new_tokens", cfg.eval.max_new_tokens),
+        )
+        if n < need
+    }
+    if short:
+        raise ValueError(
+            f"sft.rationale={cfg.sft.rationale}: the longest SFT target is {need} tokens, but {short} would "
+            f"cut responses before their answer; set them to at least {need}"
+        )
+
+
 def _main_job(cfg, data: dict, seed: int, out: Path, progress: bool) -> dict:
     """SFT -> SFT + GRPO (with its blind and single-frame baselines); SFT -> as many seconds of more SFT."""
     import copy
@@ -133,6 +154,7 @@ def _main_job(cfg, data: dict, seed: int, out: Path, progress: bool) -> dict:
     from embodied.policy.model import load
 
     model, processor = load(cfg.policy)
+    check_response_room(cfg, processor, data["train"])
     t_sft = 0.0
     for i, stage in enumerate(cfg.cosmos.curriculum):
         train = curriculum_examples(data["train"], stage.families)

@@ -7,7 +7,8 @@ A record is one JSON line (see data/FORMAT.md): `id`, `family`, `video` or `imag
 Every family module defines `NAME`, `VERSION` (bumped whenever what it generates for a seed changes),
 `num_options(tier, variant)`, `make(world, rng, answer, tier, fam, clip) -> (record, frames)` for simulated
 scenes, a `verify(...)` that checks the recorded answer is the one right option against the ground truth
-(the unshuffled original, or the simulated outcome), and `reasoning_for(record)` (templated SFT rationale).
+(the unshuffled original, or the simulated outcome), `reasoning_for(record)` (templated SFT rationale) and
+`trace_for(record)` (the simulator-derived SFT trace of `sft.rationale=trace`, from the record's meta).
 Families that work on any footage also define `from_frames(frames, fps, rng, answer, tier, fam)`.
 `answer` is the index of the correct option, chosen by the caller so that letters are balanced per family
 and tier; `fam` is the `FamilySpec` and `clip` the dataset's `ClipSpec`. Material that cannot give a
@@ -109,15 +110,38 @@ def parse_answer(text: str) -> str | None:
     return content or None
 
 
-def sft_target(record: dict, rationale: bool = False) -> str:
-    """The SFT response for a record: `<think>` (the family's templated rationale, or empty), then the letter.
+RATIONALES = ("none", "template", "trace")
+"""What `sft_target` writes inside `<think>`: nothing | the family's fixed sentence (`reasoning_for`) | the
+simulator-derived trace (`trace_for`): what the clip shows that decides the answer, then the answer's text."""
+
+
+def sft_target(record: dict, rationale: bool | str = False) -> str:
+    """The SFT response for a record: `<think>` (see `RATIONALES`; False = none, True = template), then the
+    letter.
 
     The questions carry no human reasoning, so the default leaves `<think>` empty rather than teaching a
-    canned sentence.
+    canned sentence. A trace is a target, never an input: it holds only what the clip and the question show
+    (a puzzle's pieces in their original places), written from the record's simulator metadata.
     """
     module = family(record["family"])  # an unknown family is an error even without a rationale
-    reasoning = module.reasoning_for(record) if rationale else ""
-    return format_response(reasoning, record["answer"])
+    mode = "template" if rationale is True else "none" if rationale is False else rationale
+    if mode not in RATIONALES:
+        raise ValueError(f"rationale must be one of {RATIONALES} (or a bool), got {rationale!r}")
+    reasoning = {"none": "", "template": module.reasoning_for, "trace": module.trace_for}[mode]
+    return format_response(reasoning(record) if reasoning else "", record["answer"])
+
+
+def answer_text(record: dict) -> str:
+    """The text of the record's right option."""
+    return record["options"][LETTERS.index(record["answer"])]
+
+
+def places_trace(record: dict) -> str:
+    """An ordering puzzle's trace: for each shown piece (numbered where it is shown), its 1-based place in
+    the original (`meta.shown_order`), then `->` and the right order (the answer's text), e.g.
+    `3 1 2 -> 2, 3, 1`: the per-piece judgement the clip allows, then the sequence the options list."""
+    shown = record["meta"]["shown_order"]
+    return " ".join(str(int(i) + 1) for i in shown) + " -> " + answer_text(record)
 
 
 # --- helpers shared by the families ---------------------------------------------------------------------

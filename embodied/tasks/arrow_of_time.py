@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from embodied.tasks import LETTERS, reset_world, scene_meta, window_start
+from embodied.tasks import LETTERS, answer_text, reset_world, scene_meta, window_start
 
 NAME = "arrow_of_time"
 VERSION = 2
@@ -88,6 +88,12 @@ def make_example(world, seed: int, reverse: bool, spec: ClipSpec) -> tuple[dict,
 def reasoning_for(record: dict) -> str:
     """SFT rationale for a record (derived from its label)."""
     return REASONING[record["options"][LETTERS.index(record["answer"])]]
+
+
+def trace_for(record: dict) -> str:
+    """SFT trace (`sft.rationale=trace`): the direction the clip plays (its options are fixed, so the trace
+    is the answer's text)."""
+    return answer_text(record)
 
 
 def num_options(tier: str, variant: str = "") -> int:

@@ -107,3 +107,9 @@ def reasoning_for(record: dict) -> str:
         return "The object stays where it stopped behind the screen and looks the same when revealed."
     what = {"vanished": "is gone", "teleported": "is somewhere else", "changed": "looks different"}[outcome]
     return f"Objects persist behind screens, but when the screen is lifted the object {what}."
+
+
+def trace_for(record: dict) -> str:
+    """SFT trace (`sft.rationale=trace`): the simulated outcome (`meta.outcome`: possible | vanished |
+    teleported | changed), the one word the clip's reveal decides."""
+    return record["meta"]["outcome"]

@@ -22,9 +22,11 @@ import numpy as np
 from embodied.tasks import (
     LETTERS,
     Ambiguous,
+    answer_text,
     order_options,
     order_text,
     piece_difference,
+    places_trace,
     reset_world,
     restoring_order,
     scene_meta,
@@ -239,3 +241,13 @@ def reasoning_for(record: dict) -> str:
     if record["meta"]["variant"] == "patch":
         return f"Edges and objects continue across patches only if the outlined patch sits at the {text}."
     return f"Placing the patches as {text} makes edges, floor and objects continue across the seams."
+
+
+def trace_for(record: dict) -> str:
+    """SFT trace (`sft.rationale=trace`). arrangement: each shown patch's place in the original, row by row,
+    then the order (`tasks.places_trace`); patch: where the outlined patch is shown, then where it was."""
+    meta = record["meta"]
+    if meta["variant"] == "patch":
+        shown_at = place_name(meta["outlined"] - 1, meta["grid"])
+        return f"outlined at {shown_at} -> {answer_text(record)}"
+    return places_trace(record)

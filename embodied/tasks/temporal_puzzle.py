@@ -23,6 +23,7 @@ from embodied.tasks import (
     order_options,
     order_text,
     piece_difference,
+    places_trace,
     reset_world,
     restoring_order,
     scene_meta,
@@ -148,3 +149,9 @@ def verify(record: dict, shown: np.ndarray, original: np.ndarray) -> bool:
 def reasoning_for(record: dict) -> str:
     text = record["options"][LETTERS.index(record["answer"])]
     return f"Played as {text}, the motion is continuous and runs the way physics allows."
+
+
+def trace_for(record: dict) -> str:
+    """SFT trace (`sft.rationale=trace`): each shown segment's place in the original clip, then the order
+    (`tasks.places_trace`), e.g. `3 1 2 -> 2, 3, 1`."""
+    return places_trace(record)

@@ -65,6 +65,15 @@ def sft_targets(records: Sequence[dict], cfg, seed: int, step: int) -> list[str]
     ]
 
 
+def longest_target(processor, records: Sequence[dict], cfg) -> int:
+    """Tokens of the longest SFT target of `records` under `cfg.rationale` (end-of-turn token included): the
+    room a policy trained on them needs to write a whole response (`grpo.max_new_tokens`,
+    `eval.max_new_tokens`)."""
+    tok = processor.tokenizer
+    texts = {sft_target(r, cfg.rationale) for r in records if not is_interactive(r)}
+    return max((len(tok(t + "<|im_end|>", add_special_tokens=False)["input_ids"]) for t in texts), default=0)
+
+
 def stops_here(cfg, step: int, accuracy: float | None, elapsed_s: float) -> bool:
     """Whether SFT ends after `step`: the last step, a validation `accuracy` (None: none this step) at or
     above `cfg.stop_at`, or `cfg.max_seconds` spent (0 switches either off)."""

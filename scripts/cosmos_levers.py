@@ -1,0 +1,222 @@
+"""One SFT lever on one question family, measured cheaply: SFT from `policy.path` on `data.root`'s train
+split for `sft.steps`, then greedy accuracy on its test split (Wilson 95% interval), in one process.
+
+    python scripts/cosmos_levers.py -c configs/levers_temporal_topple.yaml --targets trace --seed 0 \\
+        --out runs/levers/trace_s0.json threads=1
+
+`--targets` picks what goes inside `<think>` of every SFT target (the letter follows):
+none (empty, the default recipe) | template (the family's fixed sentence, `tasks.reasoning_for`) |
+trace (the simulator-derived trace, `tasks.trace_for`: for a puzzle, each shown piece's place in the
+original, then the order) | order (only the right order, the option's text). For traces the report
+also splits the errors: how often the generated trace names the right order (seeing), and how often the
+letter is the option that lists the generated order (matching). docs/cosmos.md reports the runs;
+`--collect RUN.json ... --out docs/results/cosmos_levers.json` gathers them and prints their table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import time
+from pathlib import Path
+
+TARGETS = ("none", "template", "trace", "order")
+
+
+def target_text(record: dict, targets: str) -> str:
+    from embodied.tasks import LETTERS, format_response, sft_target
+
+    if targets == "order":
+        return format_response(record["options"][LETTERS.index(record["answer"])], record["answer"])
+    return sft_target(record, rationale=targets)
+
+
+ORDER = re.compile(r"(\d+(?:\s*,\s*\d+)+)\s*$")
+
+
+def trace_split(rows: list[dict], records: dict) -> dict:
+    """How the responses' traces relate to their letters. `order_right`: the share of traces that end in the
+    right order (seeing); `first_right`: the share whose order starts with the right piece (on topple's
+    temporal puzzle that alone decides the answer); `order_in_options`: the share whose order is one of the
+    four options;
+    `letter_matches_order`: of those, the share whose letter is that option (matching; chance 0.25);
+    `letter_matches_order_all`: the same count over every response with an order (the first runs' figure);
+    `letter_right_when_order_right`: accuracy where the trace's order is right."""
+    from embodied.tasks import LETTERS
+
+    seen = first = matched = with_order = in_options = right_given_seen = 0
+    for row in rows:
+        rec = records[row["id"]]
+        think = re.search(r"<think>(.*?)</think>", row["response"], re.S)
+        m = ORDER.search(think.group(1)) if think else None
+        if m is None:
+            continue
+        order = ", ".join(x.strip() for x in m.group(1).split(","))
+        with_order += 1
+        truth = rec["options"][LETTERS.index(rec["answer"])]
+        saw = order == truth
+        first += order.split(",")[0] == truth.split(",")[0]
+        seen += saw
+        right_given_seen += saw and row["predicted"] == rec["answer"]
+        if order in rec["options"]:
+            in_options += 1
+            matched += row["predicted"] == LETTERS[rec["options"].index(order)]
+    return {
+        "with_order": with_order / len(rows),
+        "order_right": seen / max(1, with_order),
+        "first_right": first / max(1, with_order),
+        "order_in_options": in_options / max(1, with_order),
+        "letter_matches_order": matched / max(1, in_options),
+        "letter_matches_order_all": matched / max(1, with_order),
+        "letter_right_when_order_right": right_given_seen / max(1, seen),
+    }
+
+
+def collect(paths: list[str], out: Path, machine: str) -> None:
+    """Gather finished runs' JSON (without per-question predictions) into one file and print a table."""
+    runs = []
+    for p in sorted(paths):
+        r = json.loads(Path(p).read_text())
+        rows = r.pop("predictions", None)
+        if rows and r["targets"] in ("trace", "order"):  # recomputed: the split's definition may be newer
+            test = Path(r["data"]) / "test.jsonl"
+            records = {(x := json.loads(line))["id"]: x for line in test.read_text().splitlines()}
+            r["trace"] = trace_split(rows, records)
+        elif r["trace"] and "order_in_options" not in r["trace"]:  # a first run: its figure was over all
+            r["trace"]["letter_matches_order_all"] = r["trace"].pop("letter_matches_order")
+        r["loss_curve"] = r["loss_curve"][::5]  # every 50th step (logged every 10)
+        runs.append({"run": Path(p).stem, **r})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"machine": machine, "runs": runs}, indent=1))
+    head = (
+        "| run | data | targets | seed | steps | SFT s | accuracy [95% CI] | order right | order is an option"
+    )
+    print(head + " | letter = that option | letter = order, of all | blind [95% CI] |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in runs:
+        t = r["trace"] or {}
+        keys = ("order_right", "order_in_options", "letter_matches_order", "letter_matches_order_all")
+        cells = [f"{t[k]:.3f}" if k in t else "-" for k in keys]
+        b = (r.get("baselines") or {}).get("blind")
+        cells.append(f"{b['accuracy']:.3f} [{b['ci95'][0]:.2f}, {b['ci95'][1]:.2f}]" if b else "-")
+        lo, hi = r["ci95"]
+        print(
+            f"| {r['run']} | {Path(r['data']).name} | {r['targets']} | {r['seed']} | {r['steps']} | "
+            f"{r['sft_s']:.0f} | {r['accuracy']:.3f} [{lo:.2f}, {hi:.2f}] | " + " | ".join(cells) + " |"
+        )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--collect", nargs="+", help="instead of a run: gather these result JSONs into --out")
+    ap.add_argument("--machine", default="", help="with --collect: where the runs ran, in words")
+    ap.add_argument("-c", "--config", action="append", default=[], help="config YAML (repeatable)")
+    ap.add_argument("--targets", choices=TARGETS, default="none")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", required=True, help="JSON result")
+    ap.add_argument(
+        "--baselines",
+        nargs="*",
+        default=["blind"],
+        help="video baselines the trained policy is also scored on",
+    )
+    ap.add_argument("overrides", nargs="*", help="dotted key=value overrides")
+    args = ap.parse_args()
+    if args.collect:
+        collect(args.collect, Path(args.out), args.machine)
+        return
+
+    import torch
+
+    from embodied.config import load_config
+    from embodied.data.load import load_split
+    from embodied.eval.loop import evaluate
+    from embodied.policy.model import load
+    from embodied.train.sft import train_sft
+
+    cfg = load_config(args.config or None, overrides=args.overrides)
+    torch.set_num_threads(max(1, cfg.threads) if cfg.threads else torch.get_num_threads())
+    torch.manual_seed(args.seed)
+    train = load_split(cfg.data.root, "train", cfg.video)
+    test = load_split(cfg.data.root, "test", cfg.video)
+    model, processor = load(cfg.policy)
+    out = Path(args.out)
+    run_dir = out.with_suffix("")
+    sft = dataclasses.replace(cfg.sft, eval_every=0, checkpoint_every=0)
+    done = train_sft(
+        model,
+        processor,
+        train,
+        sft,
+        cfg.video,
+        run_dir,
+        (),
+        args.seed,
+        True,
+        target_fn=lambda r: target_text(r, args.targets),
+    )
+    t0 = time.perf_counter()
+    res = evaluate(
+        model,
+        processor,
+        test,
+        cfg.video,
+        cfg.eval.batch_size,
+        cfg.eval.max_new_tokens,
+        choice=True,
+        progress=False,
+    )
+    eval_s = time.perf_counter() - t0
+    baselines = {}  # the same policy on modified clips: what it answers without the video's evidence
+    for name in args.baselines:
+        b = evaluate(
+            model,
+            processor,
+            test,
+            cfg.video,
+            cfg.eval.batch_size,
+            cfg.eval.max_new_tokens,
+            choice=False,
+            progress=False,
+            baseline=name,
+            seed=args.seed,
+        )
+        baselines[name] = {k: b[k] for k in ("accuracy", "ci95", "n", "unparseable")}
+        if args.targets in ("trace", "order"):
+            baselines[name]["trace"] = trace_split(b["predictions"], {e.record["id"]: e.record for e in test})
+    losses = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    losses = [m["loss/sft"] for m in losses if "loss/sft" in m]
+    records = {e.record["id"]: e.record for e in test}
+    keep = ("accuracy", "ci95", "n", "chance", "unparseable", "choice_accuracy", "choice_ci95")
+    result = {
+        "data": cfg.data.root,
+        "policy": cfg.policy.path,
+        "targets": args.targets,
+        "seed": args.seed,
+        "steps": done["steps"],
+        "batch_size": cfg.sft.batch_size,
+        "lr": cfg.sft.lr,
+        "sft_s": round(done["wall_s"], 1),
+        "eval_s": round(eval_s, 1),
+        "loss_first_last": [losses[0], losses[-1]] if losses else None,
+        "loss_curve": losses,
+        **{k: res[k] for k in keep if k in res},
+        "per_family_tier": {
+            t: {tier: {k: v[k] for k in ("accuracy", "ci95", "n") if k in v} for tier, v in tiers.items()}
+            for t, tiers in res["per_family_tier"].items()
+        },
+        "trace": trace_split(res["predictions"], records) if args.targets in ("trace", "order") else None,
+        "baselines": baselines,
+        "predictions": [
+            {k: p[k] for k in ("id", "answer", "predicted", "response")} for p in res["predictions"]
+        ],
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    print(json.dumps({k: v for k, v in result.items() if k not in ("loss_curve", "predictions")}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
