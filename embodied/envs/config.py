@@ -65,6 +65,15 @@ class EnvConfig:
     fps: float = 2.0
     """Rate (frames per second of simulated time) at which each episode's clip is rendered and stored, as
     `data.clip.fps` is for the generated questions; the policy then samples stored clips at `video.fps`."""
+    answer: str = "grid"
+    """How numeric tasks (carry, push) ask for their action: grid (default) | number. `grid` rewrites each
+    numeric episode, when it is loaded, into a lettered question whose options are the task's
+    `answer_grid` (carry: 4 grip forces x 2 lift speeds; push: 8 multiples, 0.7-2.1, of the demo's stated
+    impulse), so an answer is one letter token as on `place`; the letter is parsed back into the action
+    that MuJoCo executes. `number` asks for the numbers as text (`<answer>12.5, 0.20</answer>`), where
+    GRPO from a format-only start collapsed to one constant answer on carry (seed 0) and push (every
+    seed); docs/environments.md ("Answers as a grid of options") has the measurements. Stored episodes
+    are the same for both (the form is applied on load, so switching needs no regeneration)."""
     format_weight: float = 0.2
     """Weight of reward/format in reward/total for interactive answers."""
     workers: int = 0

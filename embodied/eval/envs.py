@@ -31,11 +31,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from embodied.envs import answer_text, task
+from embodied.envs import answer_form, answer_text, parse, task
 from embodied.envs.reward import env_reward
 from embodied.eval.loop import sampled_responses
 from embodied.eval.stats import majority_vote, pass_at_k, resolve_k, wilson_interval
 from embodied.policy.model import decode, encode_prompts, generate
+from embodied.tasks import LETTERS
 
 
 @torch.no_grad()
@@ -108,11 +109,14 @@ def _sample_terms(records, rows, backend, format_weight, seconds) -> None:
     seconds["simulate"] += time.perf_counter() - t0
 
 
-def vote_action(name: str, actions: Sequence):
+def vote_action(name: str, actions: Sequence, lettered: bool | None = None):
     """The majority answer among parsed ``actions`` (None = unparseable, no vote): the most frequent option
-    for a lettered task, the per-coordinate median for a numeric one; None if nothing parsed."""
+    for a lettered question (a lettered task, or a numeric one asked as a grid: ``lettered``), the
+    per-coordinate median for a numeric one; None if nothing parsed."""
     votes = [a for a in actions if a is not None]
-    if not votes or not task(name).NUMERIC:
+    if lettered is None:
+        lettered = not task(name).NUMERIC
+    if not votes or lettered:
         return majority_vote(votes) if votes else None
     med = np.median(np.array(votes, dtype=float), axis=0)
     return tuple(round(float(x), 4) for x in med) if med.ndim else round(float(med), 4)
@@ -122,11 +126,12 @@ def _vote(predictions, records: dict, ks, backend, format_weight) -> None:
     """``row["vote@N"]``: the success of executing the majority answer of the first N samples."""
     jobs = []
     for row in predictions:
-        mod = task(row["task"])
-        actions = [mod.parse_action(s["response"]) for s in row["sampled"]]
+        rec = records[row["id"]]
+        actions = [parse(rec, s["response"]) for s in row["sampled"]]
+        lettered = bool(rec["options"])
         for n in ks:
-            action = vote_action(row["task"], actions[:n])
-            text = answer_text(row["task"], action) if action is not None else ""
+            action = vote_action(row["task"], actions[:n], lettered)
+            text = answer_text(row["task"], action, rec) if action is not None else ""
             jobs.append((row, n, text))
     terms = env_reward(
         [t for _, _, t in jobs], [records[row["id"]] for row, _, _ in jobs], backend, format_weight
@@ -168,7 +173,7 @@ def action_spread(predictions: Sequence[dict], records: dict) -> dict:
     if not predictions:
         return {}
     mod = task(predictions[0]["task"])
-    parsed = [(mod.parse_action(p["response"]), records[p["id"]]) for p in predictions]
+    parsed = [(parse(records[p["id"]], p["response"]), records[p["id"]]) for p in predictions]
     parsed = [(a, r) for a, r in parsed if a is not None]
     values = np.array([mod.action_value(a) for a, _ in parsed], dtype=float)
     counts = np.unique([repr(a) for a, _ in parsed], return_counts=True)[1] if parsed else np.array([])
@@ -255,26 +260,41 @@ def env_markdown(result: dict, title: str = "") -> str:
 
 
 def best_constant(records: Sequence[dict], backend: str = "cpu", progress: bool = False) -> dict:
-    """Per task, the one answer of its ``CONSTANT_GRID`` that succeeds on most of ``records`` (chosen on these
-    same episodes, so an upper bound for any policy that ignores the clip), with its success rate and 95%
-    interval."""
+    """Per task, the one answer that succeeds on most of ``records`` (chosen on these same episodes, so an
+    upper bound for any policy that ignores the clip), with its success rate and 95% interval: every
+    action of the task's ``CONSTANT_GRID`` and, for records in grid form (`embodied.envs.answer_form`),
+    also every letter (the same option on every episode; where options are relative to the episode, as
+    push's multiples of the demo's stated impulse, a constant letter uses the question's text, so it can
+    beat every constant number). ``number`` and ``grid`` keep the best of each kind."""
     out = {}
     by_task: dict[str, list[dict]] = defaultdict(list)
     for r in records:
         by_task[r["task"]].append(r)
     for name, recs in tqdm(sorted(by_task.items()), desc="best constant", disable=not progress):
-        best = None
+        numeric = [answer_form(r, "number") for r in recs]
+        kinds = {}
         for action in task(name).CONSTANT_GRID:
-            terms = env_reward([answer_text(name, action)] * len(recs), recs, backend)
+            terms = env_reward([answer_text(name, action)] * len(recs), numeric, backend)
             wins = int(sum(t["reward/success"] for t in terms))
-            if best is None or wins > best[0]:
-                best = (wins, action)
-        wins, action = best
+            if "number" not in kinds or wins > kinds["number"][0]:
+                kinds["number"] = (wins, task(name).describe(action))
+        if task(name).NUMERIC and "answer_grid" in recs[0]["meta"]:
+            n_options = min(len(r["options"]) for r in recs)
+            for k in range(n_options):
+                letter = LETTERS[k]
+                text = f"<think></think><answer>{letter}</answer>"
+                wins = int(sum(t["reward/success"] for t in env_reward([text] * len(recs), recs, backend)))
+                if "grid" not in kinds or wins > kinds["grid"][0]:
+                    kinds["grid"] = (wins, f"option {letter}: {recs[0]['options'][k]}")
+        wins, said = max(kinds.values(), key=lambda x: x[0])
         out[name] = {
-            "answer": task(name).describe(action),
+            "answer": said,
             "success": wins / len(recs),
             "ci95": list(wilson_interval(wins, len(recs))),
             "n": len(recs),
+        } | {
+            kind: {"answer": a, "success": w / len(recs), "ci95": list(wilson_interval(w, len(recs)))}
+            for kind, (w, a) in kinds.items()
         }
     return out
 
@@ -313,7 +333,7 @@ def rollout_video(
     from embodied.video import write_video
 
     mod = task(record["task"])
-    action = mod.parse_action(text)
+    action = parse(record, text)
     terms = env_reward([text], [record])[0]
     said = mod.describe(action) if action is not None else text.strip()[:40] or "(empty)"
     head = [(f"{record['task']}: {said}", (255, 255, 255))]

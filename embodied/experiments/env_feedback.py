@@ -37,6 +37,7 @@ import torch
 from embodied.data.build import ensure_dataset
 from embodied.data.episodes import generate_episodes, matches
 from embodied.data.load import load_examples
+from embodied.envs import answer_examples
 from embodied.eval.envs import best_constant, evaluate_env, rollout_video
 from embodied.eval.loop import evaluate_free
 from embodied.experiments.env_report import write_env_report
@@ -80,8 +81,8 @@ def _load_data(cfg, progress: bool) -> dict[str, list]:
     data = {
         "mcq_train": load_examples(cfg.data.root, "train", fps, mf)[0],
         "mcq_test": load_examples(cfg.data.root, "test", fps, mf, limit=fb.eval_mcq or None)[0],
-        "env_train": load_examples(cfg.env.root, "train", fps, mf)[0],
-        "env_test": load_examples(cfg.env.root, "test", fps, mf)[0],
+        "env_train": answer_examples(load_examples(cfg.env.root, "train", fps, mf)[0], cfg.env.answer),
+        "env_test": answer_examples(load_examples(cfg.env.root, "test", fps, mf)[0], cfg.env.answer),
     }
     if (bench := benchmark_config(cfg)) is not None:
         ensure_dataset(bench, progress)
