@@ -106,3 +106,25 @@ def test_answer_examples_and_vote_on_grid_records():
     # a grid question votes for the most frequent option, not the median impulse
     assert vote_action("push", [0.1, 0.5, 0.5, None], lettered=True) == 0.5
     assert vote_action("push", [0.1, 0.2, 0.5], lettered=False) == pytest.approx(0.2)
+
+
+def test_spread_of_grid_answers_counts_letters_not_actions():
+    """On push's options, relative to each episode's demo, one letter is one answer (its impulses differ),
+    and choosing the option nearest to the impulse physics calls for correlates with it."""
+    from embodied.eval.envs import action_spread
+
+    records = {r["id"]: r for r in (answer_form(r | {"id": f"p{i}"}, "grid") for i, r in enumerate(
+        _records(push, range(8))))}  # fmt: skip
+    constant = [{"id": i, "task": "push", "response": _answer("D")} for i in records]
+    spread = action_spread(constant, records)
+    assert spread["distinct"] == 1 and spread["entropy_bits"] == 0 and spread["corr_decisive"] != spread[
+        "corr_decisive"]  # fmt: skip
+
+    def nearest(rec):
+        need = push.decisive(rec)
+        actions = [parse(rec, _answer(x)) for x in LETTERS[:8]]
+        return LETTERS[int(np.argmin([abs(np.log(a / need)) for a in actions]))]
+
+    reading = [{"id": i, "task": "push", "response": _answer(nearest(r))} for i, r in records.items()]
+    spread = action_spread(reading, records)
+    assert spread["distinct"] > 1 and spread["corr_decisive"] == pytest.approx(1.0)

@@ -36,7 +36,7 @@ from embodied.envs.reward import env_reward
 from embodied.eval.loop import sampled_responses
 from embodied.eval.stats import majority_vote, pass_at_k, resolve_k, wilson_interval
 from embodied.policy.model import decode, encode_prompts, generate
-from embodied.tasks import LETTERS
+from embodied.tasks import LETTERS, parse_answer
 
 
 @torch.no_grad()
@@ -165,22 +165,54 @@ def test_time_compute(predictions: Sequence[dict], ks: Sequence[int], per_sample
     }
 
 
+def _grid_ranks(record: dict, action, value_of, decisive: float) -> tuple[float, float]:
+    """For a record in grid form: the rank of ``action``'s value among the distinct values of the options,
+    and the rank of the option nearest to ``decisive`` (in log space when every value is positive, as on
+    push's geometric multiples), so a constant letter on options relative to the episode is a constant."""
+    values = sorted({value_of(a) for a in (_as_action(x) for x in record["meta"]["answer_grid"])})
+    v = np.array(values, dtype=float)
+    if (v > 0).all() and decisive > 0:
+        nearest = int(np.argmin(np.abs(np.log(v) - np.log(decisive))))
+    else:
+        nearest = int(np.argmin(np.abs(v - decisive)))
+    return float(values.index(value_of(action))), float(nearest)
+
+
+def _as_action(value):
+    return tuple(float(x) for x in value) if isinstance(value, list | tuple) else float(value)
+
+
 def action_spread(predictions: Sequence[dict], records: dict) -> dict:
     """How the greedy answers of one task spread over its episodes: distinct answers, the entropy (bits)
     of the answer distribution, the standard deviation of the action as one number
     (``action_value``) and its Pearson correlation with the scene parameter that decides the outcome
-    (``decisive``); NaN where undefined (fewer than three parsed answers, or a constant)."""
+    (``decisive``); NaN where undefined (fewer than three parsed answers, or a constant). For records in
+    grid form (`embodied.envs.answer_form`) an answer is its letter (a constant letter is one distinct
+    answer even where the options are relative to the episode, as push's multiples of the demo's impulse),
+    and the correlation is between the chosen option's rank and the rank of the option nearest to the
+    deciding parameter."""
     if not predictions:
         return {}
     mod = task(predictions[0]["task"])
-    parsed = [(parse(records[p["id"]], p["response"]), records[p["id"]]) for p in predictions]
-    parsed = [(a, r) for a, r in parsed if a is not None]
-    values = np.array([mod.action_value(a) for a, _ in parsed], dtype=float)
-    counts = np.unique([repr(a) for a, _ in parsed], return_counts=True)[1] if parsed else np.array([])
+    parsed = [(p["response"], records[p["id"]]) for p in predictions]
+    parsed = [(parse(r, text), r, text) for text, r in parsed]
+    parsed = [(a, r, text) for a, r, text in parsed if a is not None]
+    grid = bool(parsed) and "answer_grid" in parsed[0][1]["meta"]
+    if grid:
+        ranks = [_grid_ranks(r, a, mod.action_value, mod.decisive(r)) for a, r, _ in parsed]
+        values = np.array([x for x, _ in ranks], dtype=float)
+        names = [repr(parse_answer(text)) for _, _, text in parsed]
+    else:
+        values = np.array([mod.action_value(a) for a, _, _ in parsed], dtype=float)
+        names = [repr(a) for a, _, _ in parsed]
+    counts = np.unique(names, return_counts=True)[1] if parsed else np.array([])
     p = counts / counts.sum() if counts.size else counts
     corr, constant = float("nan"), values.size == 0 or np.ptp(values) == 0
     if values.size >= 3 and not constant:
-        decisive = np.array([mod.decisive(r) for _, r in parsed], dtype=float)
+        if grid:
+            decisive = np.array([y for _, y in ranks], dtype=float)
+        else:
+            decisive = np.array([mod.decisive(r) for _, r, _ in parsed], dtype=float)
         corr = float(np.corrcoef(values, decisive)[0, 1]) if np.ptp(decisive) > 0 else corr
     return {
         "distinct": int(counts.size),

@@ -252,6 +252,7 @@ def _best_constant(cfg, data: dict, progress: bool) -> dict:
     """The best constant answer per task on the held-out episodes, kept beside them in `env.root`."""
     records = [e.record for e in data["env_test"]]
     key = {"backend": cfg.env.backend, "ids": [r["id"] for r in records], "env": dataclasses.asdict(cfg.env)}
+    key["options"] = {r["task"]: r["options"] for r in records}  # a task's grid (env.answer) is part of it
     key["env"].pop("feedback")
     return reuse_or_run(
         Path(cfg.env.root) / "best_constant.json",
