@@ -26,8 +26,8 @@ Optional: ``SCENE``, the MJCF file of a task kept outside this package (shipped 
 ``sim/<NAME>/scene.xml``); ``answer_grid(record) -> (question, [(action, text), ...])``, the lettered
 options a numeric task offers under ``env.answer=grid`` (see :func:`answer_form`).
 
-Answer forms (``env.answer``): ``number`` asks a numeric task for its numbers as text; ``grid`` (the
-default) rewrites each numeric record on load into a lettered question whose options are the task's
+Answer forms (``env.answer``): ``number`` (the default) asks a numeric task for its numbers as text;
+``grid`` rewrites each numeric record on load into a lettered question whose options are the task's
 ``answer_grid`` (kept in ``meta["answer_grid"]``), so that every answer is one letter token, as for
 lettered tasks. :func:`parse` reads an answer either way and returns the task's action, which the physics
 executes unchanged.

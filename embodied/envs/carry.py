@@ -47,13 +47,13 @@ CONSTANT_GRID = [
 """The best-constant baseline's answers: a grid over the stated force and speed ranges."""
 DECIDED_BY = "the grip force a sound answer uses (set by the material)"
 GRID_FORCES = (2.0, 6.0, 15.0, 30.0)
-GRID_SPEEDS = (0.4, 0.2)
-"""`env.answer=grid`: the lettered options are every force x speed pair, speed by speed (A-D at 0.40 m/s,
-E-H at 0.20 m/s); the same for every episode, so they carry no hint of the answer. The forces sit in the
-ranges that work per material on hard episodes (foam <= 3-4 N, wood 4-40 N, glass 13-16 N, steel >=
-20-25 N; 0.3-0.5 m/s); 0.20 m/s reaches 10 cm (easy) but not 25 cm (hard) in one second. The order
-matters to the tiny policy: with the forces first (steel's option last, H), three seeds of GRPO never
-tried H and stayed at 0.617 (docs/environments.md, "Answers as a grid of options")."""
+GRID_SPEEDS = (0.2, 0.4)
+"""`env.answer=grid`: the lettered options are every force x speed pair, force by force (A: 2 N at 0.20
+m/s, B: 2 N at 0.40 m/s, ..., H: 30 N at 0.40 m/s); the same for every episode, so they carry no hint of
+the answer. The forces sit in the ranges that work per material on hard episodes (foam <= 3-4 N, wood
+4-40 N, glass 13-16 N, steel >= 20-25 N; 0.3-0.5 m/s); 0.20 m/s reaches 10 cm (easy) but not 25 cm
+(hard) in one second. Listing them speed by speed instead (A-D at 0.40 m/s) measured worse on seed 0
+(one constant, 0.467, against 0.617; docs/environments.md, "Answers as a grid of options")."""
 PROBE_DIGITS = (2, 3)  # parity probes: force to 0.01 N, speed to 0.001 m/s
 
 
@@ -188,7 +188,7 @@ def answer_grid(record: dict) -> tuple[str, list[tuple[tuple[float, float], str]
         "one second, without slipping out of the fingers and without being crushed. Which grip force and "
         "lift speed should it use?"
     )
-    return q, [((f, v), f"grip {f:.0f} N, lift {v:.2f} m/s") for v in GRID_SPEEDS for f in GRID_FORCES]
+    return q, [((f, v), f"grip {f:.0f} N, lift {v:.2f} m/s") for f in GRID_FORCES for v in GRID_SPEEDS]
 
 
 def format_action(action: tuple[float, float]) -> str:
