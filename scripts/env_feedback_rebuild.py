@@ -10,10 +10,12 @@ with the overrides the run was made with (`configs/experiment_env_feedback.yaml`
 BEST_CONSTANT_JSON defaults to `env.root/best_constant.json`. Letters are read back through the current
 tasks' `answer_grid`, so rebuild with the grids the run was made with.
 """
+
 import json
 import sys
-from pathlib import Path
 from collections import defaultdict
+from pathlib import Path
+
 from embodied.config import load_config
 from embodied.data.load import load_records
 from embodied.envs import answer_form
@@ -33,13 +35,15 @@ for seed in cfg.env.feedback.seeds:
     stages, timings = {}, {}
     for stage in ["start", *cfg.env.feedback.arms]:
         row = json.loads((out / f"seed{seed}" / stage / "result.json").read_text())["row"]
-        preds = json.loads((out / f"seed{seed}" / stage / "predictions.json").read_text())["env"]["predictions"]
+        saved = json.loads((out / f"seed{seed}" / stage / "predictions.json").read_text())
+        preds = saved["env"]["predictions"]
         by_task = defaultdict(list)
         for p in preds:
             by_task[p["task"]].append(p)
         for t, ps in by_task.items():
             row["figures"]["env"]["per_task"][t]["spread"] = action_spread(ps, recs)
-        stages[stage] = row["figures"]; timings[stage] = row["train_s"]
+        stages[stage] = row["figures"]
+        timings[stage] = row["train_s"]
     rows.append({"seed": seed, "stages": stages, "videos": {}, "timings_s": timings})
 summary = write_env_report(rows, constant, out, cfg)
 summary["timings_s"] = {"per_seed": [r["timings_s"] for r in rows]}

@@ -10,8 +10,17 @@ import dataclasses
 import numpy as np
 import pytest
 
-from embodied.envs import answer_examples, answer_form, answer_text, carry, execute, parse, place, push
-from embodied.envs import random_answer
+from embodied.envs import (
+    answer_examples,
+    answer_form,
+    answer_text,
+    carry,
+    execute,
+    parse,
+    place,
+    push,
+    random_answer,
+)
 from embodied.envs.reward import env_reward, unparseable_penalty
 from embodied.eval.envs import best_constant, vote_action
 from embodied.tasks import LETTERS, format_question
