@@ -12,7 +12,7 @@ import torch
 from embodied.config import Config, to_yaml
 from embodied.data.build import ensure_dataset, generate_dataset
 from embodied.data.load import load_split
-from embodied.envs import is_interactive
+from embodied.envs import answer_examples, is_interactive
 from embodied.eval.loop import evaluate, format_result, markdown_table
 from embodied.policy.model import count_parameters, load, save_policy
 from embodied.report import write_report
@@ -67,6 +67,7 @@ def eval(cfg: Config, progress: bool = True) -> dict:  # noqa: A001 - the comman
         model, processor = load(cfg.policy)
         skipped: list[str] = []
         examples = load_split(cfg.data.root, e.split, cfg.video, progress, e.limit, skipped)
+        examples = answer_examples(examples, cfg.env.answer)  # interactive records in env.answer's form
         if any(is_interactive(x.record) for x in examples):
             return _eval_env(cfg, model, processor, examples, skipped, out, progress)
         result = evaluate(
@@ -133,8 +134,8 @@ def _train(cfg: Config, stage: str, progress: bool) -> dict:
     procs = Processes(cfg.mixed_precision, cpu=cfg.policy.device == "cpu", strategy=cfg.distributed)
     out = _setup(cfg, stage)
     model, processor = load(cfg.policy)
-    train = load_split(cfg.data.root, "train", cfg.video, progress)
-    val = load_split(cfg.data.root, "val", cfg.video, progress)
+    train = answer_examples(load_split(cfg.data.root, "train", cfg.video, progress), cfg.env.answer)
+    val = answer_examples(load_split(cfg.data.root, "val", cfg.video, progress), cfg.env.answer)
     info = loop(
         model,
         processor,

@@ -53,4 +53,5 @@ def generate_episodes(cfg: EnvConfig, progress: bool = True) -> dict:
 
 def matches(cfg: EnvConfig) -> bool:
     """Whether ``cfg.root`` already holds episodes generated with this config (so they can be reused)."""
-    return manifest_matches(cfg.root, asdict(cfg), {"workers", "backend", "format_weight", "feedback"})
+    ignore = {"workers", "backend", "format_weight", "feedback", "answer"}  # `answer` applies on load
+    return manifest_matches(cfg.root, asdict(cfg), ignore)

@@ -23,7 +23,14 @@ A task is one module, and that module declares everything the rest of the code n
   (that parameter in words, for reports).
 
 Optional: ``SCENE``, the MJCF file of a task kept outside this package (shipped tasks keep theirs in
-``sim/<NAME>/scene.xml``).
+``sim/<NAME>/scene.xml``); ``answer_grid(record) -> (question, [(action, text), ...])``, the lettered
+options a numeric task offers under ``env.answer=grid`` (see :func:`answer_form`).
+
+Answer forms (``env.answer``): ``number`` (the default) asks a numeric task for its numbers as text;
+``grid`` rewrites each numeric record on load into a lettered question whose options are the task's
+``answer_grid`` (kept in ``meta["answer_grid"]``), so that every answer is one letter token, as for
+lettered tasks. :func:`parse` reads an answer either way and returns the task's action, which the physics
+executes unchanged.
 
 A module of this package that assigns ``NAME`` and defines ``make_episode`` is a task: it is found by
 reading the package's sources, without importing them (so that the config, which lists the tasks, loads
@@ -41,11 +48,15 @@ from pathlib import Path
 from types import ModuleType
 
 __all__ = [
+    "ANSWER_FORMS",
     "PROTOCOL",
     "TASKS",
+    "answer_examples",
+    "answer_form",
     "answer_text",
     "execute",
     "is_interactive",
+    "parse",
     "random_answer",
     "register",
     "task",
@@ -152,14 +163,93 @@ def is_interactive(record: dict) -> bool:
     return record.get("task") in TASKS or record.get("task") in _REGISTERED
 
 
+ANSWER_FORMS = ("grid", "number")
+"""`env.answer`: how numeric tasks ask for their action (lettered tasks are the same in both)."""
+
+
+def answer_form(record: dict, form: str) -> dict:
+    """``record`` in answer form ``form``: ``number`` is the record as generated (with an earlier grid
+    taken back out); ``grid`` turns a numeric task's record into a lettered question whose options are
+    its task's ``answer_grid(record)``, the actions kept in ``meta["answer_grid"]`` for :func:`parse`.
+    Lettered tasks are returned unchanged; the input is never modified."""
+    if form not in ANSWER_FORMS:
+        raise ValueError(f"env.answer={form!r}; choose one of {list(ANSWER_FORMS)}")
+    mod = task(record["task"])
+    meta = record["meta"]
+    if not mod.NUMERIC:
+        return record
+    if form == "number":
+        if "answer_grid" not in meta:
+            return record
+        base = meta["number_form"]
+        rest = {k: v for k, v in meta.items() if k not in ("answer_grid", "number_form")}
+        return record | {"question": base["question"], "options": list(base["options"]), "meta": rest}
+    if "answer_grid" in meta:
+        return record
+    if not hasattr(mod, "answer_grid"):
+        raise ValueError(
+            f"task {mod.NAME!r} defines no answer_grid(record), so it cannot be asked with env.answer=grid; "
+            "add one to its module or set env.answer=number"
+        )
+    question, options = mod.answer_grid(record)
+    if not 2 <= len(options) <= 26:
+        raise ValueError(f"task {mod.NAME!r}: answer_grid gave {len(options)} options; it needs 2 to 26")
+    actions = [list(a) if isinstance(a, tuple | list) else a for a, _ in options]
+    number = {"question": record["question"], "options": list(record["options"])}
+    meta = meta | {"answer_grid": actions, "number_form": number}
+    return record | {"question": question, "options": [t for _, t in options], "meta": meta}
+
+
+def answer_examples(examples: list, form: str) -> list:
+    """``examples`` (anything with a ``record``, e.g. `embodied.data.load.Example`) with every interactive
+    record in answer form ``form`` (:func:`answer_form`); MCQs pass through unchanged."""
+    import dataclasses
+
+    return [
+        dataclasses.replace(e, record=answer_form(e.record, form)) if is_interactive(e.record) else e
+        for e in examples
+    ]
+
+
+def _grid_action(value):
+    return tuple(float(v) for v in value) if isinstance(value, list | tuple) else float(value)
+
+
+def parse(record: dict, text: str):
+    """The action answered by ``text`` for ``record``, or None when it cannot be parsed: the task's own
+    ``parse_action``, or for a record in grid form (:func:`answer_form`) the action of the chosen letter."""
+    grid = record.get("meta", {}).get("answer_grid")
+    if grid is None:
+        return task(record["task"]).parse_action(text)
+    from embodied.envs.core import parse_letter
+
+    index = parse_letter(text, len(grid))
+    return None if index is None else _grid_action(grid[index])
+
+
 def random_answer(record: dict, rng) -> str:
-    """A well-formed completion for ``record`` with a random action on the task's answer grid: the answer
-    format for SFT (``sft.targets=format``), with no physics in it."""
+    """A well-formed completion for ``record`` with a random action on the task's answer grid (a random
+    option for a record in grid form): the answer format for SFT (``sft.targets=format``), with no
+    physics in it."""
+    grid = record.get("meta", {}).get("answer_grid")
+    if grid is not None:
+        from embodied.tasks import LETTERS
+
+        return f"<think></think><answer>{LETTERS[int(rng.integers(len(grid)))]}</answer>"
     return f"<think></think><answer>{task(record['task']).random_answer(rng)}</answer>"
 
 
-def answer_text(name: str, action) -> str:
-    """A well-formed completion of task ``name`` that answers ``action``."""
+def answer_text(name: str, action, record: dict | None = None) -> str:
+    """A well-formed completion of task ``name`` that answers ``action``; for a ``record`` in grid form,
+    the letter of that action (an action that is not one of its options is an error)."""
+    grid = (record or {}).get("meta", {}).get("answer_grid")
+    if grid is not None:
+        from embodied.tasks import LETTERS
+
+        options = [_grid_action(a) for a in grid]
+        if action not in options:
+            raise ValueError(f"task {name}: {action!r} is not one of this record's options {options}")
+        return f"<think></think><answer>{LETTERS[options.index(action)]}</answer>"
     return f"<think></think><answer>{task(name).format_action(action)}</answer>"
 
 

@@ -46,6 +46,14 @@ CONSTANT_GRID = [
 ]
 """The best-constant baseline's answers: a grid over the stated force and speed ranges."""
 DECIDED_BY = "the grip force a sound answer uses (set by the material)"
+GRID_FORCES = (2.0, 6.0, 15.0, 30.0)
+GRID_SPEEDS = (0.2, 0.4)
+"""`env.answer=grid`: the lettered options are every force x speed pair, force by force (A: 2 N at 0.20
+m/s, B: 2 N at 0.40 m/s, ..., H: 30 N at 0.40 m/s); the same for every episode, so they carry no hint of
+the answer. The forces sit in the ranges that work per material on hard episodes (foam <= 3-4 N, wood
+4-40 N, glass 13-16 N, steel >= 20-25 N; 0.3-0.5 m/s); 0.20 m/s reaches 10 cm (easy) but not 25 cm
+(hard) in one second. Listing them speed by speed instead (A-D at 0.40 m/s) measured worse on seed 0
+(one constant, 0.467, against 0.617; docs/environments.md, "Answers as a grid of options")."""
 PROBE_DIGITS = (2, 3)  # parity probes: force to 0.01 N, speed to 0.001 m/s
 
 
@@ -169,6 +177,18 @@ def good_action(record: dict) -> tuple[float, float]:
     speed = min(SPEED_RANGE[1], 1.3 * h / (LIFT_S - LIFT_TAU))
     need = obj["mass"] * (9.81 + speed / LIFT_TAU) / (2 * obj["friction"])
     return (round(min(2 * need, 0.6 * obj["strength"], FORCE_RANGE[1]), 1), round(speed, 2))
+
+
+def answer_grid(record: dict) -> tuple[str, list[tuple[tuple[float, float], str]]]:
+    """`env.answer=grid`: the question asking for a lettered option and the options as
+    ``(action, text)``, every pair of `GRID_FORCES` and `GRID_SPEEDS` (the same for every episode)."""
+    h = record["meta"]["target_height"] * 100
+    q = (
+        f"The gripper will squeeze this block and then lift it: it must rise at least {h:.0f} cm within "
+        "one second, without slipping out of the fingers and without being crushed. Which grip force and "
+        "lift speed should it use?"
+    )
+    return q, [((f, v), f"grip {f:.0f} N, lift {v:.2f} m/s") for f in GRID_FORCES for v in GRID_SPEEDS]
 
 
 def format_action(action: tuple[float, float]) -> str:

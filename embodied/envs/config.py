@@ -65,6 +65,18 @@ class EnvConfig:
     fps: float = 2.0
     """Rate (frames per second of simulated time) at which each episode's clip is rendered and stored, as
     `data.clip.fps` is for the generated questions; the policy then samples stored clips at `video.fps`."""
+    answer: str = "number"
+    """How numeric tasks (carry, push) ask for their action: number (default) | grid. `number` asks for the
+    numbers as text (`<answer>12.5, 0.20</answer>`). `grid` rewrites each numeric episode, when it is
+    loaded, into a lettered question whose options are the task's `answer_grid` (carry: grip 2, 6, 15 or
+    30 N at 0.20 or 0.40 m/s; push: 0.7-2.1 times the demo's stated impulse, 8 options), so an answer is
+    one letter token as on `place`; the letter is parsed back into the action that MuJoCo executes (the
+    best constant then also tries every letter). Measured on the env-feedback experiment, 3 seeds
+    (docs/environments.md, "Answers as a grid of options"): with `grid`, carry no longer collapses to one
+    constant on any seed but every seed stops at a two-answer split (0.617, interval overlapping the best
+    constant's), where `number` reached 0.783 on two seeds of three (with 16 prompts x 8 answers, grid
+    reached 0.783 on one seed of three); push answers one constant either way. So `number` stays the
+    default. Stored episodes serve both forms (no regeneration to switch)."""
     format_weight: float = 0.2
     """Weight of reward/format in reward/total for interactive answers."""
     workers: int = 0

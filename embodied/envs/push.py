@@ -38,6 +38,11 @@ WORST_OUTCOME = -0.25
 CONSTANT_GRID = [round(0.05 * i, 2) for i in range(1, 21)]
 """The best-constant baseline's answers: impulses in steps of 0.05 N s over the stated range."""
 DECIDED_BY = "the impulse that stops the puck at the zone's centre"
+GRID_RATIOS = (0.7, 0.8, 0.95, 1.1, 1.3, 1.5, 1.8, 2.1)
+"""`env.answer=grid`: the lettered options are these multiples of the demo's stated impulse, spaced
+geometrically over what J = J_demo sqrt(D / d_demo) can need (0.71-2.08 with the sampled distances), so a
+policy picks the option from the two distances in the clip alone. Fixed multiples carry no hint of the
+answer; on hard episodes (8 cm zones) one of them lands in the zone on about two thirds of episodes."""
 PROBE_DIGITS = (4,)  # parity probes: impulse to 0.0001 N s
 
 
@@ -149,6 +154,21 @@ def good_action(record: dict) -> float:
     trace, _ = simulate_cpu(_job(record["meta"]["seed"], scene, scene["demo_impulse"]))
     d_demo = float(trace.qpos[-1, 0]) - START_X
     return round(scene["demo_impulse"] * float(np.sqrt(scene["target"] / d_demo)), 3)
+
+
+def answer_grid(record: dict) -> tuple[str, list[tuple[float, str]]]:
+    """`env.answer=grid`: the question asking for a lettered option and the options as ``(impulse,
+    text)``: `GRID_RATIOS` times the demo's impulse (within the impulse range, to 0.0001 N s)."""
+    demo = record["meta"]["scene"]["demo_impulse"]
+    q = (
+        f"In the video the puck is struck with an impulse of {demo:.2f} N s and slides to a stop. "
+        "It is put back on the black start line. Which impulse makes it stop inside the green zone?"
+    )
+    options = []
+    for r in GRID_RATIOS:
+        j = round(min(IMPULSE_RANGE[1], max(IMPULSE_RANGE[0], r * demo)), 4)
+        options.append((j, f"{r:g} times the demo's impulse ({j:.2f} N s)"))
+    return q, options
 
 
 def format_action(action: float) -> str:

@@ -12,7 +12,7 @@ import json
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from embodied.envs import task, task_names
+from embodied.envs import parse, task, task_names
 from embodied.envs.backend import simulate_jobs
 from embodied.envs.core import EnvError
 from embodied.tasks import format_reward
@@ -70,7 +70,7 @@ def env_reward(
     out: list[dict[str, float]] = [{} for _ in texts]
     for i, (text, rec) in enumerate(zip(texts, records)):
         mod = task(rec["task"])
-        action = mod.parse_action(text)
+        action = parse(rec, text)  # the letter of a record in grid form, else the task's own answer
         actions.append(action)
         if action is None:
             continue

@@ -31,11 +31,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from embodied.envs import answer_text, task
+from embodied.envs import answer_form, answer_text, parse, task
 from embodied.envs.reward import env_reward
 from embodied.eval.loop import sampled_responses
 from embodied.eval.stats import majority_vote, pass_at_k, resolve_k, wilson_interval
 from embodied.policy.model import decode, encode_prompts, generate
+from embodied.tasks import LETTERS, parse_answer
 
 
 @torch.no_grad()
@@ -108,11 +109,14 @@ def _sample_terms(records, rows, backend, format_weight, seconds) -> None:
     seconds["simulate"] += time.perf_counter() - t0
 
 
-def vote_action(name: str, actions: Sequence):
+def vote_action(name: str, actions: Sequence, lettered: bool | None = None):
     """The majority answer among parsed ``actions`` (None = unparseable, no vote): the most frequent option
-    for a lettered task, the per-coordinate median for a numeric one; None if nothing parsed."""
+    for a lettered question (a lettered task, or a numeric one asked as a grid: ``lettered``), the
+    per-coordinate median for a numeric one; None if nothing parsed."""
     votes = [a for a in actions if a is not None]
-    if not votes or not task(name).NUMERIC:
+    if lettered is None:
+        lettered = not task(name).NUMERIC
+    if not votes or lettered:
         return majority_vote(votes) if votes else None
     med = np.median(np.array(votes, dtype=float), axis=0)
     return tuple(round(float(x), 4) for x in med) if med.ndim else round(float(med), 4)
@@ -122,11 +126,12 @@ def _vote(predictions, records: dict, ks, backend, format_weight) -> None:
     """``row["vote@N"]``: the success of executing the majority answer of the first N samples."""
     jobs = []
     for row in predictions:
-        mod = task(row["task"])
-        actions = [mod.parse_action(s["response"]) for s in row["sampled"]]
+        rec = records[row["id"]]
+        actions = [parse(rec, s["response"]) for s in row["sampled"]]
+        lettered = bool(rec["options"])
         for n in ks:
-            action = vote_action(row["task"], actions[:n])
-            text = answer_text(row["task"], action) if action is not None else ""
+            action = vote_action(row["task"], actions[:n], lettered)
+            text = answer_text(row["task"], action, rec) if action is not None else ""
             jobs.append((row, n, text))
     terms = env_reward(
         [t for _, _, t in jobs], [records[row["id"]] for row, _, _ in jobs], backend, format_weight
@@ -160,22 +165,54 @@ def test_time_compute(predictions: Sequence[dict], ks: Sequence[int], per_sample
     }
 
 
+def _grid_ranks(record: dict, action, value_of, decisive: float) -> tuple[float, float]:
+    """For a record in grid form: the rank of ``action``'s value among the distinct values of the options,
+    and the rank of the option nearest to ``decisive`` (in log space when every value is positive, as on
+    push's geometric multiples), so a constant letter on options relative to the episode is a constant."""
+    values = sorted({value_of(a) for a in (_as_action(x) for x in record["meta"]["answer_grid"])})
+    v = np.array(values, dtype=float)
+    if (v > 0).all() and decisive > 0:
+        nearest = int(np.argmin(np.abs(np.log(v) - np.log(decisive))))
+    else:
+        nearest = int(np.argmin(np.abs(v - decisive)))
+    return float(values.index(value_of(action))), float(nearest)
+
+
+def _as_action(value):
+    return tuple(float(x) for x in value) if isinstance(value, list | tuple) else float(value)
+
+
 def action_spread(predictions: Sequence[dict], records: dict) -> dict:
     """How the greedy answers of one task spread over its episodes: distinct answers, the entropy (bits)
     of the answer distribution, the standard deviation of the action as one number
     (``action_value``) and its Pearson correlation with the scene parameter that decides the outcome
-    (``decisive``); NaN where undefined (fewer than three parsed answers, or a constant)."""
+    (``decisive``); NaN where undefined (fewer than three parsed answers, or a constant). For records in
+    grid form (`embodied.envs.answer_form`) an answer is its letter (a constant letter is one distinct
+    answer even where the options are relative to the episode, as push's multiples of the demo's impulse),
+    and the correlation is between the chosen option's rank and the rank of the option nearest to the
+    deciding parameter."""
     if not predictions:
         return {}
     mod = task(predictions[0]["task"])
-    parsed = [(mod.parse_action(p["response"]), records[p["id"]]) for p in predictions]
-    parsed = [(a, r) for a, r in parsed if a is not None]
-    values = np.array([mod.action_value(a) for a, _ in parsed], dtype=float)
-    counts = np.unique([repr(a) for a, _ in parsed], return_counts=True)[1] if parsed else np.array([])
+    parsed = [(p["response"], records[p["id"]]) for p in predictions]
+    parsed = [(parse(r, text), r, text) for text, r in parsed]
+    parsed = [(a, r, text) for a, r, text in parsed if a is not None]
+    grid = bool(parsed) and "answer_grid" in parsed[0][1]["meta"]
+    if grid:
+        ranks = [_grid_ranks(r, a, mod.action_value, mod.decisive(r)) for a, r, _ in parsed]
+        values = np.array([x for x, _ in ranks], dtype=float)
+        names = [repr(parse_answer(text)) for _, _, text in parsed]
+    else:
+        values = np.array([mod.action_value(a) for a, _, _ in parsed], dtype=float)
+        names = [repr(a) for a, _, _ in parsed]
+    counts = np.unique(names, return_counts=True)[1] if parsed else np.array([])
     p = counts / counts.sum() if counts.size else counts
     corr, constant = float("nan"), values.size == 0 or np.ptp(values) == 0
     if values.size >= 3 and not constant:
-        decisive = np.array([mod.decisive(r) for _, r in parsed], dtype=float)
+        if grid:
+            decisive = np.array([y for _, y in ranks], dtype=float)
+        else:
+            decisive = np.array([mod.decisive(r) for _, r, _ in parsed], dtype=float)
         corr = float(np.corrcoef(values, decisive)[0, 1]) if np.ptp(decisive) > 0 else corr
     return {
         "distinct": int(counts.size),
@@ -255,26 +292,41 @@ def env_markdown(result: dict, title: str = "") -> str:
 
 
 def best_constant(records: Sequence[dict], backend: str = "cpu", progress: bool = False) -> dict:
-    """Per task, the one answer of its ``CONSTANT_GRID`` that succeeds on most of ``records`` (chosen on these
-    same episodes, so an upper bound for any policy that ignores the clip), with its success rate and 95%
-    interval."""
+    """Per task, the one answer that succeeds on most of ``records`` (chosen on these same episodes, so an
+    upper bound for any policy that ignores the clip), with its success rate and 95% interval: every
+    action of the task's ``CONSTANT_GRID`` and, for records in grid form (`embodied.envs.answer_form`),
+    also every letter (the same option on every episode; where options are relative to the episode, as
+    push's multiples of the demo's stated impulse, a constant letter uses the question's text, so it can
+    beat every constant number). ``number`` and ``grid`` keep the best of each kind."""
     out = {}
     by_task: dict[str, list[dict]] = defaultdict(list)
     for r in records:
         by_task[r["task"]].append(r)
     for name, recs in tqdm(sorted(by_task.items()), desc="best constant", disable=not progress):
-        best = None
+        numeric = [answer_form(r, "number") for r in recs]
+        kinds = {}
         for action in task(name).CONSTANT_GRID:
-            terms = env_reward([answer_text(name, action)] * len(recs), recs, backend)
+            terms = env_reward([answer_text(name, action)] * len(recs), numeric, backend)
             wins = int(sum(t["reward/success"] for t in terms))
-            if best is None or wins > best[0]:
-                best = (wins, action)
-        wins, action = best
+            if "number" not in kinds or wins > kinds["number"][0]:
+                kinds["number"] = (wins, task(name).describe(action))
+        if task(name).NUMERIC and "answer_grid" in recs[0]["meta"]:
+            n_options = min(len(r["options"]) for r in recs)
+            for k in range(n_options):
+                letter = LETTERS[k]
+                text = f"<think></think><answer>{letter}</answer>"
+                wins = int(sum(t["reward/success"] for t in env_reward([text] * len(recs), recs, backend)))
+                if "grid" not in kinds or wins > kinds["grid"][0]:
+                    kinds["grid"] = (wins, f"option {letter}: {recs[0]['options'][k]}")
+        wins, said = max(kinds.values(), key=lambda x: x[0])
         out[name] = {
-            "answer": task(name).describe(action),
+            "answer": said,
             "success": wins / len(recs),
             "ci95": list(wilson_interval(wins, len(recs))),
             "n": len(recs),
+        } | {
+            kind: {"answer": a, "success": w / len(recs), "ci95": list(wilson_interval(w, len(recs)))}
+            for kind, (w, a) in kinds.items()
         }
     return out
 
@@ -313,7 +365,7 @@ def rollout_video(
     from embodied.video import write_video
 
     mod = task(record["task"])
-    action = mod.parse_action(text)
+    action = parse(record, text)
     terms = env_reward([text], [record])[0]
     said = mod.describe(action) if action is not None else text.strip()[:40] or "(empty)"
     head = [(f"{record['task']}: {said}", (255, 255, 255))]

@@ -37,6 +37,7 @@ import torch
 from embodied.data.build import ensure_dataset
 from embodied.data.episodes import generate_episodes, matches
 from embodied.data.load import load_examples
+from embodied.envs import answer_examples
 from embodied.eval.envs import best_constant, evaluate_env, rollout_video
 from embodied.eval.loop import evaluate_free
 from embodied.experiments.env_report import write_env_report
@@ -80,8 +81,8 @@ def _load_data(cfg, progress: bool) -> dict[str, list]:
     data = {
         "mcq_train": load_examples(cfg.data.root, "train", fps, mf)[0],
         "mcq_test": load_examples(cfg.data.root, "test", fps, mf, limit=fb.eval_mcq or None)[0],
-        "env_train": load_examples(cfg.env.root, "train", fps, mf)[0],
-        "env_test": load_examples(cfg.env.root, "test", fps, mf)[0],
+        "env_train": answer_examples(load_examples(cfg.env.root, "train", fps, mf)[0], cfg.env.answer),
+        "env_test": answer_examples(load_examples(cfg.env.root, "test", fps, mf)[0], cfg.env.answer),
     }
     if (bench := benchmark_config(cfg)) is not None:
         ensure_dataset(bench, progress)
@@ -251,6 +252,7 @@ def _best_constant(cfg, data: dict, progress: bool) -> dict:
     """The best constant answer per task on the held-out episodes, kept beside them in `env.root`."""
     records = [e.record for e in data["env_test"]]
     key = {"backend": cfg.env.backend, "ids": [r["id"] for r in records], "env": dataclasses.asdict(cfg.env)}
+    key["options"] = {r["task"]: r["options"] for r in records}  # a task's grid (env.answer) is part of it
     key["env"].pop("feedback")
     return reuse_or_run(
         Path(cfg.env.root) / "best_constant.json",

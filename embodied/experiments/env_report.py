@@ -222,6 +222,7 @@ def plot_results(figures: dict, constant: dict, out: Path) -> None:
         ):
             mean = np.array([np.mean(v) for v in vals])
             err = np.array([mean - [min(v) for v in vals], [max(v) for v in vals] - mean])
+            err = np.clip(err, 0.0, None)  # equal seeds: the mean can round a hair past min or max
             ax.bar(np.arange(len(vals)) + i * width, mean, width, yerr=err, capsize=2, label=s)
     for j, t in enumerate(tasks):
         axes[0].hlines(
