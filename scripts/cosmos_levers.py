@@ -116,11 +116,15 @@ def main() -> None:
     ap.add_argument("--targets", choices=TARGETS, default="none")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", required=True, help="JSON result")
+    from embodied.eval.baselines import VIDEO_BASELINES
+
     ap.add_argument(
         "--baselines",
         nargs="*",
         default=["blind"],
-        help="video baselines the trained policy is also scored on",
+        choices=VIDEO_BASELINES,
+        help="video baselines the trained policy is also scored on (put overrides before this option: "
+        "what follows it is read as baselines)",
     )
     ap.add_argument("overrides", nargs="*", help="dotted key=value overrides")
     args = ap.parse_args()
@@ -132,7 +136,7 @@ def main() -> None:
 
     from embodied.config import load_config
     from embodied.data.load import load_split
-    from embodied.eval.loop import evaluate
+    from embodied.eval.loop import evaluate, evaluate_free
     from embodied.policy.model import load
     from embodied.train.sft import train_sft
 
@@ -170,19 +174,9 @@ def main() -> None:
     )
     eval_s = time.perf_counter() - t0
     baselines = {}  # the same policy on modified clips: what it answers without the video's evidence
+    seeded = dataclasses.replace(cfg, seed=args.seed)
     for name in args.baselines:
-        b = evaluate(
-            model,
-            processor,
-            test,
-            cfg.video,
-            cfg.eval.batch_size,
-            cfg.eval.max_new_tokens,
-            choice=False,
-            progress=False,
-            baseline=name,
-            seed=args.seed,
-        )
+        b = evaluate_free(model, processor, test, seeded, baseline=name)
         baselines[name] = {k: b[k] for k in ("accuracy", "ci95", "n", "unparseable")}
         if args.targets in ("trace", "order"):
             baselines[name]["trace"] = trace_split(b["predictions"], {e.record["id"]: e.record for e in test})
