@@ -55,6 +55,7 @@ __all__ = [
     "answer_form",
     "answer_text",
     "execute",
+    "grid_action",
     "is_interactive",
     "parse",
     "random_answer",
@@ -211,7 +212,9 @@ def answer_examples(examples: list, form: str) -> list:
     ]
 
 
-def _grid_action(value):
+def grid_action(value):
+    """An action as stored in ``meta["answer_grid"]`` (JSON lists) as the task's parser returns it: a tuple of
+    floats, or one float."""
     return tuple(float(v) for v in value) if isinstance(value, list | tuple) else float(value)
 
 
@@ -224,7 +227,7 @@ def parse(record: dict, text: str):
     from embodied.envs.core import parse_letter
 
     index = parse_letter(text, len(grid))
-    return None if index is None else _grid_action(grid[index])
+    return None if index is None else grid_action(grid[index])
 
 
 def random_answer(record: dict, rng) -> str:
@@ -246,7 +249,7 @@ def answer_text(name: str, action, record: dict | None = None) -> str:
     if grid is not None:
         from embodied.tasks import LETTERS
 
-        options = [_grid_action(a) for a in grid]
+        options = [grid_action(a) for a in grid]
         if action not in options:
             raise ValueError(f"task {name}: {action!r} is not one of this record's options {options}")
         return f"<think></think><answer>{LETTERS[options.index(action)]}</answer>"

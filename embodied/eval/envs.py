@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from embodied.envs import answer_form, answer_text, parse, task
+from embodied.envs import answer_form, answer_text, grid_action, parse, task
 from embodied.envs.reward import env_reward
 from embodied.eval.loop import sampled_responses
 from embodied.eval.stats import majority_vote, pass_at_k, resolve_k, wilson_interval
@@ -169,17 +169,13 @@ def _grid_ranks(record: dict, action, value_of, decisive: float) -> tuple[float,
     """For a record in grid form: the rank of ``action``'s value among the distinct values of the options,
     and the rank of the option nearest to ``decisive`` (in log space when every value is positive, as on
     push's geometric multiples), so a constant letter on options relative to the episode is a constant."""
-    values = sorted({value_of(a) for a in (_as_action(x) for x in record["meta"]["answer_grid"])})
+    values = sorted({value_of(a) for a in (grid_action(x) for x in record["meta"]["answer_grid"])})
     v = np.array(values, dtype=float)
     if (v > 0).all() and decisive > 0:
         nearest = int(np.argmin(np.abs(np.log(v) - np.log(decisive))))
     else:
         nearest = int(np.argmin(np.abs(v - decisive)))
     return float(values.index(value_of(action))), float(nearest)
-
-
-def _as_action(value):
-    return tuple(float(x) for x in value) if isinstance(value, list | tuple) else float(value)
 
 
 def action_spread(predictions: Sequence[dict], records: dict) -> dict:
