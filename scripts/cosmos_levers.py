@@ -26,10 +26,10 @@ TARGETS = ("none", "template", "trace", "order")
 
 
 def target_text(record: dict, targets: str) -> str:
-    from embodied.tasks import LETTERS, format_response, sft_target
+    from embodied.tasks import answer_text, format_response, sft_target
 
     if targets == "order":
-        return format_response(record["options"][LETTERS.index(record["answer"])], record["answer"])
+        return format_response(answer_text(record), record["answer"])
     return sft_target(record, rationale=targets)
 
 
@@ -44,7 +44,7 @@ def trace_split(rows: list[dict], records: dict) -> dict:
     `letter_matches_order`: of those, the share whose letter is that option (matching; chance 0.25);
     `letter_matches_order_all`: the same count over every response with an order (the first runs' figure);
     `letter_right_when_order_right`: accuracy where the trace's order is right."""
-    from embodied.tasks import LETTERS
+    from embodied.tasks import LETTERS, answer_text
 
     seen = first = matched = with_order = in_options = right_given_seen = 0
     for row in rows:
@@ -55,7 +55,7 @@ def trace_split(rows: list[dict], records: dict) -> dict:
             continue
         order = ", ".join(x.strip() for x in m.group(1).split(","))
         with_order += 1
-        truth = rec["options"][LETTERS.index(rec["answer"])]
+        truth = answer_text(rec)
         saw = order == truth
         first += order.split(",")[0] == truth.split(",")[0]
         seen += saw

@@ -16,16 +16,14 @@ import json
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from embodied.data.schema import kind
+from embodied.tasks import answer_text
+
 
 def group(record: dict) -> str:
     meta = record["meta"]
-    name = record.get("family", record.get("task"))
-    parts = [name, meta.get("variant") or "", meta.get("scene", ""), meta.get("difficulty", "")]
+    parts = [kind(record), meta.get("variant") or "", meta.get("scene", ""), meta.get("difficulty", "")]
     return "/".join(p for p in parts if p)
-
-
-def answer_text(record: dict) -> str:
-    return record["options"]["ABCDEFGHIJ".index(record["answer"])]
 
 
 def leak_table(train: list[dict], test: list[dict]) -> dict:

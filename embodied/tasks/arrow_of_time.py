@@ -87,7 +87,7 @@ def make_example(world, seed: int, reverse: bool, spec: ClipSpec) -> tuple[dict,
 
 def reasoning_for(record: dict) -> str:
     """SFT rationale for a record (derived from its label)."""
-    return REASONING[record["options"][LETTERS.index(record["answer"])]]
+    return REASONING[answer_text(record)]
 
 
 def trace_for(record: dict) -> str:
@@ -148,6 +148,6 @@ def from_frames(
 
 def verify(record: dict, shown: np.ndarray, original: np.ndarray) -> bool:
     """The answer is right: the shown clip is the original one in the order the answer names."""
-    reverse = record["options"][LETTERS.index(record["answer"])] == "reversed"
+    reverse = answer_text(record) == "reversed"
     palindrome = np.array_equal(original, original[::-1])  # a still clip has no arrow of time
     return bool(not palindrome and np.array_equal(shown, original[::-1] if reverse else original))

@@ -237,7 +237,7 @@ def verify(record: dict, original: np.ndarray) -> bool:
 
 def reasoning_for(record: dict) -> str:
     """SFT rationale: what the answer means, stated from the label."""
-    text = record["options"][LETTERS.index(record["answer"])]
+    text = answer_text(record)
     if record["meta"]["variant"] == "patch":
         return f"Edges and objects continue across patches only if the outlined patch sits at the {text}."
     return f"Placing the patches as {text} makes edges, floor and objects continue across the seams."

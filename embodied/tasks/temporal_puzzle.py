@@ -19,6 +19,7 @@ import numpy as np
 from embodied.tasks import (
     LETTERS,
     Ambiguous,
+    answer_text,
     changed_area,
     order_options,
     order_text,
@@ -147,7 +148,7 @@ def verify(record: dict, shown: np.ndarray, original: np.ndarray) -> bool:
 
 
 def reasoning_for(record: dict) -> str:
-    text = record["options"][LETTERS.index(record["answer"])]
+    text = answer_text(record)
     return f"Played as {text}, the motion is continuous and runs the way physics allows."
 
 
