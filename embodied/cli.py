@@ -18,6 +18,8 @@ COMMANDS = {
     "pretrain": "caption-pretrain the tiny model on simulator ground truth (the base that `tiny-base` ships)",
     "sft": "supervised fine-tuning of policy.path on data.root's train split; saves run_dir/sft/model",
     "grpo": "GRPO from policy.path on data.root's train split; saves run_dir/grpo/model",
+    "expert": "expert iteration from policy.path on data.root's train split (keep the verified best of N "
+    "answers, fine-tune, repeat); saves run_dir/model (default runs/expert/model)",
     "eval": "evaluate policy.path on data.root's eval.split: accuracy, 95% interval, chance, unparseable",
     "quickstart": "generate -> evaluate -> SFT -> evaluate -> GRPO -> evaluate, on the tiny model",
     "bench": "run a benchmark (`embodied bench --list` names them); prints and writes JSON",

@@ -214,6 +214,33 @@ class GRPOConfig:
     keep_checkpoints: int = 2
 
 
+@dataclass
+class ExpertConfig:
+    """Expert iteration (rejection-sampling fine-tuning, `embodied/train/expert.py`): per round, sample
+    `samples` answers to each of `prompts_per_round` training prompts, score them with the reward (the
+    simulator for interactive episodes), keep each prompt's verified best answer, then fine-tune on the kept
+    answers. Answers scored in all: `rounds * prompts_per_round * samples` (the env-feedback `expert` arm's
+    defaults, 4 x 200 x 16 = 12,800, equal GRPO's 100 steps x 32 prompts x 4 answers)."""
+
+    rounds: int = 4
+    prompts_per_round: int = 200
+    """Training prompts drawn (without replacement within a round) per round; 0 = every training prompt."""
+    samples: int = 16
+    """Answers sampled per prompt (the N of best-of-N)."""
+    temperature: float = 1.0
+    keep: str = "success"
+    """success: keep a prompt's highest-reward answer among those that succeeded (`reward/success`, or
+    `reward/accuracy` for MCQs), none if none did | best: keep its highest-reward answer whenever the
+    prompt's answers differ in reward (above-average, as GRPO's positive advantage), success or not."""
+    sft_steps: int = 50
+    """Fine-tuning steps per round on that round's kept answers (fresh AdamW, warmup + cosine, as SFT)."""
+    batch_size: int = 16
+    lr: float = 5e-4
+    """Peak learning rate of each round's fine-tuning (`sft.*` gives the rest: warmup, clip, vision scale)."""
+    sample_batch: int = 32
+    """Prompts sampled together (each with `samples` answers) in one generate call."""
+
+
 # --- the commands' own sections: bench and the experiments (they sit above this module) -------------
 
 
@@ -420,6 +447,7 @@ class Config:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    expert: ExpertConfig = field(default_factory=ExpertConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     quickstart: QuickstartConfig = field(default_factory=QuickstartConfig)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from embodied.config import Config, to_yaml
+from embodied.config import Config, ConfigError, to_yaml
 from embodied.data.build import ensure_dataset, generate_dataset
 from embodied.data.load import load_split
 from embodied.envs import answer_examples, is_interactive
@@ -126,16 +126,22 @@ def _eval_env(cfg: Config, model, processor, examples, skipped, out: Path, progr
 
 def _train(cfg: Config, stage: str, progress: bool) -> dict:
     """Load `policy.path`, run the `stage` loop on the train split, save `run_dir/model` and the curves."""
+    from embodied.rl.rewards import rewards_for
     from embodied.train.distributed import Processes
     from embodied.train.grpo import train_grpo
     from embodied.train.sft import train_sft
 
     loop, stage_cfg = {"sft": (train_sft, cfg.sft), "grpo": (train_grpo, cfg.grpo)}[stage]
+    extra = {"reward_fn": rewards_for(cfg)} if stage == "grpo" else {}  # questions, episodes or both
     procs = Processes(cfg.mixed_precision, cpu=cfg.policy.device == "cpu", strategy=cfg.distributed)
     out = _setup(cfg, stage)
     model, processor = load(cfg.policy)
     train = answer_examples(load_split(cfg.data.root, "train", cfg.video, progress), cfg.env.answer)
-    val = answer_examples(load_split(cfg.data.root, "val", cfg.video, progress), cfg.env.answer)
+    val = (  # only a stage that validates needs the split (episode datasets have none)
+        answer_examples(load_split(cfg.data.root, "val", cfg.video, progress), cfg.env.answer)
+        if stage_cfg.eval_every > 0
+        else []
+    )
     info = loop(
         model,
         processor,
@@ -149,6 +155,7 @@ def _train(cfg: Config, stage: str, progress: bool) -> dict:
         resume=cfg.resume,
         config_yaml=to_yaml(cfg),
         procs=procs,
+        **extra,
     )
     weights = procs.full_state(model)[0] if procs.fsdp else None  # FSDP: gathered by every process
     if procs.main:  # the other processes hold the same weights
@@ -189,6 +196,41 @@ def sft(cfg: Config, progress: bool = True) -> dict:
 
 def grpo(cfg: Config, progress: bool = True) -> dict:
     return _train(cfg, "grpo", progress)
+
+
+def expert(cfg: Config, progress: bool = True) -> dict:
+    """Expert iteration (`expert:`) from `policy.path` on `data.root`'s train split: each round keeps the
+    best verified of `expert.samples` answers per prompt (the simulator's verdict for interactive episodes,
+    the label for questions) and fine-tunes on them; saves `run_dir/model` and the curves."""
+    from embodied.rl.rewards import rewards_for
+    from embodied.train.expert import train_expert
+
+    if cfg.resume:
+        raise ConfigError(
+            "embodied expert does not resume from checkpoints (each round is short); drop resume"
+        )
+    out = _setup(cfg, "expert")
+    (out / "metrics.jsonl").unlink(missing_ok=True)
+    model, processor = load(cfg.policy)
+    train = answer_examples(load_split(cfg.data.root, "train", cfg.video, progress), cfg.env.answer)
+    info = train_expert(
+        model,
+        processor,
+        train,
+        cfg.expert,
+        cfg.sft,
+        cfg.video,
+        out,
+        cfg.seed,
+        progress,
+        rewards_for(cfg),
+        cfg.grpo.max_new_tokens,
+        cfg.grpo.reward_timeout_s,
+    )
+    save_policy(model, processor, out / "model")
+    plot_curves(read_metrics(out / "metrics.jsonl"), out / "curves.png")
+    write_report(out)
+    return info | {"model": str(out / "model")}
 
 
 def export(cfg: Config, progress: bool = True) -> dict:

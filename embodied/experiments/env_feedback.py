@@ -43,21 +43,14 @@ from embodied.eval.loop import evaluate_free
 from embodied.experiments.env_report import write_env_report
 from embodied.experiments.reuse import process_data, reuse_or_run, run_jobs
 from embodied.policy.model import load, load_policy, save_policy
-from embodied.rl.rewards import routed_rewards
+from embodied.rl.rewards import rewards_for
 from embodied.train.common import seed_everything
+from embodied.train.expert import train_expert
 from embodied.train.grpo import train_grpo
 from embodied.train.metrics import plot_curves, read_metrics
 from embodied.train.sft import train_sft
 
-ARMS = ("mcq", "sim", "mixed")
-
-
-def routed_reward(cfg):
-    """The arms' reward: physics for interactive records, rules for MCQs (`rl.rewards.routed_rewards`)."""
-    g = cfg.grpo
-    return routed_rewards(
-        cfg.env.backend, cfg.env.format_weight, g.accuracy_weight, g.format_weight, g.order_credit
-    )
+ARMS = ("mcq", "sim", "mixed", "expert")
 
 
 def benchmark_config(cfg):
@@ -96,7 +89,7 @@ def _load_data(cfg, progress: bool) -> dict[str, list]:
 def _train_set(arm: str, data: dict, seed: int) -> list:
     if arm == "mcq":
         return data["mcq_train"]
-    if arm == "sim":
+    if arm in ("sim", "expert"):
         return data["env_train"]
     if arm == "mixed":  # as many MCQs as episodes, so a step draws half of each on average
         rng = np.random.default_rng([seed, 7])
@@ -183,10 +176,30 @@ def run_arm(cfg, data: dict, out: Path, arm: str, progress: bool) -> dict:
     model, processor = load_policy(start_dir / "model", cfg.policy.dtype, cfg.policy.device)
     arm_dir.mkdir(parents=True, exist_ok=True)
     (arm_dir / "metrics.jsonl").unlink(missing_ok=True)
-    grpo = dataclasses.replace(cfg.grpo, checkpoint_every=0)
     train = _train_set(arm, data, cfg.seed)
-    reward = routed_reward(cfg)
-    train_grpo(model, processor, train, grpo, cfg.video, arm_dir, (), cfg.seed, progress, reward_fn=reward)
+    reward = rewards_for(cfg)
+    if arm == "expert":  # best-of-N verified by the simulator, then fine-tuned on: no GRPO update
+        info = train_expert(
+            model,
+            processor,
+            train,
+            cfg.expert,
+            cfg.sft,
+            cfg.video,
+            arm_dir,
+            cfg.seed,
+            progress,
+            reward,
+            cfg.grpo.max_new_tokens,
+            cfg.grpo.reward_timeout_s,
+        )
+        answers = info["answers_scored"]
+    else:
+        grpo = dataclasses.replace(cfg.grpo, checkpoint_every=0)
+        train_grpo(
+            model, processor, train, grpo, cfg.video, arm_dir, (), cfg.seed, progress, reward_fn=reward
+        )
+        answers = cfg.grpo.steps * cfg.grpo.prompts_per_step * cfg.grpo.group_size
     wall = time.perf_counter() - t
     save_policy(model, processor, arm_dir / "model")  # for `embodied eval policy.path=...`
     plot_curves(read_metrics(arm_dir / "metrics.jsonl"), arm_dir / "curves.png")
@@ -195,6 +208,7 @@ def run_arm(cfg, data: dict, out: Path, arm: str, progress: bool) -> dict:
     return {
         "figures": _keep(result, arm_dir / "predictions.json"),
         "train_s": round(wall, 1),
+        "answers_scored": answers,
         "videos": videos,
     }
 
@@ -208,7 +222,9 @@ def _stage_key(cfg, stage: str) -> dict:
     skip = ("seeds", "videos_per_task", "workers", "arms")
     fb = {k: v for k, v in dataclasses.asdict(cfg.env.feedback).items() if k not in skip}
     fb["test_time"] = _test_time(cfg)
-    parts = ["policy", "data", "video", "sft", "eval"] + (["grpo"] if stage != "start" else [])
+    parts = ["policy", "data", "video", "sft", "eval"]
+    # every arm samples with grpo's token budget; the expert arm's rounds are `expert`
+    parts += [] if stage == "start" else ["grpo"] + (["expert"] if stage == "expert" else [])
     env = {k: v for k, v in dataclasses.asdict(cfg.env).items() if k != "feedback"}
     key = {"seed": cfg.seed, "stage": stage, "feedback": fb, "env": env}
     return key | {p: dataclasses.asdict(getattr(cfg, p)) for p in parts}
@@ -284,6 +300,9 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
                 "stages": {k: v["figures"] for k, v in stages.items()},
                 "videos": {k: v["videos"] for k, v in stages.items() if v["videos"]},
                 "timings_s": {k: v["train_s"] for k, v in stages.items()},
+                "answers_scored": {
+                    k: v["answers_scored"] for k, v in stages.items() if "answers_scored" in v
+                },
             }
         )
     summary = write_env_report(rows, constant, out, cfg)

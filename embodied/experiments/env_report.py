@@ -87,7 +87,32 @@ def markdown(figures: dict, constant: dict, rows: list[dict]) -> str:
         + f"; MCQ test questions: {first['mcq']['n']}.",
     ]
     lines += success_markdown(figures, constant, len(rows)) + spread_markdown(figures) + mcq_markdown(figures)
-    return "\n".join(lines + test_time_markdown(rows)) + "\n"
+    return "\n".join(lines + compute_markdown(rows) + test_time_markdown(rows)) + "\n"
+
+
+def compute_markdown(rows: list[dict]) -> list[str]:
+    """Per trained arm: answers sampled and scored in training (simulator calls, before the outcome cache)
+    and training seconds, mean over seeds with the range: the budget each arm's row was bought with."""
+    arms = [a for a in rows[0].get("answers_scored", {})]
+    if not arms:
+        return []
+    body = [
+        [
+            a,
+            f"{np.mean([r['answers_scored'][a] for r in rows]):,.0f}",
+            _spread([r["timings_s"][a] for r in rows]),
+        ]
+        for a in arms
+    ]
+    return [
+        "",
+        "## Training compute per arm",
+        "",
+        *_table(["arm", "answers sampled and scored", "training seconds"], body),
+        "",
+        "GRPO arms score steps x prompts x group size answers; the expert arm (expert iteration) rounds x "
+        "prompts x samples. Seconds are loading the start and training, evaluation left out.",
+    ]
 
 
 def success_markdown(figures: dict, constant: dict, n_seeds: int) -> list[str]:

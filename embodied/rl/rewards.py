@@ -173,6 +173,16 @@ def routed_rewards(
     return reward_fn
 
 
+def rewards_for(cfg) -> RewardFn:
+    """The training reward a whole config (`embodied.config.Config`) asks for: `routed_rewards` with the
+    physics backend and format weight of `cfg.env` and the MCQ weights and partial credit of `cfg.grpo`, so
+    one command trains on questions, interactive episodes or a mix of both."""
+    g = cfg.grpo
+    return routed_rewards(
+        cfg.env.backend, cfg.env.format_weight, g.accuracy_weight, g.format_weight, g.order_credit
+    )
+
+
 def score(reward_fn: RewardFn, texts: list[str], records: list[dict], timeout_s: float | None = 60.0):
     """Call `reward_fn` and check its output; any failure is a `RewardError` naming what was being scored.
 

@@ -1,0 +1,107 @@
+"""Expert iteration (`embodied/train/expert.py`): which answer a round keeps, and a whole round on real
+MuJoCo episodes with the tiny policy."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from embodied.config import ExpertConfig, SFTConfig
+from embodied.data.load import Example
+from embodied.rl.rollout import Rollout
+from embodied.train.expert import answers_scored, round_prompts, select, train_expert
+from embodied.video import VideoConfig
+
+
+def _rollout(rewards: list[list[float]], success: list[list[float]], truncated: list[list[bool]]) -> Rollout:
+    P, G = len(rewards), len(rewards[0])
+    terms = [
+        {"reward/total": rewards[p][g], "reward/success": success[p][g]} for p in range(P) for g in range(G)
+    ]
+    examples = [Example({"id": f"e{p}"}, None) for p in range(P)]
+    flat = torch.zeros(P * G, 1, dtype=torch.long)
+    return Rollout(
+        examples,
+        {},
+        flat,
+        flat,
+        torch.ones(P * G),
+        [f"p{p}g{g}" for p in range(P) for g in range(G)],
+        terms,
+        torch.tensor(rewards),
+        torch.tensor([t for row in truncated for t in row]),
+    )
+
+
+def test_select_keeps_the_best_verified_untruncated_answer():
+    ro = _rollout(
+        rewards=[[0.2, 1.1, 0.9, 1.1], [0.5, 0.5, 0.5, 0.5], [0.1, 0.9, 0.4, 0.3], [1.2, 1.0, 0.0, 0.0]],
+        success=[[0, 1, 1, 1], [0, 0, 0, 0], [0, 0, 1, 0], [1, 1, 0, 0]],
+        truncated=[[False] * 4, [False] * 4, [False] * 4, [True, False, False, False]],
+    )
+    # prompt 0: rows 1 and 3 tie at 1.1, the first wins; prompt 1: nothing succeeded; prompt 2: the only
+    # success (row 10) although row 9 scored more; prompt 3: the best (row 12) was truncated
+    assert select(ro, "success") == [1, None, 10, 13]
+    # best: the highest reward whenever the group has spread, success or not
+    assert select(ro, "best") == [1, None, 9, 13]
+    with pytest.raises(ValueError, match="expert.keep"):
+        select(ro, "all")
+
+
+def test_round_prompts_are_seeded_and_cover_the_set():
+    a, b = round_prompts(50, 20, 0, 1), round_prompts(50, 20, 0, 1)
+    assert a == b and len(set(a)) == 20 and round_prompts(50, 20, 0, 2) != a
+    assert sorted(round_prompts(7, 0, 3, 1)) == list(range(7)) == sorted(round_prompts(7, 99, 3, 1))
+    assert answers_scored(ExpertConfig(rounds=4, prompts_per_round=200, samples=16), 600) == 12_800
+    assert answers_scored(ExpertConfig(rounds=2, prompts_per_round=0, samples=3), 7) == 42
+    for bad in (ExpertConfig(rounds=0), ExpertConfig(samples=0), ExpertConfig(keep="all")):
+        with pytest.raises(ValueError, match="expert"):
+            train_expert(None, None, [None], bad, SFTConfig(), VideoConfig(), "unused")
+
+
+def test_expert_iteration_from_format_only_learns_a_visible_answer(tmp_path):
+    """As tests/test_rl_learns.py for GRPO: from the format-only start, rounds of keeping the verified answer
+    and fine-tuning on it must lift the tiny base from chance to >= 0.9 on "which colour fills the video?"."""
+    from embodied.eval.loop import evaluate
+    from embodied.policy.model import PolicyConfig, load
+    from embodied.rl.rewards import mcq_rewards
+    from embodied.train.sft import train_sft
+    from tests.test_rl_learns import colour_examples
+
+    video = VideoConfig()
+    train, test = colour_examples(256, 0), colour_examples(128, 1)
+    model, processor = load(PolicyConfig(path="tiny-base"))
+    fmt = SFTConfig(steps=60, targets="format", eval_every=0, checkpoint_every=0)
+    train_sft(model, processor, train, fmt, video, tmp_path / "sft", progress=False)
+    before = evaluate(model, processor, test, video, choice=False, progress=False)
+    cfg = ExpertConfig(rounds=2, prompts_per_round=128, samples=4, sft_steps=30, batch_size=32, lr=1e-3)
+    info = train_expert(model, processor, train, cfg, fmt, video, tmp_path / "ei", 0, False, mcq_rewards())
+    after = evaluate(model, processor, test, video, choice=False, progress=False)
+    assert abs(before["accuracy"] - 0.5) < 0.15, f"format-only start is not at chance: {before['accuracy']}"
+    assert info["answers_scored"] == 2 * 128 * 4 and info["kept"] > 128  # most prompts have a right answer
+    assert after["accuracy"] >= 0.9, (
+        f"expert iteration did not learn a visible answer: {after['accuracy']:.3f}"
+    )
+
+
+def test_cli_expert_and_grpo_train_on_episodes_scored_by_the_simulator(tmp_path):
+    """`embodied expert` and `embodied grpo` on an episode dataset: both score answers with MuJoCo
+    (`rl.rewards.rewards_for`), so the same command trains on questions or on interactive episodes."""
+    from embodied.cli import main
+    from embodied.data.episodes import generate_episodes
+    from embodied.envs.config import EnvConfig
+    from embodied.train.metrics import read_metrics
+
+    env = EnvConfig(root=str(tmp_path / "env"), n_train=2, n_test=0)
+    generate_episodes(env, progress=False)
+    common = [f"data.root={env.root}", "policy.path=tiny", "grpo.max_new_tokens=8"]
+    expert = ["expert.rounds=1", "expert.prompts_per_round=3", "expert.samples=2", "expert.sft_steps=1"]
+    assert main(["expert", "-q", *common, *expert, f"run_dir={tmp_path}/ei"]) == 0
+    [row] = read_metrics(tmp_path / "ei" / "metrics.jsonl")
+    assert row["stage"] == "expert" and row["expert/answers_scored"] == 6 and "reward/success" in row
+    assert (tmp_path / "ei" / "model" / "config.json").exists()
+    grpo = ["grpo.steps=1", "grpo.prompts_per_step=2", "grpo.group_size=2", "grpo.checkpoint_every=0"]
+    assert main(["grpo", "-q", *common, *grpo, "grpo.log_every=1", f"run_dir={tmp_path}/grpo"]) == 0
+    [row] = [r for r in read_metrics(tmp_path / "grpo" / "metrics.jsonl") if r["stage"] == "grpo"]
+    assert "reward/success" in row and "reward/unparseable" in row  # physics terms, not the MCQ rule
+    assert main(["expert", "-q", *common, "resume=auto", f"run_dir={tmp_path}/ei"]) == 1
