@@ -15,7 +15,9 @@ class FeedbackConfig:
     """`embodied experiment env-feedback`: MCQ vs simulator vs mixed rewards from one format-only start."""
 
     arms: list[str] = field(default_factory=lambda: ["mcq", "sim", "mixed"])
-    """Which reward each arm trains on: mcq (rule-checked answers), sim (physics), mixed (both)."""
+    """Which reward each arm trains on: mcq (rule-checked answers), sim (physics), mixed (both), all with
+    GRPO; expert: the sim arm's episodes and physics with expert iteration instead of GRPO (`expert:`, best
+    of N verified by the simulator, then fine-tuned on; compare at equal answers scored)."""
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     """One start and one run of every arm per seed (training order, sampling, initial noise)."""
     eval_mcq: int = 200

@@ -1,0 +1,103 @@
+"""How far does the tiny policy get on an interactive task when SFT gives it the physics' own answer?
+
+Reinforcement learning can only find what the policy can express and see. This control fine-tunes a
+format-only start (an env-feedback `start`) on one task's training episodes with the task's calibrated
+answer as the target (`good_action`: computed from the scene, the label no RL arm ever gets), then executes
+its greedy answers to the held-out episodes in MuJoCo, against the best constant answer. If labelled SFT
+cannot beat the constant, the task is out of reach at this scale whatever the reward (docs/environments.md,
+"Expert iteration")::
+
+    python scripts/env_labelled_ceiling.py -c configs/experiment_env_feedback.yaml --task push \\
+        --start runs/env_feedback/seed{seed}/start/model --seeds 0 1 2 --steps 300 --out ceiling.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+
+from embodied.config import load_config
+from embodied.data.load import load_examples
+from embodied.envs import answer_text, task
+from embodied.eval.envs import evaluate_env
+from embodied.experiments.reuse import code_hash, folder_weights_hash
+from embodied.policy.model import load_policy
+from embodied.train.common import seed_everything
+from embodied.train.sft import train_sft
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-c", "--config", action="append", required=True)
+    p.add_argument("--task", required=True, help="the interactive task (its module must define good_action)")
+    p.add_argument("--start", required=True, help="the start's model folder; {seed} is replaced per seed")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--out", required=True)
+    p.add_argument("overrides", nargs="*")
+    args = p.parse_args()
+    cfg = load_config(args.config, args.overrides)
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
+    mod = task(args.task)
+    if not hasattr(mod, "good_action"):
+        raise SystemExit(f"task {args.task} defines no good_action(record): there is no label to fine-tune on")
+    fps, mf = cfg.video.fps, cfg.video.max_frames
+    train = [e for e in load_examples(cfg.env.root, "train", fps, mf)[0] if e.record["task"] == args.task]
+    test = [e for e in load_examples(cfg.env.root, "test", fps, mf)[0] if e.record["task"] == args.task]
+    if not train or not test:
+        raise SystemExit(f"{cfg.env.root}: no {args.task} episodes in train or test; generate them first")
+    labels = {e.record["id"]: answer_text(args.task, mod.good_action(e.record)) for e in train}
+    constant = json.loads((Path(cfg.env.root) / "best_constant.json").read_text())["row"][args.task]
+    sft = dataclasses.replace(cfg.sft, steps=args.steps, eval_every=0, checkpoint_every=0, targets="answer")
+    rows = []
+    for seed in args.seeds:
+        seed_everything(seed)
+        start = Path(args.start.format(seed=seed))
+        model, processor = load_policy(start, cfg.policy.dtype, cfg.policy.device)
+        t0 = time.perf_counter()
+        out = Path(args.out).with_suffix("") / f"seed{seed}"
+        train_sft(
+            model, processor, train, sft, cfg.video, out, (), seed, True, target_fn=lambda r: labels[r["id"]]
+        )
+        wall = time.perf_counter() - t0
+        res = evaluate_env(
+            model, processor, test, cfg.video, cfg.env.backend, cfg.eval.batch_size, cfg.eval.max_new_tokens
+        )
+        fig = res["per_task"][args.task]
+        rows.append(
+            {
+                "seed": seed,
+                "start_weights": folder_weights_hash(start),
+                "success": fig["success"],
+                "ci95": fig["ci95"],
+                "unparseable": fig["unparseable"],
+                "spread": fig["spread"],
+                "above_constant": fig["ci95"][0] > constant["ci95"][1],
+                "sft_s": round(wall, 1),
+            }
+        )
+        print(json.dumps(rows[-1]))
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout
+    summary = {
+        "task": args.task,
+        "what": "labelled SFT (targets: the task's good_action) from the format-only start, greedy, held out",
+        "steps": args.steps,
+        "n_train": len(train),
+        "n_test": len(test),
+        "best_constant": {k: constant[k] for k in ("answer", "success", "ci95")},
+        "code": {"commit": commit.strip(), "code_hash": code_hash()},
+        "rows": rows,
+    }
+    Path(args.out).write_text(json.dumps(summary, indent=1, default=float))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
