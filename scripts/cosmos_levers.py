@@ -10,7 +10,8 @@ trace (the simulator-derived trace, `tasks.trace_for`: for a puzzle, each shown 
 original, then the order) | order (only the right order, the option's text). For traces the report
 also splits the errors: how often the generated trace names the right order (seeing), and how often the
 letter is the option that lists the generated order (matching). docs/cosmos.md reports the runs;
-`--collect RUN.json ... --out docs/results/cosmos_levers.json` gathers them and prints their table.
+`--collect RUN.json ... --out docs/results/cosmos_levers.json --machine ... --code COMMIT [--keep OLD.json]`
+gathers them (each with its machine, code and data's family VERSIONs) and prints their table.
 """
 
 from __future__ import annotations
@@ -74,9 +75,13 @@ def trace_split(rows: list[dict], records: dict) -> dict:
     }
 
 
-def collect(paths: list[str], out: Path, machine: str) -> None:
-    """Gather finished runs' JSON (without per-question predictions) into one file and print a table."""
-    runs = []
+def collect(paths: list[str], out: Path, machine: str, keep: str = "", code: str = "") -> None:
+    """Gather finished runs' JSON (without per-question predictions) into one file and print a table. Each
+    run records `code` (what produced it, e.g. a commit) and its data's `generator_version` (the families'
+    VERSIONs, from the dataset's manifest); `keep`: an earlier collected file whose runs go first, as they
+    are (runs of this collection with the same name replace none of them: name them apart)."""
+    kept = json.loads(Path(keep).read_text()) if keep else {"runs": []}
+    runs = [{"machine": kept.get("machine", "")} | r for r in kept["runs"]]
     for p in sorted(paths):
         r = json.loads(Path(p).read_text())
         rows = r.pop("predictions", None)
@@ -87,20 +92,25 @@ def collect(paths: list[str], out: Path, machine: str) -> None:
         elif r["trace"] and "order_in_options" not in r["trace"]:  # a first run: its figure was over all
             r["trace"]["letter_matches_order_all"] = r["trace"].pop("letter_matches_order")
         r["loss_curve"] = r["loss_curve"][::5]  # every 50th step (logged every 10)
-        runs.append({"run": Path(p).stem, **r})
+        manifest = json.loads((Path(r["data"]) / "manifest.json").read_text())
+        made = {"machine": machine, "code": code, "generator_version": manifest.get("generator_version")}
+        runs.append({"run": Path(p).stem, **made, **r})
+    if len({r["run"] for r in runs}) < len(runs):
+        raise ValueError("two runs share a name: rename one")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": machine, "runs": runs}, indent=1))
+    out.write_text(json.dumps({"runs": runs}, indent=1))
     head = (
         "| run | data | targets | seed | steps | SFT s | accuracy [95% CI] | order right | order is an option"
     )
-    print(head + " | letter = that option | letter = order, of all | blind [95% CI] |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print(head + " | letter = that option | letter = order, of all | shuffled frames [95% CI] | blind [95% CI] |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in runs:
-        t = r["trace"] or {}
+        t = r.get("trace") or {}
         keys = ("order_right", "order_in_options", "letter_matches_order", "letter_matches_order_all")
         cells = [f"{t[k]:.3f}" if k in t else "-" for k in keys]
-        b = (r.get("baselines") or {}).get("blind")
-        cells.append(f"{b['accuracy']:.3f} [{b['ci95'][0]:.2f}, {b['ci95'][1]:.2f}]" if b else "-")
+        for name in ("shuffled-frames", "blind"):
+            b = (r.get("baselines") or {}).get(name)
+            cells.append(f"{b['accuracy']:.3f} [{b['ci95'][0]:.2f}, {b['ci95'][1]:.2f}]" if b else "-")
         lo, hi = r["ci95"]
         print(
             f"| {r['run']} | {Path(r['data']).name} | {r['targets']} | {r['seed']} | {r['steps']} | "
@@ -112,6 +122,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--collect", nargs="+", help="instead of a run: gather these result JSONs into --out")
     ap.add_argument("--machine", default="", help="with --collect: where the runs ran, in words")
+    ap.add_argument("--keep", default="", help="with --collect: an earlier collected JSON whose runs go first")
+    ap.add_argument("--code", default="", help="with --collect: what produced these runs (e.g. a commit)")
     ap.add_argument("-c", "--config", action="append", default=[], help="config YAML (repeatable)")
     ap.add_argument("--targets", choices=TARGETS, default="none")
     ap.add_argument("--seed", type=int, default=0)
@@ -129,7 +141,7 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*", help="dotted key=value overrides")
     args = ap.parse_args()
     if args.collect:
-        collect(args.collect, Path(args.out), args.machine)
+        collect(args.collect, Path(args.out), args.machine, args.keep, args.code)
         return
 
     import torch

@@ -135,3 +135,21 @@ def test_a_dataset_made_before_the_rename_is_reused(tmp_path):
     assert manifest_matches(tmp_path, asdict(cfg), {"workers"})
     other = DataConfig(root=str(tmp_path), families=[FamilySpec(family="temporal_puzzle", variant="patch")])
     assert not manifest_matches(tmp_path, asdict(other), {"workers"})
+
+
+def test_a_dataset_from_an_older_family_version_is_not_reused(tmp_path):
+    """The same config, but the manifest records an older `temporal_puzzle.VERSION` (version 2 leaked its
+    answers through its options): `ensure_dataset` must regenerate, not reuse."""
+    from dataclasses import asdict
+
+    from embodied.data.build import dataset_matches
+    from embodied.data.schema import DataConfig
+    from embodied.tasks import FamilySpec
+    from embodied.tasks import temporal_puzzle as tp
+
+    cfg = DataConfig(root=str(tmp_path), families=[FamilySpec(family="temporal_puzzle")])
+    for version, reused in ((tp.VERSION, True), (tp.VERSION - 1, False)):
+        made = {"embodied": "0.1.0", "temporal_puzzle": version}
+        manifest = {"format_version": 2, "config": asdict(cfg), "generator_version": made}
+        (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+        assert dataset_matches(cfg) is reused

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
+from pathlib import Path
 
 from embodied.data.engine import Source, write_dataset
 from embodied.data.families import FamilySource, QuickstartSource
 from embodied.data.from_videos import VideoSource
 from embodied.data.load import manifest_matches
 from embodied.data.schema import DataConfig
+from embodied.tasks import TASKS, family
 
 
 def source_of(cfg: DataConfig) -> Source:
@@ -27,8 +30,13 @@ def generate_dataset(cfg: DataConfig, progress: bool = True) -> dict:
 
 
 def dataset_matches(cfg: DataConfig) -> bool:
-    """True if `cfg.root` holds a dataset generated with the same settings (worker count aside)."""
-    return manifest_matches(cfg.root, asdict(cfg), {"workers"})
+    """True if `cfg.root` holds a dataset generated with the same settings (worker count aside) by the
+    question families as they are now: a family whose `VERSION` differs from the manifest's
+    `generator_version` makes other questions for the same seeds, so its old data is not reused."""
+    if not manifest_matches(cfg.root, asdict(cfg), {"workers"}):
+        return False
+    made = json.loads((Path(cfg.root) / "manifest.json").read_text()).get("generator_version", {})
+    return all(family(name).VERSION == version for name, version in made.items() if name in TASKS)
 
 
 def ensure_dataset(cfg: DataConfig, progress: bool = True) -> None:

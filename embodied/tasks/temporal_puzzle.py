@@ -1,18 +1,34 @@
 """Temporal puzzle: a clip cut into equal segments, shuffled; which order of the segments is the real one?
 
 The segments are numbered 1..k in the order they are shown; the right option lists the shown segments in
-the order that plays the original clip (Video-R1's frame shuffling, as a question). Distractors are other
-orders, never "1, 2, 3" (nothing shuffled). Segments are `SEGMENT_FRAMES` frames long, so at 2 frames per
-temporal patch each of the vision tower's time steps sees exactly one segment.
+the order that plays the original clip (Video-R1's frame shuffling, as a question). Segments are
+`SEGMENT_FRAMES` frames long, so at 2 frames per temporal patch each of the vision tower's time steps sees
+exactly one segment. Easy tier: 3 segments, 3 options. Hard tier: 4 segments, 4 options.
 
-Easy tier: 3 segments. Hard tier: 4. Two segments that look alike (objects at rest) would make two orders
-equally right, so distractors must visibly differ from the truth; a clip that leaves too few of them is
-rejected (`Ambiguous`) and simulated scenes draw another scene. Footage must do more: real segments never
-repeat exactly (noise, a flickering window), so a window is refused outright when any two of its segments
-differ on less than `FOOTAGE_MIN_SEGMENT_CHANGE` of the picture (a person standing still, an empty floor).
+The options must not give the answer away (VERSION 3). Each option plays the original segments in some
+order, a permutation of them; the options' permutations are a group `H` (the truth plays the identity),
+drawn before the shuffle, and the shown order `s` is drawn uniformly from the shuffles outside `H`. The
+option texts are then the left coset `s^-1 H`, and every member of a coset is the right answer for exactly
+one of its shuffles, all equally likely: from the options alone each of them is the answer with
+probability 1/|H| (chance). Easy tier: H is the 3 rotations of 3 segments; hard tier: one of the 7 groups
+of 4 orders of 4 segments (3 cyclic, 4 Klein), drawn uniformly among those whose every non-identity order
+plays a visibly different clip (`DISTINCT_TOL`), so exactly one option looks right. A clip where no group
+passes (all segments look alike) is rejected (`Ambiguous`) and simulated scenes draw another scene.
+
+Version 2 leaked (docs/cosmos.md, "measured levers"): it drew the distractors from the other orders that
+look different from the truth, so when two segments look alike (a toppled tower lying still in two of three
+segments) the one order left out of the options was always the truth with its look-alikes swapped, and the
+option set named the answer (blind lookup 1.000 on topple's easy tier).
+
+Footage must do more: real segments never repeat exactly (noise, a flickering window), so a window is
+refused outright when any two of its segments differ on less than `FOOTAGE_MIN_SEGMENT_CHANGE` of the
+picture (a person standing still, an empty floor).
 """
 
 from __future__ import annotations
+
+import itertools
+from functools import lru_cache
 
 import numpy as np
 
@@ -21,23 +37,23 @@ from embodied.tasks import (
     Ambiguous,
     answer_text,
     changed_area,
-    order_options,
     order_text,
     piece_difference,
     places_trace,
     reset_world,
     restoring_order,
     scene_meta,
-    visible_shuffle,
     window_start,
 )
 
 NAME = "temporal_puzzle"
-VERSION = 2
-"""2: footage windows with look-alike segments are refused (`FOOTAGE_MIN_SEGMENT_CHANGE`)."""
+VERSION = 3
+"""2: footage windows with look-alike segments are refused (`FOOTAGE_MIN_SEGMENT_CHANGE`). 3: the options
+are a coset of a group of orders (one per tier: 3 options for 3 segments), so they never tell the answer."""
 SEGMENTS = {"easy": 3, "hard": 4}
 SEGMENT_FRAMES = 2
-NUM_OPTIONS = 4
+NUM_OPTIONS = {"easy": 3, "hard": 4}
+"""Options per tier: the size of the group of orders they come from (3 of 3 segments' 6 orders, 4 of 24)."""
 DISTINCT_TOL = 1.0
 """An order counts as visibly different from the truth when the segment it changes most differs by more
 than this mean absolute difference (0-255): segments of objects at rest are interchangeable."""
@@ -53,27 +69,55 @@ QUESTION = (
 
 
 def num_options(tier: str, variant: str = "") -> int:
-    return NUM_OPTIONS
+    return NUM_OPTIONS[tier]
 
 
 def num_frames(tier: str) -> int:
     return SEGMENTS[tier] * SEGMENT_FRAMES
 
 
+@lru_cache(maxsize=None)
+def order_groups(k: int, n: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """Every group of `n` permutations of `range(k)` (closed under composition, holding the identity), each
+    as a tuple of permutations with the identity first, in a fixed order."""
+    identity = tuple(range(k))
+    others = [p for p in itertools.permutations(range(k)) if p != identity]
+    groups = []
+    for rest in itertools.combinations(others, n - 1):
+        members = {identity, *rest}
+        if all(tuple(a[i] for i in b) in members for a in members for b in members):
+            groups.append((identity, *rest))
+    return tuple(groups)
+
+
 def shuffle_clip(
     frames: np.ndarray, rng: np.random.Generator, answer: int, tier: str
 ) -> tuple[dict, np.ndarray]:
-    """Question fields and the shuffled clip for `frames (k*m, H, W, 3)` in their original order."""
-    k, m = SEGMENTS[tier], SEGMENT_FRAMES
+    """Question fields and the shuffled clip for `frames (k*m, H, W, 3)` in their original order; raises
+    `Ambiguous` when no group of orders has all its non-identity orders visibly different from the clip."""
+    k, m, n = SEGMENTS[tier], SEGMENT_FRAMES, NUM_OPTIONS[tier]
     if len(frames) != k * m:
         raise ValueError(f"{tier} temporal puzzle needs {k * m} frames, got {len(frames)}")
+    if not 0 <= answer < n:
+        raise ValueError(f"{tier} temporal puzzle has {n} options, answer index {answer}")
     segments = frames.reshape(k, m, *frames.shape[1:])
-    shown = visible_shuffle(segments, rng, DISTINCT_TOL)
 
-    def looks_different(order: list[int]) -> bool:  # what this option would play vs the truth
-        return piece_difference(segments[shown][[x - 1 for x in order]], segments) > DISTINCT_TOL
+    def looks_different(played: tuple[int, ...]) -> bool:  # the clip played in this order vs the original
+        return piece_difference(segments[list(played)], segments) > DISTINCT_TOL
 
-    options = order_options(restoring_order(shown), answer, NUM_OPTIONS, rng, accept=looks_different)
+    groups = [g for g in order_groups(k, n) if all(looks_different(p) for p in g[1:])]
+    if not groups:
+        raise Ambiguous("every group of orders has one that plays a look-alike clip", "look_alike_segments")
+    group = groups[int(rng.integers(len(groups)))]
+    outside = [p for p in itertools.permutations(range(k)) if p not in group]
+    shown = [int(x) for x in outside[int(rng.integers(len(outside)))]]
+    where = restoring_order(shown)  # where[i] - 1: the place where original segment i is shown
+
+    def text(played: tuple[int, ...]) -> list[int]:  # the option that plays original segments `played`
+        return [where[i] for i in played]
+
+    options = [text(group[1:][i]) for i in rng.permutation(n - 1)]
+    options.insert(answer, text(group[0]))
     fields = {
         "question": QUESTION.format(k=k, m=m),
         "options": [order_text(o) for o in options],
