@@ -77,6 +77,18 @@ class EnvConfig:
     constant's), where `number` reached 0.783 on two seeds of three (with 16 prompts x 8 answers, grid
     reached 0.783 on one seed of three); push answers one constant either way. So `number` stays the
     default. Stored episodes serve both forms (no regeneration to switch)."""
+    turns: int = 1
+    """Turns per interactive episode (1: answer once, as before). With more, an executed answer that does not
+    succeed is followed by another turn: the conversation so far plus the clip of what that answer did
+    (rendered at `video.fps`, the episode clip's size) and a request to answer again, every answer executed
+    from the reset; the episode ends at a success, at an unparseable answer (the unparseable penalty) or
+    after `turns` turns (`embodied.rl.episodes`). GRPO's groups are then whole trajectories, every turn a row
+    with its trajectory's advantage; evaluation reports success after each turn beside best-of-N. Measured
+    on push (docs/environments.md, "A second look")."""
+    turn_reward: str = "last"
+    """How a multi-turn trajectory's reward combines its turns' `reward/total`: last (the last turn's, i.e.
+    where the episode ended; a solve at turn 1 and at turn 2 tie) | mean (the mean over the turns taken, so
+    solving sooner scores more)."""
     format_weight: float = 0.2
     """Weight of reward/format in reward/total for interactive answers."""
     workers: int = 0
