@@ -22,6 +22,7 @@ from embodied.policy.model import (
 )
 from embodied.rl.episodes import AGAIN, check_turns, outcome_clip, play, sample_episodes, trajectory_reward
 from embodied.rl.rewards import routed_rewards
+from embodied.rl.rollout import sample_groups
 from embodied.video import Clip, VideoConfig, processor_video_kwargs
 
 SHORT = "<think></think><answer>0.05</answer>"  # an impulse far too small: the puck stops short
@@ -54,11 +55,11 @@ def answering_policy(tiny_path, push_examples):
 
 def test_outcome_clip_is_the_executed_answer_at_video_fps(push_examples):
     ex = push_examples[0]
-    clip = outcome_clip(ex.record, SHORT, VideoConfig(fps=2.0), SIZE, SIZE)
-    assert clip.fps == 2.0 and clip.frames.shape == (7, SIZE, SIZE, 3)  # 0 to 3 s of sliding, every 0.5 s
+    clip = outcome_clip(ex.record, SHORT, VideoConfig(fps=2.0), ex.clip)
+    assert clip.fps == 2.0 and clip.frames.shape == (4, SIZE, SIZE, 3)  # 0 to 1.5 s of sliding, every 0.5 s
     assert np.abs(clip.frames[0].astype(int) - clip.frames[-1].astype(int)).sum() > 0  # the puck moved
     with pytest.raises(ValueError, match="unparseable"):
-        outcome_clip(ex.record, "no answer", VideoConfig(), SIZE, SIZE)
+        outcome_clip(ex.record, "no answer", VideoConfig(), ex.clip)
 
 
 def test_turn_two_rows_carry_both_clips_pixels(tiny_policy, push_examples):
@@ -67,7 +68,7 @@ def test_turn_two_rows_carry_both_clips_pixels(tiny_policy, push_examples):
     _, processor = tiny_policy
     video = VideoConfig()
     recs, clips = [e.record for e in push_examples], [e.clip for e in push_examples]
-    outcome = outcome_clip(recs[1], SHORT, video, SIZE, SIZE)
+    outcome = outcome_clip(recs[1], SHORT, video, clips[1])
     first = repeat_batch(encode_prompts(processor, recs, clips, video), 2)
     second = encode_conversations(processor, [recs[1]], [[clips[1], outcome]], [[(SHORT, AGAIN)]], video)
     assert second["video_grid_thw"].shape[0] == 2
@@ -76,7 +77,7 @@ def test_turn_two_rows_carry_both_clips_pixels(tiny_policy, push_examples):
     alone = processor.video_processor(**processor_video_kwargs([clips[1], outcome], video), return_tensors="pt")
     assert torch.equal(row["video_grid_thw"], alone["video_grid_thw"])
     assert torch.equal(row["pixel_values_videos"], alone["pixel_values_videos"])
-    assert row["video_grid_thw"][1, 0] == 4  # 7 outcome frames, 2 per temporal patch
+    assert row["video_grid_thw"][1, 0] == 2  # 4 outcome frames, 2 per temporal patch
     turn1 = select_rows(batch, [2])  # member 0 of prompt 1: its one clip
     assert turn1["video_grid_thw"].shape[0] == 1
     assert torch.equal(turn1["pixel_values_videos"], select_rows(first.unique, [1])["pixel_values_videos"])
@@ -115,6 +116,8 @@ def test_two_turn_grpo_end_to_end(answering_policy, push_examples, tmp_path, mon
     video, reward = VideoConfig(), routed_rewards()
     ro = sample_episodes(model, processor, push_examples, video, reward, 2, 12, 2, temperature=0.2, seeds=[1, 2])
     first = ro.turn == 1
+    single = sample_groups(model, processor, push_examples, video, reward, 2, 12, temperature=0.2, seeds=[1, 2])
+    assert [ro.texts[i] for i in range(4)] == single.texts  # turn 1 is drawn as a single-turn rollout is
     assert int(first.sum()) == 4 and ro.owner[first].tolist() == [0, 1, 2, 3]
     assert (ro.turn == 2).any(), ro.texts  # the format-trained policy answered, the puck stopped short
     two = (ro.turn == 2).nonzero().flatten().tolist()

@@ -430,28 +430,35 @@ def outcome_words(terms: dict[str, float]) -> str:
 
 
 def rollout_video(
-    record: dict, clip: np.ndarray, text: str, out: str | Path, fps: float = 10.0, scale: int = 3
+    record: dict, clip: np.ndarray, text: str | Sequence[str], out: str | Path, fps: float = 10.0, scale: int = 3
 ) -> dict[str, float]:
-    """Write an mp4 of the clip the policy saw, then the simulated execution of its answer ``text``.
+    """Write an mp4 of the clip the policy saw, then the simulated execution of its answer ``text``; for a
+    multi-turn episode (``text`` a list, one answer per turn) each turn's execution in turn, labelled.
 
-    Returns the outcome's terms (executed on the CPU backend, which renders).
+    Returns the last outcome's terms (executed on the CPU backend, which renders).
     """
     from embodied.video import write_video
 
     mod = task(record["task"])
-    action = parse(record, text)
-    terms = env_reward([text], [record])[0]
-    said = mod.describe(action) if action is not None else text.strip()[:40] or "(empty)"
-    head = [(f"{record['task']}: {said}", (255, 255, 255))]
-    frames = [
-        _draw(f, [*head, ("watching...", (200, 200, 200))], scale) for f in clip for _ in range(int(fps / 2))
-    ]
-    if action is not None:
-        h, w = clip.shape[1:3]
-        _, sim = render_action(record, action, np.arange(0.0, action_seconds(record, action), 1.0 / fps), w, h)
-        colour = (120, 255, 120) if terms["reward/success"] else (255, 120, 120)
-        frames += [_draw(f, [*head, (outcome_words(terms), colour)], scale) for f in sim]
-    else:
-        frames += [_draw(clip[-1], [*head, (outcome_words(terms), (255, 120, 120))], scale)] * int(fps)
+    texts = [text] if isinstance(text, str) else list(text)
+    heads = []
+    for k, answer in enumerate(texts):
+        action = parse(record, answer)
+        said = mod.describe(action) if action is not None else answer.strip()[:40] or "(empty)"
+        turn = f"turn {k + 1}: " if len(texts) > 1 else ""
+        heads.append([(f"{record['task']}: {turn}{said}", (255, 255, 255))])
+    watching = heads[0] if len(texts) == 1 else [(record["task"], (255, 255, 255))]
+    frames = [_draw(f, [*watching, ("watching...", (200, 200, 200))], scale) for f in clip for _ in range(int(fps / 2))]
+    for answer, head in zip(texts, heads):
+        action = parse(record, answer)
+        terms = env_reward([answer], [record])[0]
+        if action is not None:
+            h, w = clip.shape[1:3]
+            times = np.arange(0.0, action_seconds(record, action), 1.0 / fps)
+            _, sim = render_action(record, action, times, w, h)
+            colour = (120, 255, 120) if terms["reward/success"] else (255, 120, 120)
+            frames += [_draw(f, [*head, (outcome_words(terms), colour)], scale) for f in sim]
+        else:
+            frames += [_draw(clip[-1], [*head, (outcome_words(terms), (255, 120, 120))], scale)] * int(fps)
     write_video(out, np.stack(frames), fps)
     return terms

@@ -129,13 +129,15 @@ def evaluate_stage(model, processor, data: dict, cfg, test_time: bool) -> dict:
         samples=samples,
         k=ks,
         seed=cfg.seed,
+        turns=cfg.env.turns,
+        turn_reward=cfg.env.turn_reward,
     )
     return result
 
 
 def _videos(env_result: dict, data: dict, cfg, out: Path, arm: str) -> list[str]:
     """A few rollout videos per task from the arm's greedy answers on held-out episodes."""
-    by_id = {p["id"]: p["response"] for p in env_result["predictions"]}
+    by_id = {p["id"]: [t["response"] for t in p.get("turns", [p])] for p in env_result["predictions"]}
     written, per_task = [], {}
     for ex in data["env_test"]:
         name = ex.record["task"]
@@ -186,7 +188,8 @@ def run_arm(cfg, data: dict, out: Path, arm: str, progress: bool) -> dict:
     grpo = dataclasses.replace(cfg.grpo, checkpoint_every=0)
     train = _train_set(arm, data, cfg.seed)
     reward = routed_reward(cfg)
-    train_grpo(model, processor, train, grpo, cfg.video, arm_dir, (), cfg.seed, progress, reward_fn=reward)
+    turns = {"turns": cfg.env.turns, "turn_reward": cfg.env.turn_reward}  # env.turns: multi-turn episodes
+    train_grpo(model, processor, train, grpo, cfg.video, arm_dir, (), cfg.seed, progress, reward_fn=reward, **turns)
     wall = time.perf_counter() - t
     save_policy(model, processor, arm_dir / "model")  # for `embodied eval policy.path=...`
     plot_curves(read_metrics(arm_dir / "metrics.jsonl"), arm_dir / "curves.png")

@@ -3,8 +3,8 @@
 Turn 1 is the single-turn prompt: the episode's clip and question. When a turn's answer is executed and
 does not succeed, the trajectory's next turn is its own prompt: the conversation so far (the clip and
 question, each earlier answer as an assistant message, each earlier outcome as a user message holding the
-clip of that answer's simulation, rendered at `video.fps` and at the episode clip's frame size, and
-`AGAIN`), and the policy answers again; every answer is executed from the episode's reset state.
+clip of that answer's simulation, rendered at `video.fps` with as many frames as the episode's clip
+and of its size (`outcome_clip`), and `AGAIN`), and the policy answers again; every answer is executed from the episode's reset state.
 
 A trajectory ends at a success (the task is done), at an answer that cannot be parsed (its turn scores the
 unparseable penalty, `embodied.envs.reward`), at a record that is not interactive (an MCQ has one turn),
@@ -76,14 +76,19 @@ def continues(record: dict, terms: dict) -> bool:
     return is_interactive(record) and not terms.get("reward/unparseable") and not terms.get("reward/success")
 
 
-def outcome_clip(record: dict, text: str, video: VideoConfig, width: int, height: int) -> Clip:
-    """The clip of executing the answer `text` from the reset: frames at `video.fps` from 0 s to the end of
-    the execution (at most `video.max_frames`), `width` x `height` (the episode clip's size)."""
+def outcome_clip(record: dict, text: str, video: VideoConfig, like: Clip) -> Clip:
+    """The clip of executing the answer `text` from the reset, the size of the episode's clip `like`: as
+    many frames of its height and width, at `video.fps` from 0 s (fewer if the execution ends sooner).
+
+    The same frame count keeps a later turn's visual tokens at twice the first's, not more (GRPO's update
+    runs every later-turn prompt's clips through the vision tower); at 2 fps the 4 frames of the shipped
+    episodes show 0-1.5 s, by when push's puck has stopped in most episodes (see docs/environments.md)."""
     action = parse(record, text)
     if action is None:
         raise ValueError(f"record {record.get('id', '?')}: no outcome to show for an unparseable answer")
     seconds = action_seconds(record, action)
-    n = min(video.max_frames, math.floor(seconds * video.fps + 1e-6) + 1)
+    n = min(len(like.frames), math.floor(seconds * video.fps + 1e-6) + 1)
+    height, width = like.frames.shape[1:3]
     _, frames = render_action(record, action, np.arange(n) / video.fps, width, height)
     return Clip(frames, video.fps)
 
@@ -208,8 +213,7 @@ def play(
             totals[t].append(float(terms["reward/total"]))
             rec = records[t // G]
             if k < turns and continues(rec, terms):
-                h, w = clips[t][0].frames.shape[1:3]
-                clips[t].append(outcome_clip(rec, text, video, w, h))
+                clips[t].append(outcome_clip(rec, text, video, clips[t][0]))
                 history[t].append((text, AGAIN))
                 going.append(t)
         active = going
