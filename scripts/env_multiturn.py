@@ -1,6 +1,6 @@
-"""A second look (issue 22): GRPO with multi-turn episodes (`env.turns`) on one task, from existing format-only
-starts, evaluated as success after turn 1 and after turn 2 against single-turn best-of-2 at the same number
-of simulator calls.
+"""A second look (issue 22): GRPO with multi-turn episodes (`env.turns`) on one task, from existing
+format-only starts, evaluated as success after turn 1 and after turn 2 against single-turn best-of-2 at the
+same number of simulator calls.
 
     PYTHONPATH=. python scripts/env_multiturn.py STARTS OUT [--stages start,multiturn,single] key=value ...
 
@@ -39,9 +39,19 @@ def evaluate(model, processor, test, cfg) -> dict:
     fb = cfg.env.feedback
     t = time.perf_counter()
     res = evaluate_env(
-        model, processor, test, cfg.video, cfg.env.backend, cfg.eval.batch_size, cfg.eval.max_new_tokens,
-        cfg.env.format_weight, samples=fb.test_time_samples, k=list(range(1, cfg.env.turns + 1)),
-        seed=cfg.seed, turns=cfg.env.turns, turn_reward=cfg.env.turn_reward,
+        model,
+        processor,
+        test,
+        cfg.video,
+        cfg.env.backend,
+        cfg.eval.batch_size,
+        cfg.eval.max_new_tokens,
+        cfg.env.format_weight,
+        samples=fb.test_time_samples,
+        k=list(range(1, cfg.env.turns + 1)),
+        seed=cfg.seed,
+        turns=cfg.env.turns,
+        turn_reward=cfg.env.turn_reward,
     )
     res["eval_s"] = round(time.perf_counter() - t, 1)
     return res
@@ -68,7 +78,10 @@ def main() -> None:
     summary_path = out / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {"runs": {}}
     summary["config"] = {
-        "overrides": a.overrides, "starts": str(starts), "train": len(train), "test": len(test),
+        "overrides": a.overrides,
+        "starts": str(starts),
+        "train": len(train),
+        "test": len(test),
         "threads": torch.get_num_threads(),
     }
     for seed in cfg.env.feedback.seeds:
@@ -92,8 +105,18 @@ def main() -> None:
                 t = time.perf_counter()
                 grpo = dataclasses.replace(cfg.grpo, checkpoint_every=0)
                 train_grpo(
-                    model, processor, train, grpo, cfg.video, stage_dir, (), seed, True,
-                    reward_fn=routed_reward(cfg), turns=cfg.env.turns, turn_reward=cfg.env.turn_reward,
+                    model,
+                    processor,
+                    train,
+                    grpo,
+                    cfg.video,
+                    stage_dir,
+                    (),
+                    seed,
+                    True,
+                    reward_fn=routed_reward(cfg),
+                    turns=cfg.env.turns,
+                    turn_reward=cfg.env.turn_reward,
                 )
                 row["train_s"] = round(time.perf_counter() - t, 1)
                 save_policy(model, processor, stage_dir / "model")

@@ -47,8 +47,16 @@ def answering_policy(tiny_path, push_examples):
 
     model, processor = load_policy(tiny_path)
     cfg = SFTConfig(steps=30, batch_size=2, lr=3e-3, eval_every=0, checkpoint_every=0, warmup_steps=0)
-    train_sft(model, processor, push_examples, cfg, VideoConfig(), tiny_path.parent / "sft", progress=False,
-              target_fn=lambda record: SHORT)
+    train_sft(
+        model,
+        processor,
+        push_examples,
+        cfg,
+        VideoConfig(),
+        tiny_path.parent / "sft",
+        progress=False,
+        target_fn=lambda record: SHORT,
+    )
     model.eval()
     return model, processor
 
@@ -74,7 +82,9 @@ def test_turn_two_rows_carry_both_clips_pixels(tiny_policy, push_examples):
     assert second["video_grid_thw"].shape[0] == 2
     batch = concat_batches([first, second], processor.tokenizer.pad_token_id)
     row = select_rows(batch, [4])  # the turn-2 row, after 2 prompts x 2 members
-    alone = processor.video_processor(**processor_video_kwargs([clips[1], outcome], video), return_tensors="pt")
+    alone = processor.video_processor(
+        **processor_video_kwargs([clips[1], outcome], video), return_tensors="pt"
+    )
     assert torch.equal(row["video_grid_thw"], alone["video_grid_thw"])
     assert torch.equal(row["pixel_values_videos"], alone["pixel_values_videos"])
     assert row["video_grid_thw"][1, 0] == 2  # 4 outcome frames, 2 per temporal patch
@@ -108,15 +118,19 @@ def test_two_turn_grpo_end_to_end(answering_policy, push_examples, tmp_path, mon
     """A 2-turn rollout (turn 1 fails, turn 2 is its own prompt with both clips), its update, and train_grpo
     with turns=2 logging per-turn success and each turn's answer."""
     from embodied.config import GRPOConfig
-    from embodied.train.grpo import learn, train_grpo
     from embodied.train.common import NonFiniteGuard
     from embodied.train.distributed import Processes
+    from embodied.train.grpo import learn, train_grpo
 
     model, processor = answering_policy
     video, reward = VideoConfig(), routed_rewards()
-    ro = sample_episodes(model, processor, push_examples, video, reward, 2, 12, 2, temperature=0.2, seeds=[1, 2])
+    ro = sample_episodes(
+        model, processor, push_examples, video, reward, 2, 12, 2, temperature=0.2, seeds=[1, 2]
+    )
     first = ro.turn == 1
-    single = sample_groups(model, processor, push_examples, video, reward, 2, 12, temperature=0.2, seeds=[1, 2])
+    single = sample_groups(
+        model, processor, push_examples, video, reward, 2, 12, temperature=0.2, seeds=[1, 2]
+    )
     assert [ro.texts[i] for i in range(4)] == single.texts  # turn 1 is drawn as a single-turn rollout is
     assert int(first.sum()) == 4 and ro.owner[first].tolist() == [0, 1, 2, 3]
     assert (ro.turn == 2).any(), ro.texts  # the format-trained policy answered, the puck stopped short
@@ -125,16 +139,41 @@ def test_two_turn_grpo_end_to_end(answering_policy, push_examples, tmp_path, mon
     assert all(len(ro.clips[t]) == 2 for t in ro.owner[two].tolist())
     assert ro.stats["turns/mean"] == pytest.approx(1 + len(two) / 4)
     assert ro.rewards.shape == (2, 2) and ro.ids.shape[0] == 4 + len(two)
-    cfg = GRPOConfig(steps=2, prompts_per_step=2, group_size=2, max_new_tokens=12, log_every=1, lr=1e-4, kl_coef=0.0,
-                     temperature=0.2)
-    metrics = learn(model, None, model, processor, ro, cfg, torch.optim.AdamW(model.parameters(), 1e-4),
-                    NonFiniteGuard(), Processes(), 0, 1)
+    cfg = GRPOConfig(
+        steps=2,
+        prompts_per_step=2,
+        group_size=2,
+        max_new_tokens=12,
+        log_every=1,
+        lr=1e-4,
+        kl_coef=0.0,
+        temperature=0.2,
+    )
+    metrics = learn(
+        model,
+        None,
+        model,
+        processor,
+        ro,
+        cfg,
+        torch.optim.AdamW(model.parameters(), 1e-4),
+        NonFiniteGuard(),
+        Processes(),
+        0,
+        1,
+    )
     assert np.isfinite(metrics["loss/total"])
 
     from embodied.train import tracking
 
-    monkeypatch.setattr(tracking, "_CURRENT", tracking.Tracking(tracking.LogConfig(["jsonl", "tensorboard"], samples_every=1, samples=2)))
-    train_grpo(model, processor, push_examples, cfg, video, tmp_path, progress=False, reward_fn=reward, turns=2)
+    monkeypatch.setattr(
+        tracking,
+        "_CURRENT",
+        tracking.Tracking(tracking.LogConfig(["jsonl", "tensorboard"], samples_every=1, samples=2)),
+    )
+    train_grpo(
+        model, processor, push_examples, cfg, video, tmp_path, progress=False, reward_fn=reward, turns=2
+    )
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     logged = [r for r in rows if "turns/success@2" in r]
     assert len(logged) == 2 and all(r["turns/success@2"] >= r["turns/success@1"] for r in logged)
@@ -143,19 +182,39 @@ def test_two_turn_grpo_end_to_end(answering_policy, push_examples, tmp_path, mon
     assert any("turn2/reward/total" in r for s in samples for r in s["rewards"])
     assert list((tmp_path / "tensorboard" / "grpo").glob("events.*"))
     with pytest.raises(ValueError, match="env.turns=2"):
-        train_grpo(model, processor, push_examples, cfg.__class__(dynamic_sampling=True), video, tmp_path,
-                   progress=False, reward_fn=reward, turns=2)
+        train_grpo(
+            model,
+            processor,
+            push_examples,
+            cfg.__class__(dynamic_sampling=True),
+            video,
+            tmp_path,
+            progress=False,
+            reward_fn=reward,
+            turns=2,
+        )
 
 
 def test_evaluate_env_reports_success_after_each_turn(answering_policy, push_examples):
     from embodied.eval.envs import evaluate_env
 
     model, processor = answering_policy
-    res = evaluate_env(model, processor, push_examples, VideoConfig(), max_new_tokens=12, samples=2, k=[1, 2],
-                       turns=2, seed=0)
+    res = evaluate_env(
+        model,
+        processor,
+        push_examples,
+        VideoConfig(),
+        max_new_tokens=12,
+        samples=2,
+        k=[1, 2],
+        turns=2,
+        seed=0,
+    )
     t = res["turns"]["per_task"]["push"]
     assert t["n"] == 2 and set(t["greedy"]) == {"success@1", "success@2", "calls"}
     assert t["greedy"]["success@2"]["rate"] >= t["greedy"]["success@1"]["rate"] == res["success"]
     assert 1 <= t["greedy"]["calls"] <= 2 and set(t["best_of"]) == {"best_of@1", "best_of@2"}
-    assert all(len(p["turns"]) in (1, 2) and p["turns"][0]["response"] == p["response"] for p in res["predictions"])
+    assert all(
+        len(p["turns"]) in (1, 2) and p["turns"][0]["response"] == p["response"] for p in res["predictions"]
+    )
     assert all(len(p["sampled_turns"]) == 2 for p in res["predictions"])

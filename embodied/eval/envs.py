@@ -103,7 +103,10 @@ def evaluate_env(
                 trajs = ep.per_trajectory()
                 for i, row in enumerate(rows):
                     row["sampled_turns"] = [
-                        [{"success": t["reward/success"], "unparseable": t["reward/unparseable"]} for _, t in traj]
+                        [
+                            {"success": t["reward/success"], "unparseable": t["reward/unparseable"]}
+                            for _, t in traj
+                        ]
                         for traj in trajs[i * samples : (i + 1) * samples]
                     ]
         if samples:
@@ -153,13 +156,19 @@ def turn_summary(predictions: Sequence[dict], turns: int) -> dict:
         if rows and "sampled_turns" in rows[0]:
             out["sampled"] = {}
             for k in range(1, turns + 1):
-                per = [np.mean([any(t["success"] for t in traj[:k]) for traj in r["sampled_turns"]]) for r in rows]
+                per = [
+                    np.mean([any(t["success"] for t in traj[:k]) for traj in r["sampled_turns"]])
+                    for r in rows
+                ]
                 out["sampled"][f"success@{k}"] = _mean_ci(per)
-            out["sampled"]["calls"] = float(np.mean([_executed(tr) for r in rows for tr in r["sampled_turns"]]))
+            out["sampled"]["calls"] = float(
+                np.mean([_executed(tr) for r in rows for tr in r["sampled_turns"]])
+            )
             out["best_of"] = {}
             for k in range(1, turns + 1):
                 per = [
-                    pass_at_k(len(r["sampled"]), int(sum(s["success"] for s in r["sampled"])), k) for r in rows
+                    pass_at_k(len(r["sampled"]), int(sum(s["success"] for s in r["sampled"])), k)
+                    for r in rows
                 ]
                 out["best_of"][f"best_of@{k}"] = _mean_ci(per) | {"calls": float(k)}
         return out
@@ -430,7 +439,12 @@ def outcome_words(terms: dict[str, float]) -> str:
 
 
 def rollout_video(
-    record: dict, clip: np.ndarray, text: str | Sequence[str], out: str | Path, fps: float = 10.0, scale: int = 3
+    record: dict,
+    clip: np.ndarray,
+    text: str | Sequence[str],
+    out: str | Path,
+    fps: float = 10.0,
+    scale: int = 3,
 ) -> dict[str, float]:
     """Write an mp4 of the clip the policy saw, then the simulated execution of its answer ``text``; for a
     multi-turn episode (``text`` a list, one answer per turn) each turn's execution in turn, labelled.
@@ -448,7 +462,11 @@ def rollout_video(
         turn = f"turn {k + 1}: " if len(texts) > 1 else ""
         heads.append([(f"{record['task']}: {turn}{said}", (255, 255, 255))])
     watching = heads[0] if len(texts) == 1 else [(record["task"], (255, 255, 255))]
-    frames = [_draw(f, [*watching, ("watching...", (200, 200, 200))], scale) for f in clip for _ in range(int(fps / 2))]
+    frames = [
+        _draw(f, [*watching, ("watching...", (200, 200, 200))], scale)
+        for f in clip
+        for _ in range(int(fps / 2))
+    ]
     for answer, head in zip(texts, heads):
         action = parse(record, answer)
         terms = env_reward([answer], [record])[0]

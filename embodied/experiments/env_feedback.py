@@ -189,7 +189,9 @@ def run_arm(cfg, data: dict, out: Path, arm: str, progress: bool) -> dict:
     train = _train_set(arm, data, cfg.seed)
     reward = routed_reward(cfg)
     turns = {"turns": cfg.env.turns, "turn_reward": cfg.env.turn_reward}  # env.turns: multi-turn episodes
-    train_grpo(model, processor, train, grpo, cfg.video, arm_dir, (), cfg.seed, progress, reward_fn=reward, **turns)
+    train_grpo(
+        model, processor, train, grpo, cfg.video, arm_dir, (), cfg.seed, progress, reward_fn=reward, **turns
+    )
     wall = time.perf_counter() - t
     save_policy(model, processor, arm_dir / "model")  # for `embodied eval policy.path=...`
     plot_curves(read_metrics(arm_dir / "metrics.jsonl"), arm_dir / "curves.png")

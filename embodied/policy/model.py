@@ -243,7 +243,9 @@ def encode_conversations(
     clip, then one outcome clip per turn of `history[i]`) as that many videos, in order."""
     for r, c, h in zip(records, clips, history, strict=True):
         if len(c) != len(h) + 1:
-            raise ValueError(f"record {r.get('id', '?')}: {len(c)} clips for {len(h)} earlier turns (need one more)")
+            raise ValueError(
+                f"record {r.get('id', '?')}: {len(c)} clips for {len(h)} earlier turns (need one more)"
+            )
     texts = [conversation_text(processor, r, h) for r, h in zip(records, history)]
     v = processor_video_kwargs([clip for row in clips for clip in row], video)
     vids = v.pop("videos")
@@ -260,7 +262,10 @@ def concat_batches(batches: Sequence, pad_id: int) -> dict:
     fill = {"input_ids": pad_id, "attention_mask": 0, "mm_token_type_ids": 0}
     for key in _PER_SEQUENCE:
         if key in batches[0]:
-            parts = [torch.nn.functional.pad(b[key], (width - b[key].shape[1], 0), value=fill[key]) for b in batches]
+            parts = [
+                torch.nn.functional.pad(b[key], (width - b[key].shape[1], 0), value=fill[key])
+                for b in batches
+            ]
             out[key] = torch.cat(parts)
     for key in _VISUAL:
         parts = [b[key] for b in batches if key in b]

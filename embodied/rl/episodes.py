@@ -3,8 +3,9 @@
 Turn 1 is the single-turn prompt: the episode's clip and question. When a turn's answer is executed and
 does not succeed, the trajectory's next turn is its own prompt: the conversation so far (the clip and
 question, each earlier answer as an assistant message, each earlier outcome as a user message holding the
-clip of that answer's simulation, rendered at `video.fps` with as many frames as the episode's clip
-and of its size (`outcome_clip`), and `AGAIN`), and the policy answers again; every answer is executed from the episode's reset state.
+clip of that answer's simulation, rendered at `video.fps` with as many frames as the episode's clip and of
+its size (`outcome_clip`), and `AGAIN`), and the policy answers again; every answer is executed from the
+episode's reset state.
 
 A trajectory ends at a success (the task is done), at an answer that cannot be parsed (its turn scores the
 unparseable penalty, `embodied.envs.reward`), at a record that is not interactive (an MCQ has one turn),
@@ -116,7 +117,7 @@ class Episodes:
     group_size: int
     turns: list[Turn]
     clips: list[list[Clip]]
-    """Per trajectory: the episode's clip, then the outcome clip of every turn that was followed by another."""
+    """Per trajectory: the episode's clip, then the outcome clip of every turn followed by another."""
     rewards: torch.Tensor
     """`(P, G)` trajectory rewards (`trajectory_reward`)."""
 
@@ -138,9 +139,14 @@ def episode_stats(episodes: Episodes, turns: int) -> dict[str, float]:
     """`turns/success@k` (share of trajectories solved within k turns), `turns/mean` (turns taken = simulator
     calls, for interactive records), `turns/ended_unparseable` and `reward/trajectory`."""
     trajs = episodes.per_trajectory()
-    stats = {f"turns/success@{k}": float(np.mean([success_after(t, k) for t in trajs])) for k in range(1, turns + 1)}
+    stats = {
+        f"turns/success@{k}": float(np.mean([success_after(t, k) for t in trajs]))
+        for k in range(1, turns + 1)
+    }
     stats["turns/mean"] = float(np.mean([len(t) for t in trajs]))
-    stats["turns/ended_unparseable"] = float(np.mean([bool(t[-1][1].get("reward/unparseable")) for t in trajs]))
+    stats["turns/ended_unparseable"] = float(
+        np.mean([bool(t[-1][1].get("reward/unparseable")) for t in trajs])
+    )
     stats["reward/trajectory"] = float(episodes.rewards.mean())
     return stats
 
@@ -246,8 +252,19 @@ def sample_episodes(
     temps = member_temperatures(temperature, list(temperatures), len(examples), G)
     model.eval()
     ep = play(
-        model, processor, examples, video, reward_fn, turns, turn_reward, G, max_new_tokens,
-        temps, seeds, shaping, timeout_s,
+        model,
+        processor,
+        examples,
+        video,
+        reward_fn,
+        turns,
+        turn_reward,
+        G,
+        max_new_tokens,
+        temps,
+        seeds,
+        shaping,
+        timeout_s,
     )
     return to_rollout(ep, processor, turns)
 

@@ -45,7 +45,7 @@ class Rollout:
     turn: torch.Tensor | None = None
     """Multi-turn: `(B,)` the turn (1, 2, ...) of each row."""
     clips: list | None = None
-    """Multi-turn: per trajectory, the episode's clip, then the outcome clip of each turn that was followed."""
+    """Multi-turn: per trajectory, the episode's clip, then the outcome clip of each later turn."""
     stats: dict = field(default_factory=dict)
     """Multi-turn: per-step statistics of the trajectories (`turns/success@k`, ...), logged as metrics."""
 

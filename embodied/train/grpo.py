@@ -402,7 +402,8 @@ def train_grpo(
     MCQ rules; a failing one stops the run with a `RewardError`). Under several processes (`procs`) each
     samples and trains on its share of every step's prompts (whole groups, so advantages are exact); only
     the first logs, evaluates and writes checkpoints. `turns` > 1 plays multi-turn episodes (`env.turns`,
-    `embodied.rl.episodes`): a group is G whole trajectories, rewarded by `turn_reward` (`env.turn_reward`)."""
+    `embodied.rl.episodes`): a group is G whole trajectories, rewarded by `turn_reward`
+    (`env.turn_reward`)."""
     procs = procs or Processes()
     check_config(cfg, procs.world)
     check_turns(turns, turn_reward)
@@ -437,8 +438,15 @@ def train_grpo(
         if turns > 1:
             examples = [train[i] for i in idx]
             return sample_episodes(
-                model, processor, examples, video, reward_fn, turns=turns, turn_reward=turn_reward,
-                seeds=seeds, **sampling,
+                model,
+                processor,
+                examples,
+                video,
+                reward_fn,
+                turns=turns,
+                turn_reward=turn_reward,
+                seeds=seeds,
+                **sampling,
             )
         return sample_groups(
             model, processor, [train[i] for i in idx], video, reward_fn, seeds=seeds, **sampling
