@@ -52,6 +52,7 @@ def evaluate(model, processor, test, cfg) -> dict:
         seed=cfg.seed,
         turns=cfg.env.turns,
         turn_reward=cfg.env.turn_reward,
+        turn_words=cfg.env.turn_words,
     )
     res["eval_s"] = round(time.perf_counter() - t, 1)
     return res
@@ -117,6 +118,7 @@ def main() -> None:
                     reward_fn=routed_reward(cfg),
                     turns=cfg.env.turns,
                     turn_reward=cfg.env.turn_reward,
+                    turn_words=cfg.env.turn_words,
                 )
                 row["train_s"] = round(time.perf_counter() - t, 1)
                 save_policy(model, processor, stage_dir / "model")

@@ -20,7 +20,15 @@ from embodied.policy.model import (
     repeat_batch,
     select_rows,
 )
-from embodied.rl.episodes import AGAIN, check_turns, outcome_clip, play, sample_episodes, trajectory_reward
+from embodied.rl.episodes import (
+    AGAIN,
+    again,
+    check_turns,
+    outcome_clip,
+    play,
+    sample_episodes,
+    trajectory_reward,
+)
 from embodied.rl.rewards import routed_rewards
 from embodied.rl.rollout import sample_groups
 from embodied.video import Clip, VideoConfig, processor_video_kwargs
@@ -104,6 +112,11 @@ def test_a_malformed_answer_ends_the_episode_with_the_penalty(tiny_policy, push_
     first = (["gibberish"], routed_rewards()(["gibberish"], [ex[0].record]))
     ep = play(model, processor, ex, VideoConfig(), routed_rewards(), 3, "mean", max_new_tokens=6, first=first)
     assert len(ep.per_trajectory()[0]) == 1 and float(ep.rewards) == -unparseable_penalty()
+
+
+def test_turn_words_say_the_outcome():
+    assert again({"reward/short": -1.0, "reward/total": -0.2, "reward/success": 0.0}, False) == AGAIN
+    assert again({"reward/short": -1.0, "reward/total": -0.2}, True) == f"The outcome: short. {AGAIN}"
 
 
 def test_trajectory_rewards_and_checks():

@@ -86,6 +86,9 @@ class EnvConfig:
     with its trajectory's advantage; evaluation reports success after each turn beside best-of-N. Measured
     on push with the tiny policy, 3 seeds (docs/environments.md, "A second look"): no policy read the
     outcome clip, and turn 2 did not beat single-turn best-of-2 at the same simulator calls."""
+    turn_words: bool = False
+    """Multi-turn episodes: also say the previous turn's outcome in words in the next turn's message
+    ("The outcome: short." from the failure terms), beside its clip. False: the clip alone carries it."""
     turn_reward: str = "last"
     """How a multi-turn trajectory's reward combines its turns' `reward/total`: last (the last turn's, i.e.
     where the episode ended; a solve at turn 1 and at turn 2 tie) | mean (the mean over the turns taken, so

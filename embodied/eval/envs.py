@@ -60,6 +60,7 @@ def evaluate_env(
     seed: int = 0,
     turns: int = 1,
     turn_reward: str = "last",
+    turn_words: bool = False,
 ) -> dict:
     """Greedy answers to ``examples`` (``embodied.data.load.Example``), scored by simulation; with
     ``samples`` > 0 also best-of-N and majority vote for each N in ``k`` (see the module docstring).
@@ -93,13 +94,13 @@ def evaluate_env(
         ]
         if turns > 1:
             args = (model, processor, chunk, video, reward_fn, turns, turn_reward)
-            ep = play(*args, max_new_tokens=max_new_tokens, first=(texts, terms))
+            ep = play(*args, max_new_tokens=max_new_tokens, first=(texts, terms), words=turn_words)
             for row, traj in zip(rows, ep.per_trajectory()):
                 row["turns"] = [{"response": x, "terms": t} for x, t in traj]
             if samples:
                 temps = torch.full((len(chunk) * samples,), float(temperature))
                 seeds = [sampling_seed(seed, start + i) for i in range(len(chunk))]
-                ep = play(*args, samples, max_new_tokens, temps, seeds)
+                ep = play(*args, samples, max_new_tokens, temps, seeds, words=turn_words)
                 trajs = ep.per_trajectory()
                 for i, row in enumerate(rows):
                     row["sampled_turns"] = [

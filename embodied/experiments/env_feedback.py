@@ -131,6 +131,7 @@ def evaluate_stage(model, processor, data: dict, cfg, test_time: bool) -> dict:
         seed=cfg.seed,
         turns=cfg.env.turns,
         turn_reward=cfg.env.turn_reward,
+        turn_words=cfg.env.turn_words,
     )
     return result
 
@@ -188,7 +189,8 @@ def run_arm(cfg, data: dict, out: Path, arm: str, progress: bool) -> dict:
     grpo = dataclasses.replace(cfg.grpo, checkpoint_every=0)
     train = _train_set(arm, data, cfg.seed)
     reward = routed_reward(cfg)
-    turns = {"turns": cfg.env.turns, "turn_reward": cfg.env.turn_reward}  # env.turns: multi-turn episodes
+    env = cfg.env  # env.turns: multi-turn episodes
+    turns = {"turns": env.turns, "turn_reward": env.turn_reward, "turn_words": env.turn_words}
     train_grpo(
         model, processor, train, grpo, cfg.video, arm_dir, (), cfg.seed, progress, reward_fn=reward, **turns
     )

@@ -54,6 +54,15 @@ AGAIN = (
 TURN_REWARDS = ("last", "mean")
 
 
+def again(terms: dict, words: bool) -> str:
+    """A later turn's words: `AGAIN`, and with `words` (`env.turn_words`) first the outcome said in words,
+    from the previous turn's failure terms (e.g. "The outcome: short." for push)."""
+    if not words:
+        return AGAIN
+    failed = [k.split("/", 1)[1] for k, v in terms.items() if v < 0 and k != "reward/total"]
+    return f"The outcome: {', '.join(failed) or 'missed'}. {AGAIN}"
+
+
 def check_turns(turns: int, turn_reward: str) -> None:
     """Fail at once on `env.turns` < 1 or an unknown `env.turn_reward`."""
     if not isinstance(turns, int) or turns < 1:
@@ -167,13 +176,15 @@ def play(
     shaping: Shaping | None = None,
     timeout_s: float | None = 60.0,
     first: tuple[list[str], list[dict]] | None = None,
+    words: bool = False,
 ) -> Episodes:
     """`group_size` trajectories of up to `turns` turns per example (`Example`s with video records).
 
     `temperature` is `(P * G,)` per trajectory (None: greedy). With `seeds` (one per example), member g's
     turn 1 is drawn with `sampling_seed(seeds[i], g)`, as `rollout.sample_groups` draws it, and turn k > 1
     with `sampling_seed(seeds[i], g, k)`. `first` gives turn 1's texts and terms already answered (one
-    trajectory per example), so only the later turns are generated.
+    trajectory per example), so only the later turns are generated. With `words` (`env.turn_words`) a
+    later turn's message also says the previous outcome in words (`again`).
     """
     check_turns(turns, turn_reward)
     G, device = group_size, next(model.parameters()).device
@@ -220,7 +231,7 @@ def play(
             rec = records[t // G]
             if k < turns and continues(rec, terms):
                 clips[t].append(outcome_clip(rec, text, video, clips[t][0]))
-                history[t].append((text, AGAIN))
+                history[t].append((text, again(terms, words)))
                 going.append(t)
         active = going
         if not active:
@@ -244,6 +255,7 @@ def sample_episodes(
     seeds: Sequence[int] | None = None,
     shaping: Shaping | None = None,
     timeout_s: float | None = 60.0,
+    words: bool = False,
 ) -> Rollout:
     """`rollout.sample_groups` for multi-turn episodes: G sampled trajectories per example, every turn a row
     (turn 1's rows first, prompt-major, then each later turn's), `rewards` the `(P, G)` trajectory rewards
@@ -265,6 +277,7 @@ def sample_episodes(
         seeds,
         shaping,
         timeout_s,
+        words=words,
     )
     return to_rollout(ep, processor, turns)
 

@@ -395,6 +395,7 @@ def train_grpo(
     procs: Processes | None = None,
     turns: int = 1,
     turn_reward: str = "last",
+    turn_words: bool = False,
 ) -> dict:
     """Run `cfg.steps` GRPO steps (`cfg` is a `GRPOConfig`): rollout -> advantages -> loss -> step ->
     log/eval/checkpoint; metrics go to `out_dir/metrics.jsonl`, checkpoints to `out_dir/checkpoints/grpo`
@@ -403,7 +404,7 @@ def train_grpo(
     samples and trains on its share of every step's prompts (whole groups, so advantages are exact); only
     the first logs, evaluates and writes checkpoints. `turns` > 1 plays multi-turn episodes (`env.turns`,
     `embodied.rl.episodes`): a group is G whole trajectories, rewarded by `turn_reward`
-    (`env.turn_reward`)."""
+    (`env.turn_reward`), the outcome also said in words with `turn_words` (`env.turn_words`)."""
     procs = procs or Processes()
     check_config(cfg, procs.world)
     check_turns(turns, turn_reward)
@@ -445,6 +446,7 @@ def train_grpo(
                 reward_fn,
                 turns=turns,
                 turn_reward=turn_reward,
+                words=turn_words,
                 seeds=seeds,
                 **sampling,
             )
