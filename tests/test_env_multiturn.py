@@ -231,3 +231,8 @@ def test_evaluate_env_reports_success_after_each_turn(answering_policy, push_exa
         len(p["turns"]) in (1, 2) and p["turns"][0]["response"] == p["response"] for p in res["predictions"]
     )
     assert all(len(p["sampled_turns"]) == 2 for p in res["predictions"])
+    from embodied.experiments.env_report import turns_markdown
+
+    env = {k: v for k, v in res.items() if k != "predictions"}
+    page = "\n".join(turns_markdown([{"seed": 0, "stages": {"sim": {"env": env}}}]))
+    assert "| sim | push | " in page and "greedy, after turn 2" in page and "best-of-2" in page
