@@ -102,7 +102,8 @@ def collect(paths: list[str], out: Path, machine: str, keep: str = "", code: str
     head = (
         "| run | data | targets | seed | steps | SFT s | accuracy [95% CI] | order right | order is an option"
     )
-    print(head + " | letter = that option | letter = order, of all | shuffled frames [95% CI] | blind [95% CI] |")
+    tail = " | letter = that option | letter = order, of all | shuffled frames [95% CI] | blind [95% CI] |"
+    print(head + tail)
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in runs:
         t = r.get("trace") or {}
@@ -122,7 +123,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--collect", nargs="+", help="instead of a run: gather these result JSONs into --out")
     ap.add_argument("--machine", default="", help="with --collect: where the runs ran, in words")
-    ap.add_argument("--keep", default="", help="with --collect: an earlier collected JSON whose runs go first")
+    ap.add_argument("--keep", default="", help="with --collect: an earlier JSON whose runs go first")
     ap.add_argument("--code", default="", help="with --collect: what produced these runs (e.g. a commit)")
     ap.add_argument("-c", "--config", action="append", default=[], help="config YAML (repeatable)")
     ap.add_argument("--targets", choices=TARGETS, default="none")

@@ -47,7 +47,7 @@ def main() -> None:
         torch.set_num_threads(cfg.threads)
     mod = task(args.task)
     if not hasattr(mod, "good_action"):
-        raise SystemExit(f"task {args.task} defines no good_action(record): there is no label to fine-tune on")
+        raise SystemExit(f"task {args.task} defines no good_action(record): no label to fine-tune on")
     fps, mf = cfg.video.fps, cfg.video.max_frames
     train = [e for e in load_examples(cfg.env.root, "train", fps, mf)[0] if e.record["task"] == args.task]
     test = [e for e in load_examples(cfg.env.root, "test", fps, mf)[0] if e.record["task"] == args.task]

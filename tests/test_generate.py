@@ -138,14 +138,14 @@ def test_contact_sheets(mixed):
     from PIL import Image
 
     root, manifest = mixed
-    for family in ("arrow_of_time", "spatial_puzzle", "temporal_puzzle"):
-        png, gif = root / "sheets" / f"{family}.png", root / "sheets" / f"{family}.gif"
+    for name in ("arrow_of_time", "spatial_puzzle", "temporal_puzzle"):
+        png, gif = root / "sheets" / f"{name}.png", root / "sheets" / f"{name}.gif"
         assert str(png) in manifest["sheets"]
         with Image.open(png) as im:
             assert im.size[0] > 400 and im.size[1] > 300
             assert np.asarray(im.convert("L")).std() > 10  # not blank
         with Image.open(gif) as im:  # clips play; a still is one picture
-            assert im.n_frames == (1 if family == "spatial_puzzle" else 4 if family == "arrow_of_time" else 8)
+            assert im.n_frames == (1 if name == "spatial_puzzle" else 4 if name == "arrow_of_time" else 8)
 
 
 def test_unknown_family_or_tier_is_a_clear_error(tmp_path):
@@ -199,10 +199,10 @@ def test_from_videos_skips_flags_and_balances(video_dir, tmp_path):
     assert {r["family"] for r in records if r["meta"]["source"] == "still.mp4"} == {"spatial_puzzle"}
     assert all(r["meta"]["truncated"] == (r["meta"]["source"] == "truncated.mp4") for r in records)
     assert {r["family"] for r in records} == {"arrow_of_time", "spatial_puzzle", "temporal_puzzle"}
-    for family in ("spatial_puzzle", "temporal_puzzle"):  # tiers alternate by window, answers all different
+    for name in ("spatial_puzzle", "temporal_puzzle"):  # tiers alternate by window, answers all different
         for tier in ("easy", "hard"):
             letters = [
-                r["answer"] for r in records if r["family"] == family and r["meta"]["difficulty"] == tier
+                r["answer"] for r in records if r["family"] == name and r["meta"]["difficulty"] == tier
             ]
             assert len(letters) == len(set(letters)) >= 1
     examples, skipped = load_examples(tmp_path / "fv", "train")

@@ -38,7 +38,12 @@ def _clip(alike: list[int], seed: int = 0) -> np.ndarray:
 # Labels per segment: topple (moves, then lies still), pendulum (every segment differs), two still pairs.
 CLIPS = {
     "easy": {"topple": [0, 1, 1], "still_first": [0, 0, 1], "pendulum": [0, 1, 2]},
-    "hard": {"topple": [0, 1, 1, 1], "pendulum": [0, 1, 2, 3], "two_pairs": [0, 0, 1, 1], "ends": [0, 1, 2, 2]},
+    "hard": {
+        "topple": [0, 1, 1, 1],
+        "pendulum": [0, 1, 2, 3],
+        "two_pairs": [0, 0, 1, 1],
+        "ends": [0, 1, 2, 2],
+    },
 }
 
 
@@ -73,7 +78,8 @@ def test_options_alone_answer_at_chance(tier, kind):
 @pytest.mark.parametrize("tier", ["easy", "hard"])
 def test_every_option_is_the_answer_of_one_equally_likely_shuffle(tier):
     """From the options alone, each could be the truth: re-rooting the set at any option gives one group of
-    orders, the same whichever option is the truth (the set is a coset of it), and no option is `1, 2, ...`."""
+    orders, the same whichever option is the truth (the set is a coset of it), and no option is
+    `1, 2, ...`."""
     k = tp.SEGMENTS[tier]
     frames = _clip(CLIPS[tier]["topple"])
     for rec in _questions(frames, tier, 60, 2):
@@ -109,8 +115,15 @@ def test_simulated_scenes_leak_nothing(tmp_path):
     (version 2: 1.000 on topple's easy tier)."""
     families = [FamilySpec(family=tp.NAME, scene=s, tiers=["easy", "hard"]) for s in ("topple", "pendulum")]
     cfg = DataConfig(
-        root=str(tmp_path), width=32, height=32, workers=0, families=families, n_train=480, n_val=0,
-        n_test=240, seed=5,
+        root=str(tmp_path),
+        width=32,
+        height=32,
+        workers=0,
+        families=families,
+        n_train=480,
+        n_val=0,
+        n_test=240,
+        seed=5,
     )
     generate_dataset(cfg, progress=False)
     train = option_leak.read_jsonl(tmp_path / "train.jsonl")

@@ -36,7 +36,7 @@ def dataset_matches(cfg: DataConfig) -> bool:
     if not manifest_matches(cfg.root, asdict(cfg), {"workers"}):
         return False
     made = json.loads((Path(cfg.root) / "manifest.json").read_text()).get("generator_version", {})
-    return all(family(name).VERSION == version for name, version in made.items() if name in TASKS)
+    return all(version == family(name).VERSION for name, version in made.items() if name in TASKS)
 
 
 def ensure_dataset(cfg: DataConfig, progress: bool = True) -> None:

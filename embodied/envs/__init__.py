@@ -53,6 +53,7 @@ __all__ = [
     "TASKS",
     "answer_examples",
     "answer_form",
+    "action_seconds",
     "answer_text",
     "execute",
     "grid_action",
@@ -60,6 +61,7 @@ __all__ = [
     "parse",
     "random_answer",
     "register",
+    "render_action",
     "task",
     "task_names",
     "unregister",
@@ -262,3 +264,20 @@ def execute(record: dict, action, backend: str = "cpu") -> dict[str, float]:
 
     mod = task(record["task"])
     return mod.outcome(record, action, simulate_jobs([mod.job(record, action)], backend)[0])
+
+
+def render_action(record: dict, action, times, width: int, height: int):
+    """Execute ``action`` for ``record`` on the CPU backend and render it: ``(terms, frames (T, H, W, 3))``
+    at ``times`` (seconds from the reset; the last at most the episode's length, ``action_seconds``)."""
+    from embodied.envs import core
+    from embodied.envs.backend import simulate_cpu
+
+    mod = task(record["task"])
+    trace, frames = simulate_cpu(mod.job(record, action), times, core.renderer(width, height))
+    return mod.outcome(record, action, trace), frames
+
+
+def action_seconds(record: dict, action) -> float:
+    """Simulated seconds of executing ``action`` for ``record`` (the job's length)."""
+    job = task(record["task"]).job(record, action)
+    return job.n_steps * float(job.model.opt.timestep)

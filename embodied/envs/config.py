@@ -79,6 +79,22 @@ class EnvConfig:
     constant's), where `number` reached 0.783 on two seeds of three (with 16 prompts x 8 answers, grid
     reached 0.783 on one seed of three); push answers one constant either way. So `number` stays the
     default. Stored episodes serve both forms (no regeneration to switch)."""
+    turns: int = 1
+    """Turns per interactive episode (1: answer once, as before). With more, an executed answer that does not
+    succeed is followed by another turn: the conversation so far plus the clip of what that answer did
+    (rendered at `video.fps`, the episode clip's size) and a request to answer again, every answer executed
+    from the reset; the episode ends at a success, at an unparseable answer (the unparseable penalty) or
+    after `turns` turns (`embodied.rl.episodes`). GRPO's groups are then whole trajectories, every turn a row
+    with its trajectory's advantage; evaluation reports success after each turn beside best-of-N. Measured
+    on push with the tiny policy, 3 seeds (docs/environments.md, "A second look"): no policy read the
+    outcome clip, and turn 2 did not beat single-turn best-of-2 at the same simulator calls."""
+    turn_words: bool = False
+    """Multi-turn episodes: also say the previous turn's outcome in words in the next turn's message
+    ("The outcome: short." from the failure terms), beside its clip. False: the clip alone carries it."""
+    turn_reward: str = "last"
+    """How a multi-turn trajectory's reward combines its turns' `reward/total`: last (the last turn's, i.e.
+    where the episode ended; a solve at turn 1 and at turn 2 tie) | mean (the mean over the turns taken, so
+    solving sooner scores more)."""
     format_weight: float = 0.2
     """Weight of reward/format in reward/total for interactive answers."""
     workers: int = 0

@@ -31,11 +31,13 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from embodied.envs import answer_form, answer_text, grid_action, parse, task
+from embodied.envs import action_seconds, answer_form, answer_text, grid_action, parse, render_action, task
 from embodied.envs.reward import env_reward
 from embodied.eval.loop import sampled_responses
-from embodied.eval.stats import majority_vote, pass_at_k, resolve_k, wilson_interval
+from embodied.eval.stats import majority_vote, pass_at_k, resolve_k, seed_interval, wilson_interval
 from embodied.policy.model import decode, encode_prompts, generate
+from embodied.rl.episodes import check_turns, play
+from embodied.rl.rollout import sampling_seed
 from embodied.tasks import LETTERS, parse_answer
 
 
@@ -56,10 +58,23 @@ def evaluate_env(
     k: Sequence[int] = (),
     temperature: float = 1.0,
     seed: int = 0,
+    turns: int = 1,
+    turn_reward: str = "last",
+    turn_words: bool = False,
 ) -> dict:
     """Greedy answers to ``examples`` (``embodied.data.load.Example``), scored by simulation; with
-    ``samples`` > 0 also best-of-N and majority vote for each N in ``k`` (see the module docstring)."""
+    ``samples`` > 0 also best-of-N and majority vote for each N in ``k`` (see the module docstring).
+
+    With ``turns`` > 1 every episode is also played as a multi-turn episode (`embodied.rl.episodes`): the
+    greedy answer is turn 1, a failed one is followed by greedy later turns, each row keeping its turns in
+    ``row["turns"]``; with ``samples``, also ``samples`` sampled trajectories per episode. ``result["turns"]``
+    (`turn_summary`) holds the success after each turn beside best-of-N at the same simulator calls."""
     ks = resolve_k(samples, k)
+    check_turns(turns, turn_reward)
+
+    def reward_fn(texts, recs):
+        return env_reward(texts, recs, backend, format_weight)
+
     if samples:
         torch.manual_seed(seed)
     was_training = model.training
@@ -77,6 +92,24 @@ def evaluate_env(
             {"id": rec["id"], "task": rec["task"], "response": text, "terms": t}
             for rec, text, t in zip(records, texts, terms)
         ]
+        if turns > 1:
+            args = (model, processor, chunk, video, reward_fn, turns, turn_reward)
+            ep = play(*args, max_new_tokens=max_new_tokens, first=(texts, terms), words=turn_words)
+            for row, traj in zip(rows, ep.per_trajectory()):
+                row["turns"] = [{"response": x, "terms": t} for x, t in traj]
+            if samples:
+                temps = torch.full((len(chunk) * samples,), float(temperature))
+                seeds = [sampling_seed(seed, start + i) for i in range(len(chunk))]
+                ep = play(*args, samples, max_new_tokens, temps, seeds, words=turn_words)
+                trajs = ep.per_trajectory()
+                for i, row in enumerate(rows):
+                    row["sampled_turns"] = [
+                        [
+                            {"success": t["reward/success"], "unparseable": t["reward/unparseable"]}
+                            for _, t in traj
+                        ]
+                        for traj in trajs[i * samples : (i + 1) * samples]
+                    ]
         if samples:
             t0 = time.perf_counter()
             sampled = sampled_responses(model, processor, batch, samples, max_new_tokens, temperature)
@@ -93,7 +126,64 @@ def evaluate_env(
         per_sample = {key: v / (len(predictions) * samples) for key, v in seconds.items()}
         result |= test_time_compute(predictions, ks, per_sample)
         result["settings"] = {"samples": samples, "k": ks, "temperature": temperature, "seed": seed}
+    if turns > 1:
+        result["turns"] = turn_summary(predictions, turns)
     return result | {"predictions": predictions}
+
+
+def _executed(turns: Sequence[dict]) -> int:
+    """Simulator calls of a trajectory: its turns whose answer parsed."""
+    return sum(1 for t in turns if not t.get("unparseable", t.get("terms", {}).get("reward/unparseable")))
+
+
+def turn_summary(predictions: Sequence[dict], turns: int) -> dict:
+    """Per task and overall, for rows played as multi-turn episodes (`evaluate_env(turns=...)`):
+
+    * ``greedy``: ``success@k`` (solved within the first k greedy turns) with its 95% Wilson interval over
+      episodes, and ``calls`` (simulator calls per episode: executed turns);
+    * with sampled trajectories: ``sampled``: ``success@k`` (mean over episodes of the share of sampled
+      trajectories solved within k turns, 95% t interval over episodes) and its ``calls``; ``best_of@k``:
+      single-turn best-of-k (the unbiased pass@k of the single-turn samples, same interval), the control
+      with the same number of simulator calls (k per episode).
+    """
+
+    def block(rows: list[dict]) -> dict:
+        n = len(rows)
+        out: dict = {"n": n, "greedy": {}}
+        for k in range(1, turns + 1):
+            wins = int(sum(any(t["terms"]["reward/success"] for t in r["turns"][:k]) for r in rows))
+            out["greedy"][f"success@{k}"] = {"rate": wins / n, "ci95": list(wilson_interval(wins, n))}
+        out["greedy"]["calls"] = float(np.mean([_executed(r["turns"]) for r in rows]))
+        if rows and "sampled_turns" in rows[0]:
+            out["sampled"] = {}
+            for k in range(1, turns + 1):
+                per = [
+                    np.mean([any(t["success"] for t in traj[:k]) for traj in r["sampled_turns"]])
+                    for r in rows
+                ]
+                out["sampled"][f"success@{k}"] = _mean_ci(per)
+            out["sampled"]["calls"] = float(
+                np.mean([_executed(tr) for r in rows for tr in r["sampled_turns"]])
+            )
+            out["best_of"] = {}
+            for k in range(1, turns + 1):
+                per = [
+                    pass_at_k(len(r["sampled"]), int(sum(s["success"] for s in r["sampled"])), k)
+                    for r in rows
+                ]
+                out["best_of"][f"best_of@{k}"] = _mean_ci(per) | {"calls": float(k)}
+        return out
+
+    tasks = sorted({r["task"] for r in predictions})
+    return block(list(predictions)) | {
+        "per_task": {t: block([r for r in predictions if r["task"] == t]) for t in tasks}
+    }
+
+
+def _mean_ci(values: Sequence[float]) -> dict:
+    """Mean of per-episode values with a 95% t interval over episodes (`seed_interval`), clipped to [0, 1]."""
+    m, lo, hi = seed_interval([float(v) for v in values])
+    return {"rate": m, "ci95": [max(0.0, lo), min(1.0, hi)]}
 
 
 def _sample_terms(records, rows, backend, format_weight, seconds) -> None:
@@ -350,32 +440,44 @@ def outcome_words(terms: dict[str, float]) -> str:
 
 
 def rollout_video(
-    record: dict, clip: np.ndarray, text: str, out: str | Path, fps: float = 10.0, scale: int = 3
+    record: dict,
+    clip: np.ndarray,
+    text: str | Sequence[str],
+    out: str | Path,
+    fps: float = 10.0,
+    scale: int = 3,
 ) -> dict[str, float]:
-    """Write an mp4 of the clip the policy saw, then the simulated execution of its answer ``text``.
+    """Write an mp4 of the clip the policy saw, then the simulated execution of its answer ``text``; for a
+    multi-turn episode (``text`` a list, one answer per turn) each turn's execution in turn, labelled.
 
-    Returns the outcome's terms (executed on the CPU backend, which renders).
+    Returns the last outcome's terms (executed on the CPU backend, which renders).
     """
-    from embodied.envs import core
-    from embodied.envs.backend import simulate_cpu
     from embodied.video import write_video
 
     mod = task(record["task"])
-    action = parse(record, text)
-    terms = env_reward([text], [record])[0]
-    said = mod.describe(action) if action is not None else text.strip()[:40] or "(empty)"
-    head = [(f"{record['task']}: {said}", (255, 255, 255))]
+    texts = [text] if isinstance(text, str) else list(text)
+    heads = []
+    for k, answer in enumerate(texts):
+        action = parse(record, answer)
+        said = mod.describe(action) if action is not None else answer.strip()[:40] or "(empty)"
+        turn = f"turn {k + 1}: " if len(texts) > 1 else ""
+        heads.append([(f"{record['task']}: {turn}{said}", (255, 255, 255))])
+    watching = heads[0] if len(texts) == 1 else [(record["task"], (255, 255, 255))]
     frames = [
-        _draw(f, [*head, ("watching...", (200, 200, 200))], scale) for f in clip for _ in range(int(fps / 2))
+        _draw(f, [*watching, ("watching...", (200, 200, 200))], scale)
+        for f in clip
+        for _ in range(int(fps / 2))
     ]
-    if action is not None:
-        job = mod.job(record, action)
-        times = np.arange(0.0, job.n_steps * job.model.opt.timestep, 1.0 / fps)
-        h, w = clip.shape[1:3]
-        _, sim = simulate_cpu(job, times, core.renderer(w, h))
-        colour = (120, 255, 120) if terms["reward/success"] else (255, 120, 120)
-        frames += [_draw(f, [*head, (outcome_words(terms), colour)], scale) for f in sim]
-    else:
-        frames += [_draw(clip[-1], [*head, (outcome_words(terms), (255, 120, 120))], scale)] * int(fps)
+    for answer, head in zip(texts, heads):
+        action = parse(record, answer)
+        terms = env_reward([answer], [record])[0]
+        if action is not None:
+            h, w = clip.shape[1:3]
+            times = np.arange(0.0, action_seconds(record, action), 1.0 / fps)
+            _, sim = render_action(record, action, times, w, h)
+            colour = (120, 255, 120) if terms["reward/success"] else (255, 120, 120)
+            frames += [_draw(f, [*head, (outcome_words(terms), colour)], scale) for f in sim]
+        else:
+            frames += [_draw(clip[-1], [*head, (outcome_words(terms), (255, 120, 120))], scale)] * int(fps)
     write_video(out, np.stack(frames), fps)
     return terms

@@ -122,13 +122,16 @@ def evaluate_stage(model, processor, data: dict, cfg, test_time: bool) -> dict:
         samples=samples,
         k=ks,
         seed=cfg.seed,
+        turns=cfg.env.turns,
+        turn_reward=cfg.env.turn_reward,
+        turn_words=cfg.env.turn_words,
     )
     return result
 
 
 def _videos(env_result: dict, data: dict, cfg, out: Path, arm: str) -> list[str]:
     """A few rollout videos per task from the arm's greedy answers on held-out episodes."""
-    by_id = {p["id"]: p["response"] for p in env_result["predictions"]}
+    by_id = {p["id"]: [t["response"] for t in p.get("turns", [p])] for p in env_result["predictions"]}
     written, per_task = [], {}
     for ex in data["env_test"]:
         name = ex.record["task"]
@@ -196,9 +199,9 @@ def run_arm(cfg, data: dict, out: Path, arm: str, progress: bool) -> dict:
         answers = info["answers_scored"]
     else:
         grpo = dataclasses.replace(cfg.grpo, checkpoint_every=0)
-        train_grpo(
-            model, processor, train, grpo, cfg.video, arm_dir, (), cfg.seed, progress, reward_fn=reward
-        )
+        env = cfg.env  # env.turns: multi-turn episodes
+        turns = {"turns": env.turns, "turn_reward": env.turn_reward, "turn_words": env.turn_words}
+        train_grpo(model, processor, train, grpo, cfg.video, arm_dir, (), cfg.seed, progress, reward, **turns)
         answers = cfg.grpo.steps * cfg.grpo.prompts_per_step * cfg.grpo.group_size
     wall = time.perf_counter() - t
     save_policy(model, processor, arm_dir / "model")  # for `embodied eval policy.path=...`
@@ -286,6 +289,11 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
     unknown = [a for a in fb.arms if a not in ARMS]
     if unknown:
         raise ValueError(f"env.feedback.arms: unknown arm(s) {unknown}; choose from {list(ARMS)}")
+    if "expert" in fb.arms and cfg.env.turns > 1:
+        raise ValueError(
+            f"env.turns={cfg.env.turns}: the expert arm plays single-turn episodes (expert iteration keeps "
+            "one answer per prompt); run it with env.turns=1, or leave it out of env.feedback.arms"
+        )
     data = _load_data(cfg, progress)
     constant = _best_constant(cfg, data, progress)
     starts = _run_all(cfg, out, data, [(seed, "start") for seed in fb.seeds], progress)

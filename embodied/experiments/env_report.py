@@ -87,7 +87,7 @@ def markdown(figures: dict, constant: dict, rows: list[dict]) -> str:
         + f"; MCQ test questions: {first['mcq']['n']}.",
     ]
     lines += success_markdown(figures, constant, len(rows)) + spread_markdown(figures) + mcq_markdown(figures)
-    return "\n".join(lines + compute_markdown(rows) + test_time_markdown(rows)) + "\n"
+    return "\n".join(lines + compute_markdown(rows) + test_time_markdown(rows) + turns_markdown(rows)) + "\n"
 
 
 def compute_markdown(rows: list[dict]) -> list[str]:
@@ -113,6 +113,45 @@ def compute_markdown(rows: list[dict]) -> list[str]:
         "GRPO arms score steps x prompts x group size answers; the expert arm (expert iteration) rounds x "
         "prompts x samples. Seconds are loading the start and training, evaluation left out.",
     ]
+
+
+def turns_markdown(rows: list[dict]) -> list[str]:
+    """Multi-turn episodes (`env.turns` > 1): per seed, stage and task, the success after each greedy turn
+    and, where sampled, after each sampled turn beside single-turn best-of-k (`eval.envs.turn_summary`)."""
+    lines = []
+    cell = lambda c: f"{c['rate']:.3f} [{c['ci95'][0]:.2f}, {c['ci95'][1]:.2f}]"  # noqa: E731
+    for r in rows:
+        stages = {s: v["env"]["turns"] for s, v in r["stages"].items() if "turns" in v["env"]}
+        if not stages:
+            continue
+        first = next(iter(stages.values()))
+        ks = [k.split("@")[1] for k in first["greedy"] if k.startswith("success@")]
+        head = ["stage", "task", *(f"greedy, after turn {k}" for k in ks), "calls"]
+        sampled = "sampled" in first
+        if sampled:
+            head += [*(f"sampled, after turn {k}" for k in ks), "calls", *(f"best-of-{k}" for k in ks)]
+        body = []
+        for s, t in stages.items():
+            for name, c in [*t["per_task"].items(), ("all", t)]:
+                row = [
+                    s,
+                    name,
+                    *(cell(c["greedy"][f"success@{k}"]) for k in ks),
+                    f"{c['greedy']['calls']:.2f}",
+                ]
+                if sampled:
+                    row += [*(cell(c["sampled"][f"success@{k}"]) for k in ks), f"{c['sampled']['calls']:.2f}"]
+                    row += [cell(c["best_of"][f"best_of@{k}"]) for k in ks]
+                body.append(row)
+        lines += ["", f"## Multi-turn episodes (seed {r['seed']}): success after each turn", ""]
+        lines += _table(head, body)
+        lines += [
+            "",
+            "Greedy: 95% Wilson interval over episodes. Sampled trajectories and single-turn best-of-k "
+            "(k simulator calls per episode): 95% t interval over episodes. Calls: simulator calls per "
+            "episode (an episode ends at a success or an unparseable answer).",
+        ]
+    return lines
 
 
 def success_markdown(figures: dict, constant: dict, n_seeds: int) -> list[str]:

@@ -215,6 +215,65 @@ def encode_prompts(
     return batch.to(device)
 
 
+def conversation_text(processor, record: dict, history: Sequence[tuple[str, str]] = ()) -> str:
+    """The chat-formatted prompt of a later turn: the record's question with its clip, then for each earlier
+    turn `(answer, words)` the answer as an assistant message and a user message with one more video (that
+    answer's outcome) and `words`; ending where the assistant answers. No history: `prompt_text`."""
+    if not history:
+        return prompt_text(processor, record)
+    if "video" not in record:
+        raise ValueError(f"record {record.get('id', '?')}: multi-turn prompts need a video record")
+    text = format_question(record["question"], record["options"], record.get("instruction"))
+    messages = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": text}]}]
+    for answer, words in history:
+        messages.append({"role": "assistant", "content": [{"type": "text", "text": answer}]})
+        messages.append({"role": "user", "content": [{"type": "video"}, {"type": "text", "text": words}]})
+    return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def encode_conversations(
+    processor,
+    records: Sequence[dict],
+    clips: Sequence[Sequence[Clip]],
+    history: Sequence[Sequence[tuple[str, str]]],
+    video: VideoConfig,
+    device="cpu",
+):
+    """Left-padded batch of later-turn prompts (`conversation_text`): row i sees `clips[i]` (the episode's
+    clip, then one outcome clip per turn of `history[i]`) as that many videos, in order."""
+    for r, c, h in zip(records, clips, history, strict=True):
+        if len(c) != len(h) + 1:
+            raise ValueError(
+                f"record {r.get('id', '?')}: {len(c)} clips for {len(h)} earlier turns (need one more)"
+            )
+    texts = [conversation_text(processor, r, h) for r, h in zip(records, history)]
+    v = processor_video_kwargs([clip for row in clips for clip in row], video)
+    vids = v.pop("videos")
+    batch = processor(text=texts, padding=True, return_tensors="pt", videos=vids, videos_kwargs=v)
+    return batch.to(device)
+
+
+def concat_batches(batches: Sequence, pad_id: int) -> dict:
+    """One left-padded batch holding the rows of `batches` in order (a `GroupedBatch` is materialised):
+    prompt tensors left-padded to the longest, visual tensors concatenated."""
+    batches = [dict(b) for b in batches]
+    width = max(b["input_ids"].shape[1] for b in batches)
+    out: dict = {}
+    fill = {"input_ids": pad_id, "attention_mask": 0, "mm_token_type_ids": 0}
+    for key in _PER_SEQUENCE:
+        if key in batches[0]:
+            parts = [
+                torch.nn.functional.pad(b[key], (width - b[key].shape[1], 0), value=fill[key])
+                for b in batches
+            ]
+            out[key] = torch.cat(parts)
+    for key in _VISUAL:
+        parts = [b[key] for b in batches if key in b]
+        if parts:
+            out[key] = torch.cat(parts)
+    return out
+
+
 def select_rows(batch, rows: Sequence[int], pixels: bool = True):
     """The prompts `rows` of `batch` (repeats allowed), each with its own visual inputs.
 

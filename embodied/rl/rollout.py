@@ -8,7 +8,7 @@ the update never goes back to the data.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -38,6 +38,16 @@ class Rollout:
     """`(P, G)` total rewards."""
     truncated: torch.Tensor
     """`(P * G,)` True where generation hit the token budget without an end-of-turn token."""
+    owner: torch.Tensor | None = None
+    """Multi-turn episodes (`embodied.rl.episodes`): `(B,)` each row's trajectory, an index into
+    `rewards.flatten()` (its tokens get that trajectory's advantage); rows are then turn 1's `P * G`, then
+    the later turns'. None: one row per trajectory, row i is trajectory i."""
+    turn: torch.Tensor | None = None
+    """Multi-turn: `(B,)` the turn (1, 2, ...) of each row."""
+    clips: list | None = None
+    """Multi-turn: per trajectory, the episode's clip, then the outcome clip of each later turn."""
+    stats: dict = field(default_factory=dict)
+    """Multi-turn: per-step statistics of the trajectories (`turns/success@k`, ...), logged as metrics."""
 
     @property
     def group_size(self) -> int:

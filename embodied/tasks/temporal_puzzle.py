@@ -28,7 +28,7 @@ picture (a person standing still, an empty floor).
 from __future__ import annotations
 
 import itertools
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
@@ -76,7 +76,7 @@ def num_frames(tier: str) -> int:
     return SEGMENTS[tier] * SEGMENT_FRAMES
 
 
-@lru_cache(maxsize=None)
+@cache
 def order_groups(k: int, n: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
     """Every group of `n` permutations of `range(k)` (closed under composition, holding the identity), each
     as a tuple of permutations with the identity first, in a fixed order."""

@@ -25,6 +25,7 @@ from embodied.data.load import Example
 from embodied.eval.loop import evaluate
 from embodied.policy.model import completion_logprobs, decode, generate, select_rows
 from embodied.rl.advantages import ESTIMATORS, compute_advantages
+from embodied.rl.episodes import check_turns, sample_episodes
 from embodied.rl.losses import (
     COV_MODES,
     LOSS_AGGREGATIONS,
@@ -364,7 +365,7 @@ def masked_input_accuracy(model, processor, ro: Rollout, cfg, reward_fn, gen) ->
     """Greedy answers to this step's prompts with real and with masked visual input, scored by `reward_fn`:
     a policy that truly looks should lose accuracy when it cannot see."""
     G = ro.group_size
-    prompts = select_rows(ro.batch, list(range(0, ro.ids.shape[0], G)))
+    prompts = select_rows(ro.batch, list(range(0, len(ro.examples) * G, G)))
     records = [e.record for e in ro.examples]
     out = {}
     for name, batch in (
@@ -392,15 +393,26 @@ def train_grpo(
     resume: str = "",
     config_yaml: str = "",
     procs: Processes | None = None,
+    turns: int = 1,
+    turn_reward: str = "last",
+    turn_words: bool = False,
 ) -> dict:
     """Run `cfg.steps` GRPO steps (`cfg` is a `GRPOConfig`): rollout -> advantages -> loss -> step ->
     log/eval/checkpoint; metrics go to `out_dir/metrics.jsonl`, checkpoints to `out_dir/checkpoints/grpo`
     (`resume`: "", "auto" or a checkpoint folder). `reward_fn(texts, records)` scores a batch (default: the
     MCQ rules; a failing one stops the run with a `RewardError`). Under several processes (`procs`) each
     samples and trains on its share of every step's prompts (whole groups, so advantages are exact); only
-    the first logs, evaluates and writes checkpoints."""
+    the first logs, evaluates and writes checkpoints. `turns` > 1 plays multi-turn episodes (`env.turns`,
+    `embodied.rl.episodes`): a group is G whole trajectories, rewarded by `turn_reward`
+    (`env.turn_reward`), the outcome also said in words with `turn_words` (`env.turn_words`)."""
     procs = procs or Processes()
     check_config(cfg, procs.world)
+    check_turns(turns, turn_reward)
+    if turns > 1 and (cfg.dynamic_sampling or cfg.advantage == "gae" or procs.world > 1):
+        raise ValueError(
+            f"env.turns={turns} runs with the group estimators in one process: not with "
+            "grpo.dynamic_sampling, grpo.advantage=gae or several processes (yet)"
+        )
     if inert := inert_clip_settings(cfg):
         warnings.warn(
             f"grpo.updates_per_rollout=1 with {', '.join(inert)}: every importance ratio is exactly 1 "
@@ -424,6 +436,20 @@ def train_grpo(
         idx = procs.shard(next(order))
         # each prompt's answers are seeded by (run seed, draw, prompt): the same whatever the process count
         seeds = [sampling_seed(seed, state["drawn"], i) for i in idx]
+        if turns > 1:
+            examples = [train[i] for i in idx]
+            return sample_episodes(
+                model,
+                processor,
+                examples,
+                video,
+                reward_fn,
+                turns=turns,
+                turn_reward=turn_reward,
+                words=turn_words,
+                seeds=seeds,
+                **sampling,
+            )
         return sample_groups(
             model, processor, [train[i] for i in idx], video, reward_fn, seeds=seeds, **sampling
         )
@@ -518,6 +544,8 @@ def learn(
     if head is None:
         all_sum = procs.sum if procs.world > 1 else None
         advantages = compute_advantages(ro.rewards, cfg.advantage, all_sum).flatten()
+        if ro.owner is not None:  # multi-turn: every turn's row gets its trajectory's advantage
+            advantages = advantages[ro.owner]
         # mu = 1: the sampling policy is the current one, so its log-probs are the detached current ones
         mu = cfg.updates_per_rollout
         old_logp = rollout_logprobs(model, ro, cfg.micro_batch_size) if mu > 1 else None
@@ -559,6 +587,7 @@ def step_metrics(
             "reward/group_spread": (ro.rewards.amax(1) > ro.rewards.amin(1)).float().mean(),
             "rollout/len": ro.mask.sum(1).float().mean(),
             "rollout/truncated": ro.truncated.float().mean(),
+            **ro.stats,
         }
         metrics = procs.reduce_metrics(metrics, summed=UPDATE_SUMS)
     if procs.all_forward and ro is not None and cfg.papo:

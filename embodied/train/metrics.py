@@ -65,7 +65,9 @@ class MetricsLog:
         and the text to TensorBoard (images and text) and W&B (a table)."""
         with (self.path.parent / "samples.jsonl").open("a") as f:
             for s in samples:
-                row = {"stage": self.stage, "step": step} | {k: v for k, v in s.items() if k != "frames"}
+                row = {"stage": self.stage, "step": step} | {
+                    k: v for k, v in s.items() if k not in ("frames", "turn_frames")
+                }
                 f.write(json.dumps(row) + "\n")
         if self.tracker is not None:
             self.tracker.samples(step, samples)

@@ -141,8 +141,12 @@ def frame_strip(frames: np.ndarray, max_frames: int = STRIP_FRAMES, gap: int = 2
 
 def rollout_samples(rollout, n: int) -> list[dict]:
     """Samples of the first `n` prompts of a GRPO `Rollout`: the frames the policy saw, every answer of the
-    group with its reward terms, and the correct answer."""
+    group with its reward terms, and the correct answer. Multi-turn rollouts (`rollout.owner`): each member's
+    answer lists its turns, its rewards are per turn (`turn<k>/...`) and the trajectory's, and
+    `turn_frames` holds the outcome clip each later turn saw."""
     G = rollout.group_size
+    if rollout.owner is not None:
+        return _turn_samples(rollout, n)
     out = []
     for p, ex in enumerate(rollout.examples[:n]):
         rows = range(p * G, (p + 1) * G)
@@ -154,6 +158,38 @@ def rollout_samples(rollout, n: int) -> list[dict]:
                 "frames": ex.clip.frames,
                 "answers": [rollout.texts[r] for r in rows],
                 "rewards": [numeric(rollout.terms[r]) for r in rows],
+            }
+        )
+    return out
+
+
+def _turn_samples(rollout, n: int) -> list[dict]:
+    G, out = rollout.group_size, []
+    rows_of: dict[int, list[int]] = {}
+    for r, t in enumerate(rollout.owner.tolist()):
+        rows_of.setdefault(t, []).append(r)  # rows are in turn order
+    rewards = rollout.rewards.flatten().tolist()
+    for p, ex in enumerate(rollout.examples[:n]):
+        answers, terms, frames = [], [], []
+        for g in range(G):
+            t = p * G + g
+            rows = rows_of.get(t, [])
+            answers.append(" -> ".join(f"turn {k + 1}: {rollout.texts[r]}" for k, r in enumerate(rows)))
+            per = {"trajectory/reward": rewards[t]}
+            for k, r in enumerate(rows):
+                per |= {f"turn{k + 1}/{key}": v for key, v in numeric(rollout.terms[r]).items()}
+            terms.append(per)
+            clips = rollout.clips[t][1:] if rollout.clips else []
+            frames += [(f"member{g}_turn{k + 2}", c.frames) for k, c in enumerate(clips)]
+        out.append(
+            {
+                "id": ex.record.get("id", str(p)),
+                "question": ex.record.get("question", ""),
+                "truth": ex.record.get("answer", ""),
+                "frames": ex.clip.frames,
+                "turn_frames": frames,
+                "answers": answers,
+                "rewards": terms,
             }
         )
     return out
@@ -219,6 +255,8 @@ class Tracker:
         if self.tb is not None:
             for i, s in enumerate(samples):
                 self.tb.add_image(f"samples/{i}", frame_strip(s["frames"]), step, dataformats="HWC")
+                for name, frames in s.get("turn_frames", []):  # multi-turn: what each later turn saw
+                    self.tb.add_image(f"samples/{i}/{name}", frame_strip(frames), step, dataformats="HWC")
             self.tb.add_text("samples/text", "\n\n".join(_markdown(s) for s in samples), step)
             self.tb.flush()
         if self.wandb is not None:

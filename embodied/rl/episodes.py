@@ -1,0 +1,312 @@
+"""Multi-turn episodes (`env.turns`): answer, watch what the answer did in the simulator, answer again.
+
+Turn 1 is the single-turn prompt: the episode's clip and question. When a turn's answer is executed and
+does not succeed, the trajectory's next turn is its own prompt: the conversation so far (the clip and
+question, each earlier answer as an assistant message, each earlier outcome as a user message holding the
+clip of that answer's simulation, rendered at `video.fps` with as many frames as the episode's clip and of
+its size (`outcome_clip`), and `AGAIN`), and the policy answers again; every answer is executed from the
+episode's reset state.
+
+A trajectory ends at a success (the task is done), at an answer that cannot be parsed (its turn scores the
+unparseable penalty, `embodied.envs.reward`), at a record that is not interactive (an MCQ has one turn),
+or after `turns` turns. So it costs at most `turns` simulator calls, as best-of-`turns` does.
+
+Reward terms are per turn (each row keeps its own turn's terms); the trajectory's reward, which GRPO
+normalises within the G trajectories of a prompt, combines them (`TURN_REWARDS`):
+
+* ``last``: the total of the trajectory's last turn, i.e. where the episode ended: solved (a success
+  total), the final attempt's outcome, or the unparseable penalty. A solve at turn 1 and at turn 2 tie,
+  so a probing first strike is not punished.
+* ``mean``: the mean total of the turns taken: a solve at turn 1 beats a solve at turn 2.
+
+Every turn is a row of the GRPO batch whose completion tokens get its trajectory's advantage
+(`Rollout.owner`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from embodied.envs import action_seconds, is_interactive, parse, render_action
+from embodied.policy.model import (
+    concat_batches,
+    decode,
+    encode_conversations,
+    encode_prompts,
+    eos_token_ids,
+    generate,
+    repeat_batch,
+)
+from embodied.rl.rewards import RewardFn, Shaping, score
+from embodied.rl.rollout import Rollout, member_temperatures, sampling_seed
+from embodied.video import Clip, VideoConfig
+
+AGAIN = (
+    "This is what happened when your answer was executed. Everything is put back as it was at the start. "
+    "Answer again, in the same format."
+)
+"""The words of a later turn's user message (its video is the outcome of the previous answer)."""
+TURN_REWARDS = ("last", "mean")
+
+
+def again(terms: dict, words: bool) -> str:
+    """A later turn's words: `AGAIN`, and with `words` (`env.turn_words`) first the outcome said in words,
+    from the previous turn's failure terms (e.g. "The outcome: short." for push)."""
+    if not words:
+        return AGAIN
+    failed = [k.split("/", 1)[1] for k, v in terms.items() if v < 0 and k != "reward/total"]
+    return f"The outcome: {', '.join(failed) or 'missed'}. {AGAIN}"
+
+
+def check_turns(turns: int, turn_reward: str) -> None:
+    """Fail at once on `env.turns` < 1 or an unknown `env.turn_reward`."""
+    if not isinstance(turns, int) or turns < 1:
+        raise ValueError(f"env.turns={turns!r}: the number of turns per episode must be an integer >= 1")
+    if turn_reward not in TURN_REWARDS:
+        raise ValueError(f"env.turn_reward={turn_reward!r}; choose one of {list(TURN_REWARDS)}")
+
+
+def trajectory_reward(totals: Sequence[float], turn_reward: str) -> float:
+    """The reward of a trajectory from its turns' `reward/total` (see the module docstring)."""
+    if turn_reward == "last":
+        return float(totals[-1])
+    if turn_reward == "mean":
+        return float(np.mean(totals))
+    raise ValueError(f"env.turn_reward={turn_reward!r}; choose one of {list(TURN_REWARDS)}")
+
+
+def continues(record: dict, terms: dict) -> bool:
+    """Whether a trajectory goes on after a turn scored `terms`: an interactive episode whose answer was
+    executed (parsed) and did not succeed."""
+    return is_interactive(record) and not terms.get("reward/unparseable") and not terms.get("reward/success")
+
+
+def outcome_clip(record: dict, text: str, video: VideoConfig, like: Clip) -> Clip:
+    """The clip of executing the answer `text` from the reset, the size of the episode's clip `like`: as
+    many frames of its height and width, at `video.fps` from 0 s (fewer if the execution ends sooner).
+
+    The same frame count keeps a later turn's visual tokens at twice the first's, not more (GRPO's update
+    runs every later-turn prompt's clips through the vision tower); at 2 fps the 4 frames of the shipped
+    episodes show 0-1.5 s, by when push's puck has stopped in most episodes (see docs/environments.md)."""
+    action = parse(record, text)
+    if action is None:
+        raise ValueError(f"record {record.get('id', '?')}: no outcome to show for an unparseable answer")
+    seconds = action_seconds(record, action)
+    n = min(len(like.frames), math.floor(seconds * video.fps + 1e-6) + 1)
+    height, width = like.frames.shape[1:3]
+    _, frames = render_action(record, action, np.arange(n) / video.fps, width, height)
+    return Clip(frames, video.fps)
+
+
+@dataclass
+class Turn:
+    """One turn of a batch of trajectories (trajectory t = prompt t // G, member t % G)."""
+
+    trajectories: list[int]
+    """The trajectory of each row."""
+    texts: list[str]
+    terms: list[dict]
+    batch: object = None
+    ids: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
+    temperature: torch.Tensor | None = None
+    truncated: torch.Tensor | None = None
+
+
+@dataclass
+class Episodes:
+    """What `play` returns: the turns, each trajectory's outcome clips, and the trajectory rewards."""
+
+    examples: list
+    group_size: int
+    turns: list[Turn]
+    clips: list[list[Clip]]
+    """Per trajectory: the episode's clip, then the outcome clip of every turn followed by another."""
+    rewards: torch.Tensor
+    """`(P, G)` trajectory rewards (`trajectory_reward`)."""
+
+    def per_trajectory(self) -> list[list[tuple[str, dict]]]:
+        """`(text, terms)` of every turn of every trajectory, in turn order."""
+        out: list[list[tuple[str, dict]]] = [[] for _ in range(self.rewards.numel())]
+        for turn in self.turns:
+            for t, text, terms in zip(turn.trajectories, turn.texts, turn.terms):
+                out[t].append((text, terms))
+        return out
+
+
+def success_after(trajectory: Sequence[tuple[str, dict]], k: int) -> float:
+    """1 if one of the first `k` turns succeeded."""
+    return float(any(terms.get("reward/success", 0.0) for _, terms in trajectory[:k]))
+
+
+def episode_stats(episodes: Episodes, turns: int) -> dict[str, float]:
+    """`turns/success@k` (share of trajectories solved within k turns), `turns/mean` (turns taken = simulator
+    calls, for interactive records), `turns/ended_unparseable` and `reward/trajectory`."""
+    trajs = episodes.per_trajectory()
+    stats = {
+        f"turns/success@{k}": float(np.mean([success_after(t, k) for t in trajs]))
+        for k in range(1, turns + 1)
+    }
+    stats["turns/mean"] = float(np.mean([len(t) for t in trajs]))
+    stats["turns/ended_unparseable"] = float(
+        np.mean([bool(t[-1][1].get("reward/unparseable")) for t in trajs])
+    )
+    stats["reward/trajectory"] = float(episodes.rewards.mean())
+    return stats
+
+
+@torch.no_grad()
+def play(
+    model,
+    processor,
+    examples: Sequence,
+    video: VideoConfig,
+    reward_fn: RewardFn,
+    turns: int,
+    turn_reward: str = "last",
+    group_size: int = 1,
+    max_new_tokens: int = 48,
+    temperature: torch.Tensor | None = None,
+    seeds: Sequence[int] | None = None,
+    shaping: Shaping | None = None,
+    timeout_s: float | None = 60.0,
+    first: tuple[list[str], list[dict]] | None = None,
+    words: bool = False,
+) -> Episodes:
+    """`group_size` trajectories of up to `turns` turns per example (`Example`s with video records).
+
+    `temperature` is `(P * G,)` per trajectory (None: greedy). With `seeds` (one per example), member g's
+    turn 1 is drawn with `sampling_seed(seeds[i], g)`, as `rollout.sample_groups` draws it, and turn k > 1
+    with `sampling_seed(seeds[i], g, k)`. `first` gives turn 1's texts and terms already answered (one
+    trajectory per example), so only the later turns are generated. With `words` (`env.turn_words`) a
+    later turn's message also says the previous outcome in words (`again`).
+    """
+    check_turns(turns, turn_reward)
+    G, device = group_size, next(model.parameters()).device
+    records = [e.record for e in examples]
+    n = len(examples) * G
+    clips: list[list[Clip]] = [[examples[t // G].clip] for t in range(n)]
+    history: list[list[tuple[str, str]]] = [[] for _ in range(n)]
+    totals: list[list[float]] = [[] for _ in range(n)]
+    eos = torch.tensor(eos_token_ids(model, processor), device=device)
+    active, done = list(range(n)), []
+    for k in range(1, turns + 1):
+        recs = [records[t // G] for t in active]
+        if k == 1 and first is not None:
+            if G != 1 or len(first[0]) != n:
+                raise ValueError("play: `first` gives one answered turn per example (group_size 1)")
+            turn = Turn(list(active), list(first[0]), [dict(x) for x in first[1]])
+        else:
+            if k == 1:
+                batch = encode_prompts(processor, recs[::G], [e.clip for e in examples], video, device)
+                batch = repeat_batch(batch, G)
+            else:
+                args = ([clips[t] for t in active], [history[t] for t in active])
+                batch = encode_conversations(processor, recs, *args, video, device)
+            temps = None if temperature is None else temperature[active].to(device)
+            row_seeds = None
+            if seeds is not None:
+                keys = [(seeds[t // G], t % G) + ((k,) if k > 1 else ()) for t in active]
+                row_seeds = [sampling_seed(*key) for key in keys]
+            if temps is None:
+                ids, mask = generate(model, processor, batch, max_new_tokens, do_sample=False)
+                temps = torch.ones(len(active), device=device)
+            else:
+                ids, mask = generate(model, processor, batch, max_new_tokens, temps, seeds=row_seeds)
+            texts = decode(processor, ids, mask)
+            terms = score(reward_fn, texts, recs, timeout_s)
+            truncated = ~torch.isin(ids, eos).any(1)
+            if shaping is not None:
+                shaping(terms, mask.sum(1).cpu(), truncated.cpu())
+            turn = Turn(list(active), texts, terms, batch, ids, mask, temps, truncated)
+        done.append(turn)
+        going = []
+        for t, text, terms in zip(turn.trajectories, turn.texts, turn.terms):
+            totals[t].append(float(terms["reward/total"]))
+            rec = records[t // G]
+            if k < turns and continues(rec, terms):
+                clips[t].append(outcome_clip(rec, text, video, clips[t][0]))
+                history[t].append((text, again(terms, words)))
+                going.append(t)
+        active = going
+        if not active:
+            break
+    rewards = torch.tensor([trajectory_reward(x, turn_reward) for x in totals], device=device)
+    return Episodes(list(examples), G, done, clips, rewards.view(len(examples), G))
+
+
+def sample_episodes(
+    model,
+    processor,
+    examples: Sequence,
+    video: VideoConfig,
+    reward_fn: RewardFn,
+    group_size: int,
+    max_new_tokens: int,
+    turns: int,
+    turn_reward: str = "last",
+    temperature: float = 1.0,
+    temperatures: Sequence[float] = (),
+    seeds: Sequence[int] | None = None,
+    shaping: Shaping | None = None,
+    timeout_s: float | None = 60.0,
+    words: bool = False,
+) -> Rollout:
+    """`rollout.sample_groups` for multi-turn episodes: G sampled trajectories per example, every turn a row
+    (turn 1's rows first, prompt-major, then each later turn's), `rewards` the `(P, G)` trajectory rewards
+    and `owner` each row's trajectory, whose advantage its tokens get."""
+    G = group_size
+    temps = member_temperatures(temperature, list(temperatures), len(examples), G)
+    model.eval()
+    ep = play(
+        model,
+        processor,
+        examples,
+        video,
+        reward_fn,
+        turns,
+        turn_reward,
+        G,
+        max_new_tokens,
+        temps,
+        seeds,
+        shaping,
+        timeout_s,
+        words=words,
+    )
+    return to_rollout(ep, processor, turns)
+
+
+def to_rollout(ep: Episodes, processor, turns: int) -> Rollout:
+    """The turns of `ep` as one `Rollout` (completions right-padded to the longest, prompts left-padded)."""
+    parts = ep.turns
+    pad = processor.tokenizer.pad_token_id
+    width = max(p.ids.shape[1] for p in parts)
+
+    def right(x: torch.Tensor, value: int) -> torch.Tensor:
+        return torch.nn.functional.pad(x, (0, width - x.shape[1]), value=value)
+
+    batch = parts[0].batch if len(parts) == 1 else concat_batches([p.batch for p in parts], pad)
+    device = parts[0].ids.device
+    owner = torch.tensor([t for p in parts for t in p.trajectories], device=device)
+    turn = torch.tensor([k + 1 for k, p in enumerate(parts) for _ in p.trajectories], device=device)
+    return Rollout(
+        examples=ep.examples,
+        batch=batch,
+        ids=torch.cat([right(p.ids, pad) for p in parts]),
+        mask=torch.cat([right(p.mask, 0) for p in parts]),
+        temperature=torch.cat([p.temperature for p in parts]),
+        texts=[x for p in parts for x in p.texts],
+        terms=[x for p in parts for x in p.terms],
+        rewards=ep.rewards,
+        truncated=torch.cat([p.truncated for p in parts]),
+        owner=owner,
+        turn=turn,
+        clips=ep.clips,
+        stats=episode_stats(ep, turns),
+    )
