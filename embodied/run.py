@@ -202,8 +202,7 @@ def expert(cfg: Config, progress: bool = True) -> dict:
     """Expert iteration (`expert:`) from `policy.path` on `data.root`'s train split: each round keeps the
     best verified of `expert.samples` answers per prompt (the simulator's verdict for interactive episodes,
     the label for questions) and fine-tunes on them; saves `run_dir/model` and the curves."""
-    from embodied.rl.rewards import rewards_for
-    from embodied.train.expert import train_expert
+    from embodied.train.expert import train_expert_config
 
     if cfg.resume:
         raise ConfigError(
@@ -213,20 +212,7 @@ def expert(cfg: Config, progress: bool = True) -> dict:
     (out / "metrics.jsonl").unlink(missing_ok=True)
     model, processor = load(cfg.policy)
     train = answer_examples(load_split(cfg.data.root, "train", cfg.video, progress), cfg.env.answer)
-    info = train_expert(
-        model,
-        processor,
-        train,
-        cfg.expert,
-        cfg.sft,
-        cfg.video,
-        out,
-        cfg.seed,
-        progress,
-        rewards_for(cfg),
-        cfg.grpo.max_new_tokens,
-        cfg.grpo.reward_timeout_s,
-    )
+    info = train_expert_config(model, processor, train, cfg, out, progress)
     save_policy(model, processor, out / "model")
     plot_curves(read_metrics(out / "metrics.jsonl"), out / "curves.png")
     write_report(out)

@@ -63,17 +63,10 @@ def test_expert_iteration_from_format_only_learns_a_visible_answer(tmp_path):
     """As tests/test_rl_learns.py for GRPO: from the format-only start, rounds of keeping the verified answer
     and fine-tuning on it must lift the tiny base from chance to >= 0.9 on "which colour fills the video?"."""
     from embodied.eval.loop import evaluate
-    from embodied.policy.model import PolicyConfig, load
     from embodied.rl.rewards import mcq_rewards
-    from embodied.train.sft import train_sft
-    from tests.test_rl_learns import colour_examples
+    from tests.test_rl_learns import format_only_start
 
-    video = VideoConfig()
-    train, test = colour_examples(256, 0), colour_examples(128, 1)
-    model, processor = load(PolicyConfig(path="tiny-base"))
-    fmt = SFTConfig(steps=60, targets="format", eval_every=0, checkpoint_every=0)
-    train_sft(model, processor, train, fmt, video, tmp_path / "sft", progress=False)
-    before = evaluate(model, processor, test, video, choice=False, progress=False)
+    model, processor, train, test, video, fmt, before = format_only_start(tmp_path)
     cfg = ExpertConfig(rounds=2, prompts_per_round=128, samples=4, sft_steps=30, batch_size=32, lr=1e-3)
     info = train_expert(model, processor, train, cfg, fmt, video, tmp_path / "ei", 0, False, mcq_rewards())
     after = evaluate(model, processor, test, video, choice=False, progress=False)

@@ -42,13 +42,20 @@ def colour_examples(n: int, seed: int) -> list[Example]:
     return out
 
 
-def test_grpo_from_format_only_learns_a_visible_answer(tmp_path):
+def format_only_start(tmp_path):
+    """The shipped tiny base after 60 steps of format-only SFT on the colour questions: `(model, processor,
+    train, test, video, fmt, before)`, `fmt` the SFT config and `before` its greedy evaluation on `test`."""
     video = VideoConfig()
     train, test = colour_examples(256, 0), colour_examples(128, 1)
     model, processor = load(PolicyConfig(path="tiny-base"))
     fmt = SFTConfig(steps=60, targets="format", eval_every=0, checkpoint_every=0)
     train_sft(model, processor, train, fmt, video, tmp_path / "sft", progress=False)
     before = evaluate(model, processor, test, video, choice=False, progress=False)
+    return model, processor, train, test, video, fmt, before
+
+
+def test_grpo_from_format_only_learns_a_visible_answer(tmp_path):
+    model, processor, train, test, video, _, before = format_only_start(tmp_path)
     grpo = GRPOConfig(steps=30, lr=1e-3, checkpoint_every=0)  # 32 prompts x 4, KL 0.1
     train_grpo(model, processor, train, grpo, video, tmp_path / "grpo", progress=False)
     after = evaluate(model, processor, test, video, choice=False, progress=False)

@@ -45,7 +45,7 @@ from embodied.experiments.reuse import process_data, reuse_or_run, run_jobs
 from embodied.policy.model import load, load_policy, save_policy
 from embodied.rl.rewards import rewards_for
 from embodied.train.common import seed_everything
-from embodied.train.expert import train_expert
+from embodied.train.expert import train_expert_config
 from embodied.train.grpo import train_grpo
 from embodied.train.metrics import plot_curves, read_metrics
 from embodied.train.sft import train_sft
@@ -180,27 +180,14 @@ def run_arm(cfg, data: dict, out: Path, arm: str, progress: bool) -> dict:
     arm_dir.mkdir(parents=True, exist_ok=True)
     (arm_dir / "metrics.jsonl").unlink(missing_ok=True)
     train = _train_set(arm, data, cfg.seed)
-    reward = rewards_for(cfg)
     if arm == "expert":  # best-of-N verified by the simulator, then fine-tuned on: no GRPO update
-        info = train_expert(
-            model,
-            processor,
-            train,
-            cfg.expert,
-            cfg.sft,
-            cfg.video,
-            arm_dir,
-            cfg.seed,
-            progress,
-            reward,
-            cfg.grpo.max_new_tokens,
-            cfg.grpo.reward_timeout_s,
-        )
+        info = train_expert_config(model, processor, train, cfg, arm_dir, progress)
         answers = info["answers_scored"]
     else:
         grpo = dataclasses.replace(cfg.grpo, checkpoint_every=0)
         env = cfg.env  # env.turns: multi-turn episodes
         turns = {"turns": env.turns, "turn_reward": env.turn_reward, "turn_words": env.turn_words}
+        reward = rewards_for(cfg)
         train_grpo(model, processor, train, grpo, cfg.video, arm_dir, (), cfg.seed, progress, reward, **turns)
         answers = cfg.grpo.steps * cfg.grpo.prompts_per_step * cfg.grpo.group_size
     wall = time.perf_counter() - t

@@ -27,7 +27,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from embodied.data.load import Example
-from embodied.rl.rewards import RewardFn, mcq_rewards
+from embodied.rl.rewards import RewardFn, mcq_rewards, rewards_for
 from embodied.rl.rollout import Rollout, sample_groups, sampling_seed
 from embodied.train.metrics import MetricsLog
 from embodied.train.sft import train_sft
@@ -184,6 +184,29 @@ def train_expert(
         "kept": kept_total,
         "wall_s": time.perf_counter() - t_start,
     }
+
+
+def train_expert_config(
+    model, processor, train: Sequence[Example], cfg, out_dir: str | Path, progress: bool = True
+) -> dict:
+    """`train_expert` as a whole config (`embodied.config.Config`) asks: its `expert:` rounds, `sft:`
+    optimizer settings, `video:`, seed, the routed reward (`rl.rewards.rewards_for`: physics for episodes,
+    rules for questions) and GRPO's token budget and reward timeout. `embodied expert` and the
+    env-feedback arm both run it."""
+    return train_expert(
+        model,
+        processor,
+        train,
+        cfg.expert,
+        cfg.sft,
+        cfg.video,
+        out_dir,
+        cfg.seed,
+        progress,
+        rewards_for(cfg),
+        cfg.grpo.max_new_tokens,
+        cfg.grpo.reward_timeout_s,
+    )
 
 
 def answers_scored(cfg, n_train: int) -> int:
