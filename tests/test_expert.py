@@ -98,3 +98,18 @@ def test_cli_expert_and_grpo_train_on_episodes_scored_by_the_simulator(tmp_path)
     [row] = [r for r in read_metrics(tmp_path / "grpo" / "metrics.jsonl") if r["stage"] == "grpo"]
     assert "reward/success" in row and "reward/unparseable" in row  # physics terms, not the MCQ rule
     assert main(["expert", "-q", *common, "resume=auto", f"run_dir={tmp_path}/ei"]) == 1
+
+
+def test_training_curves_share_the_axis_of_answers_sampled():
+    from embodied.experiments.env_report import training_curve
+
+    grpo = [{"stage": "grpo", "step": s, "reward/success": s / 10} for s in (5, 10)] + [
+        {"stage": "sft", "step": 1}
+    ]
+    expert = [
+        {"stage": "expert", "step": r, "expert/answers_scored": 3200 * r, "reward/success": r / 4}
+        for r in (1, 2)
+    ]
+    assert training_curve(grpo, "reward/success", 128) == {640: 0.5, 1280: 1.0}
+    assert training_curve(expert, "reward/success", 128) == {3200: 0.25, 6400: 0.5}
+    assert training_curve(grpo, "reward/accuracy", 128) == {}

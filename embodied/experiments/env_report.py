@@ -312,8 +312,22 @@ def plot_results(figures: dict, constant: dict, out: Path) -> None:
     plt.close(fig)
 
 
-def plot_reward_curves(out: Path, arms: list[str], seeds: list[int]) -> None:
-    """reward/total, reward/success and reward/accuracy over GRPO steps per arm (mean over seeds)."""
+def training_curve(rows: list[dict], key: str, per_step: int) -> dict[int, float]:
+    """`{answers sampled so far: value of key}` from one arm's metrics: a GRPO step's row at step x
+    `per_step` (prompts x group size), an expert-iteration round's at its `expert/answers_scored`, so that
+    arms trained by different rules share one axis: the simulator calls spent."""
+    curve = {}
+    for r in rows:
+        if key in r and r.get("stage") == "grpo":
+            curve[r["step"] * per_step] = r[key]
+        elif key in r and r.get("stage") == "expert":
+            curve[int(r["expert/answers_scored"])] = r[key]
+    return curve
+
+
+def plot_reward_curves(out: Path, arms: list[str], seeds: list[int], per_step: int) -> None:
+    """reward/total, reward/success and reward/accuracy of every arm's sampled training answers against
+    the answers sampled so far (`training_curve`; mean over seeds)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -324,16 +338,14 @@ def plot_reward_curves(out: Path, arms: list[str], seeds: list[int]) -> None:
     for i, arm in enumerate(arms):
         logs = [read_metrics(out / f"seed{seed}" / arm / "metrics.jsonl") for seed in seeds]
         for ax, key in zip(axes, keys):
-            runs = [
-                {r["step"]: r[key] for r in rows if r.get("stage") == "grpo" and key in r} for rows in logs
-            ]
+            runs = [training_curve(rows, key, per_step) for rows in logs]
             steps = sorted(set.intersection(*(set(r) for r in runs))) if runs else []
             if steps:  # C0 is the start's colour in the other plots
                 mean = [np.mean([r[s] for r in runs]) for s in steps]
                 ax.plot(steps, mean, marker=".", color=f"C{i + 1}", label=arm)
     for ax, key in zip(axes, ("reward/total", "reward/success (interactive)", "reward/accuracy (MCQ)")):
         ax.set_title(key + " (mean over seeds)", fontsize=9)
-        ax.set_xlabel("GRPO step", fontsize=8)
+        ax.set_xlabel("answers sampled in training (GRPO: steps x prompts x group size)", fontsize=8)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
@@ -387,7 +399,9 @@ def write_env_report(rows: list[dict], constant: dict, out: Path, cfg) -> dict:
     figures = stage_figures(rows, constant)
     (out / "results.md").write_text(markdown(figures, constant, rows))
     plot_results(figures, constant, out / "results.png")
-    plot_reward_curves(out, [s for s in figures if s != "start"], [r["seed"] for r in rows])
+    g = cfg.grpo
+    arms = [s for s in figures if s != "start"]
+    plot_reward_curves(out, arms, [r["seed"] for r in rows], g.prompts_per_step * g.group_size)
     plot_test_time(rows, out)
     return {
         "stages": figures,
