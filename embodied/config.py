@@ -44,6 +44,11 @@ class SFTConfig:
     `3 1 2 -> 2, 3, 1`). A trace is a target, never an input. It makes responses longer: evaluation and
     GRPO need `max_new_tokens` at least the longest target (48 tokens with a 3x3 arrangement; the cosmos
     main job checks; docs/cosmos.md)."""
+    answer_weight: float = 1.0
+    """Weight of the tokens inside `<answer>...</answer>` in the loss, relative to every other target token
+    (the mean stays over target tokens, so 1 is the plain mean). With a trace the letter is 1 of about 17
+    target tokens; a larger weight gives matching the written order to its option more of the gradient
+    (docs/cosmos.md, "measured levers")."""
     targets: str = "answer"
     """answer: the correct letter | format: a uniformly random option letter, drawn anew at every step, so
     SFT teaches the answer format and never the answer (the zero-label start for GRPO)."""

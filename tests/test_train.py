@@ -205,3 +205,41 @@ def test_rl_curves_and_first_reaching_from_metrics_rows():
     assert c["group_spread"] == [(5, 0.75), (10, 0.25)] and c["entropy"] == [(5, 0.2)]
     assert c["papo_masked"] == [(10, 0.4)] and c["papo_real"] == []
     assert first_reaching(c["val"], 0.9) == (10, 20.1) and first_reaching(c["val"], 0.99) == (None, None)
+
+
+def test_answer_weight_lands_on_the_answer_tokens_only(tiny_path):
+    """`sft.answer_weight` weighs exactly the tokens inside `<answer>...</answer>`; 1 is the plain mean."""
+    from transformers import AutoProcessor
+
+    from embodied.policy.model import encode_completions
+    from embodied.train.sft import answer_weights
+
+    processor = AutoProcessor.from_pretrained(tiny_path)
+    texts = [
+        "<think>3 1 2 -> 2, 3, 1</think><answer>B</answer>",
+        "<think></think><answer>C</answer>",
+        "no tags",
+    ]
+    ids, mask = encode_completions(processor, texts)
+    w = answer_weights(processor, texts, mask, 10.0)
+    assert torch.equal(w == 0, mask == 0)  # padding stays out
+    for i, want in enumerate(["B", "C", ""]):
+        heavy = ids[i][w[i] == 10.0]
+        assert processor.tokenizer.decode(heavy) == want
+    assert torch.equal(answer_weights(processor, texts, mask, 1.0), mask.float())
+
+
+def test_format_targets_never_carry_a_trace():
+    """Format-only SFT (random letters) must not teach the answer through `<think>`: a puzzle's trace lists
+    the shown pieces' places, which decide the answer."""
+    from embodied.data.families import FamilySpec
+    from embodied.tasks import spatial_puzzle as sp
+    from embodied.train.sft import sft_targets
+
+    image = np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)
+    rec, _ = sp.from_frames(image[None], 2.0, np.random.default_rng(0), 2, "easy", FamilySpec())
+    answer = sft_targets([rec], SFTConfig(rationale="trace", targets="answer"), 0, 1)[0]
+    assert "->" in answer
+    for step in range(1, 6):
+        (fmt,) = sft_targets([rec], SFTConfig(rationale="trace", targets="format"), 0, step)
+        assert fmt.startswith("<think></think><answer>")

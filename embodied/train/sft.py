@@ -48,7 +48,9 @@ def warmup_cosine(warmup: int, total: int, floor: float = 0.1):
 
 def sft_targets(records: Sequence[dict], cfg, seed: int, step: int) -> list[str]:
     """Targets of one step: the family's answer format with the right letter, or (`cfg.targets` format) with
-    a letter drawn uniformly from the options by `(seed, step)`, so a resumed run draws the same ones.
+    a letter drawn uniformly from the options by `(seed, step)`, so a resumed run draws the same ones. Format
+    targets never carry a trace (`<think>` stays empty under `rationale=trace`): a puzzle's trace names the
+    pieces' places, which is the answer.
     Interactive episodes have no label: with format targets they get a random action on the task's answer
     grid (`embodied.envs.random_answer`); with answer targets they are an error."""
     interactive = [is_interactive(r) for r in records]
@@ -57,12 +59,32 @@ def sft_targets(records: Sequence[dict], cfg, seed: int, step: int) -> list[str]
             raise ValueError("sft.targets=answer: interactive episodes have no label; use sft.targets=format")
         return [sft_target(r, cfg.rationale) for r in records]
     rng = np.random.default_rng([seed, step, 71])
+    rationale = "none" if cfg.rationale == "trace" else cfg.rationale  # a trace would tell the answer
     return [
         random_answer(r, rng)
         if inter
-        else sft_target(r | {"answer": LETTERS[int(rng.integers(len(r["options"])))]}, cfg.rationale)
+        else sft_target(r | {"answer": LETTERS[int(rng.integers(len(r["options"])))]}, rationale)
         for r, inter in zip(records, interactive)
     ]
+
+
+def answer_weights(processor, texts: Sequence[str], mask: torch.Tensor, weight: float) -> torch.Tensor:
+    """Per-token loss weights of the completions `texts` (as `encode_completions` tokenized them, `mask`):
+    1 on target tokens, `weight` on every token whose characters overlap the content of `<answer>...</answer>`
+    (by the tokenizer's character offsets, so it holds for any tokenizer), 0 on padding."""
+    enc = processor.tokenizer(
+        [t + "<|im_end|>" for t in texts], add_special_tokens=False, return_offsets_mapping=True
+    )
+    out = mask.to(torch.float32).clone()
+    for i, (text, spans) in enumerate(zip(texts, enc["offset_mapping"])):
+        start, end = text.rfind("<answer>"), text.rfind("</answer>")
+        if start < 0 or end < start:
+            continue
+        start += len("<answer>")
+        for j, (a, b) in enumerate(spans):
+            if a < end and b > start:
+                out[i, j] = weight
+    return out
 
 
 def longest_target(processor, records: Sequence[dict], cfg) -> int:
@@ -131,7 +153,10 @@ def train_sft(
         ids, mask = encode_completions(processor, targets, device)
         logp = completion_logprobs(net, batch, ids, mask)
         tokens = procs.sum(mask.sum())  # the mean is over the whole global batch's target tokens
-        loss = -(logp * mask).sum() / tokens
+        weights = (
+            mask if cfg.answer_weight == 1 else answer_weights(processor, targets, mask, cfg.answer_weight)
+        )
+        loss = -(logp * weights).sum() / tokens
         grad_norm = optimizer_step(model, run.optimizer, loss, cfg.grad_clip, run.guard, step, procs.backward)
         run.schedule.step()
         run.loss_sum += procs.sum(loss.detach()).item()
