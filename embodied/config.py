@@ -49,6 +49,11 @@ class SFTConfig:
     (the mean stays over target tokens, so 1 is the plain mean). With a trace the letter is 1 of about 17
     target tokens; a larger weight gives matching the written order to its option more of the gradient
     (docs/cosmos.md, "measured levers")."""
+    answer_as: str = "letter"
+    """What targets write inside `<answer>` (`tasks.ANSWER_AS`): letter | text, the right option's text (an
+    ordering puzzle's order, `2, 3, 1`). Rewards and evaluation read either as the option it names
+    (`tasks.chosen_option`), so `text` takes matching the written order to a letter out of the task. The
+    prompt still asks for the letter, and forced-choice accuracy still scores letters."""
     targets: str = "answer"
     """answer: the correct letter | format: a uniformly random option letter, drawn anew at every step, so
     SFT teaches the answer format and never the answer (the zero-label start for GRPO)."""

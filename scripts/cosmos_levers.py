@@ -26,12 +26,12 @@ from pathlib import Path
 TARGETS = ("none", "template", "trace", "order")
 
 
-def target_text(record: dict, targets: str) -> str:
+def target_text(record: dict, targets: str, answer_as: str = "letter") -> str:
     from embodied.tasks import answer_text, format_response, sft_target
 
     if targets == "order":
         return format_response(answer_text(record), record["answer"])
-    return sft_target(record, rationale=targets)
+    return sft_target(record, rationale=targets, answer_as=answer_as)
 
 
 ORDER = re.compile(r"(\d+(?:\s*,\s*\d+)+)\s*$")
@@ -94,17 +94,18 @@ def collect(paths: list[str], out: Path, machine: str, keep: str = "", code: str
         r["loss_curve"] = r["loss_curve"][::5]  # every 50th step (logged every 10)
         manifest = json.loads((Path(r["data"]) / "manifest.json").read_text())
         made = {"machine": machine, "code": code, "generator_version": manifest.get("generator_version")}
-        runs.append({"run": Path(p).stem, **made, **r})
+        runs.append({"run": Path(p).stem, **made, "answer_weight": 1.0, **r})  # before the option: 1
     if len({r["run"] for r in runs}) < len(runs):
         raise ValueError("two runs share a name: rename one")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"runs": runs}, indent=1))
     head = (
-        "| run | data | targets | seed | steps | SFT s | accuracy [95% CI] | order right | order is an option"
+        "| run | data | targets (answer) | answer weight | seed | steps | SFT s | accuracy [95% CI]"
+        " | order right | order is an option"
     )
     tail = " | letter = that option | letter = order, of all | shuffled frames [95% CI] | blind [95% CI] |"
     print(head + tail)
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in runs:
         t = r.get("trace") or {}
         keys = ("order_right", "order_in_options", "letter_matches_order", "letter_matches_order_all")
@@ -114,7 +115,9 @@ def collect(paths: list[str], out: Path, machine: str, keep: str = "", code: str
             cells.append(f"{b['accuracy']:.3f} [{b['ci95'][0]:.2f}, {b['ci95'][1]:.2f}]" if b else "-")
         lo, hi = r["ci95"]
         print(
-            f"| {r['run']} | {Path(r['data']).name} | {r['targets']} | {r['seed']} | {r['steps']} | "
+            f"| {r['run']} | {Path(r['data']).name} | {r['targets']} ({r.get('answer_as', 'letter')}) | "
+            f"{r.get('answer_weight', 1.0):g} | "
+            f"{r['seed']} | {r['steps']} | "
             f"{r['sft_s']:.0f} | {r['accuracy']:.3f} [{lo:.2f}, {hi:.2f}] | " + " | ".join(cells) + " |"
         )
 
@@ -172,7 +175,7 @@ def main() -> None:
         (),
         args.seed,
         True,
-        target_fn=lambda r: target_text(r, args.targets),
+        target_fn=lambda r: target_text(r, args.targets, cfg.sft.answer_as),
     )
     t0 = time.perf_counter()
     res = evaluate(
@@ -205,6 +208,8 @@ def main() -> None:
         "steps": done["steps"],
         "batch_size": cfg.sft.batch_size,
         "lr": cfg.sft.lr,
+        "answer_weight": cfg.sft.answer_weight,
+        "answer_as": cfg.sft.answer_as,
         "sft_s": round(done["wall_s"], 1),
         "eval_s": round(eval_s, 1),
         "loss_first_last": [losses[0], losses[-1]] if losses else None,

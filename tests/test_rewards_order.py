@@ -83,7 +83,7 @@ def test_mcq_reward_with_order_credit_by_hand():
         "<think>x</think><answer>B</answer><answer>B</answer>",  # duplicated
         "<think>x</think><answer>B, D</answer>",  # two letters
         said("E"),  # names no option
-        said("2, 1, 3"),  # the order itself, not its letter
+        said("2, 1"),  # part of an order (a whole option's order counts as that option: test_rl)
     ],
 )
 def test_unusable_answers_earn_no_credit(text: str):

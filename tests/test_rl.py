@@ -42,6 +42,42 @@ def test_reward_edge_cases(text, answer, acc, fmt):
     assert format_reward(text) == fmt
 
 
+@pytest.mark.parametrize(
+    "content, chosen",
+    [
+        ("B", "B"),  # a letter names its option
+        ("2, 1, 3", "B"),  # an option's text names it
+        ("2,1,3", "B"),
+        (" 3, 2, 1. ", "C"),  # a final period and spaces aside
+        ("forward", "forward"),  # a text that is no option matches none
+        ("2, 1", "2, 1"),  # part of an order is not the order
+        ("D", "D"),  # a letter past the options names none
+    ],
+)
+def test_an_answer_chooses_an_option_by_letter_or_by_text(content, chosen):
+    from embodied.rl.rewards import record_reward
+    from embodied.tasks import chosen_option
+
+    options = ["1, 3, 2", "2, 1, 3", "3, 2, 1"]
+    text = f"<think>x</think><answer>{content}</answer>"
+    assert chosen_option(text, options) == chosen
+    assert chosen_option(text) == content.strip()  # without options only letters name options
+    assert accuracy_reward(text, "B", options) == float(chosen == "B")
+    assert accuracy_reward(text, "B") == float(content == "B")  # the letter rule without options is unchanged
+    record = {"family": "temporal_puzzle", "options": options, "answer": "B"}
+    assert record_reward(text, record)["reward/accuracy"] == float(chosen == "B")
+
+
+def test_partial_credit_reads_an_order_written_out():
+    from embodied.rl.rewards import order_credit_reward
+
+    orders = [[1, 2, 3, 4], [1, 2, 4, 3], [2, 1, 3, 4]]
+    for content in ("B", "1, 2, 4, 3", "1,2,4,3"):
+        text = f"<think></think><answer>{content}</answer>"
+        assert order_credit_reward(text, "A", orders, 0.2) == pytest.approx(0.1)  # 2 of 4 places right
+    assert order_credit_reward("<answer>1, 2</answer>", "A", orders, 0.2) == 0.0
+
+
 def test_parse_answer_and_weighted_total():
     assert parse_answer("<think></think><answer>C</answer>") == "C"
     assert parse_answer("no tags") is None

@@ -243,3 +243,23 @@ def test_format_targets_never_carry_a_trace():
     for step in range(1, 6):
         (fmt,) = sft_targets([rec], SFTConfig(rationale="trace", targets="format"), 0, step)
         assert fmt.startswith("<think></think><answer>")
+
+
+def test_text_answers_write_the_option_and_score_as_its_letter():
+    """`sft.answer_as=text` writes the right option's text in `<answer>`, and evaluation reads it back as
+    that option's letter."""
+    from embodied.data.families import FamilySpec
+    from embodied.tasks import chosen_option, sft_target
+    from embodied.tasks import spatial_puzzle as sp
+    from embodied.train.sft import sft_targets
+
+    image = np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)
+    rec, _ = sp.from_frames(image[None], 2.0, np.random.default_rng(0), 2, "easy", FamilySpec())
+    (target,) = sft_targets([rec], SFTConfig(rationale="trace", answer_as="text"), 0, 1)
+    assert target.endswith(f"<answer>{rec['options'][2]}</answer>")
+    assert chosen_option(target, rec["options"]) == "C" == rec["answer"]
+    for step in range(1, 6):  # format targets: a random option, written out
+        (fmt,) = sft_targets([rec], SFTConfig(answer_as="text", targets="format"), 0, step)
+        assert chosen_option(fmt, rec["options"]) in "ABCD" and "<answer>C</answer>" not in fmt
+    with pytest.raises(ValueError, match="answer_as"):
+        sft_target(rec, "none", "number")

@@ -38,8 +38,7 @@ from embodied.policy.model import (
     generate,
     repeat_batch,
 )
-from embodied.rl.rewards import parse_answer
-from embodied.tasks import LETTERS
+from embodied.tasks import LETTERS, chosen_option
 from embodied.video import Clip, VideoConfig
 
 __all__ = [
@@ -107,7 +106,7 @@ def _row(rec: dict, text: str, view: int, lp: torch.Tensor | None, sampled) -> d
         "n_options": m,
         "view": view,
         "answer": rec["answer"],
-        "predicted": parse_answer(text),
+        "predicted": chosen_option(text, rec["options"]),
         "response": text,
         "choice": None if lp is None else LETTERS[int(lp.argmax())],
         "choice_logprobs": None if lp is None else [round(float(x), 6) for x in lp[:m]],
@@ -164,8 +163,10 @@ def evaluate(
         t0 = time.perf_counter()
         sampled = (
             [
-                [parse_answer(t) for t in texts]
-                for texts in sampled_responses(model, processor, batch, samples, max_new_tokens, temperature)
+                [chosen_option(t, rec["options"]) for t in texts]
+                for rec, texts in zip(
+                    records, sampled_responses(model, processor, batch, samples, max_new_tokens, temperature)
+                )
             ]
             if samples
             else [None] * len(chunk)

@@ -22,12 +22,20 @@ import torch
 from embodied.data.schema import kind
 from embodied.envs import is_interactive
 from embodied.envs.reward import ENV_FORMAT_WEIGHT, env_reward  # noqa: F401  (re-exported)
-from embodied.tasks import LETTERS, format_reward, parse_answer, spatial_puzzle, temporal_puzzle
+from embodied.tasks import (  # noqa: F401  (parse_answer re-exported)
+    LETTERS,
+    chosen_option,
+    format_reward,
+    parse_answer,
+    spatial_puzzle,
+    temporal_puzzle,
+)
 
 
-def accuracy_reward(text: str, answer: str) -> float:
-    """1.0 when the answer block holds exactly the expected letter, else 0.0."""
-    return 1.0 if parse_answer(text) == answer else 0.0
+def accuracy_reward(text: str, answer: str, options: Sequence[str] | None = None) -> float:
+    """1.0 when the answer block chooses the expected letter (the letter itself, or with `options` the
+    right option's text, `tasks.chosen_option`), else 0.0."""
+    return 1.0 if chosen_option(text, options) == answer else 0.0
 
 
 def partial_order_credit(chosen: Sequence[int], truth: Sequence[int], discount: float) -> float:
@@ -61,10 +69,10 @@ def option_orders(record: dict) -> list[list[int]] | None:
 
 
 def order_credit_reward(text: str, answer: str, orders: Sequence[Sequence[int]], discount: float) -> float:
-    """`partial_order_credit` of the option that `text`'s one `<answer>` letter chooses among `orders` (the
-    question's options as orders, `answer` the right letter). A missing, empty or duplicated `<answer>`, or a
-    letter that names no option, earns 0."""
-    chosen = parse_answer(text)
+    """`partial_order_credit` of the option that `text`'s one `<answer>` chooses among `orders` (the
+    question's options as orders, `answer` the right letter), by its letter or its order (`2, 3, 1`). A
+    missing, empty or duplicated `<answer>`, or one that names no option, earns 0."""
+    chosen = chosen_option(text, [", ".join(str(i) for i in order) for order in orders])
     if chosen is None or chosen not in LETTERS[: len(orders)]:
         return 0.0
     return partial_order_credit(orders[LETTERS.index(chosen)], orders[LETTERS.index(answer)], discount)
@@ -77,15 +85,17 @@ def mcq_reward(
     format_weight: float = 0.5,
     order_credit: float = 0.0,
     orders: Sequence[Sequence[int]] | None = None,
+    options: Sequence[str] | None = None,
 ) -> dict[str, float]:
-    """Named reward terms for one response; `reward/total` is their weighted sum.
+    """Named reward terms for one response; `reward/total` is their weighted sum. With `options` (the
+    question's option texts) an answer that spells an option's text counts as that option's letter.
 
     With `order_credit > 0` (the discount of `partial_order_credit`) every response also gets
     `reward/order_credit`: the partial credit of its chosen order when `orders` (the question's options as
     orders, `option_orders`) is given, else 0. It counts in the total at `accuracy_weight`, as a share of
     the accuracy reward; `reward/accuracy` stays the exact letter match.
     """
-    acc = accuracy_reward(text, answer)
+    acc = accuracy_reward(text, answer, options)
     fmt = format_reward(text)
     terms = {"reward/accuracy": acc, "reward/format": fmt}
     credit = 0.0
@@ -111,7 +121,9 @@ def record_reward(
 ) -> dict[str, float]:
     """`mcq_reward` of `text` answering `record`, with the record's orders when partial credit is on."""
     orders = option_orders(record) if order_credit > 0 else None
-    return mcq_reward(text, record["answer"], accuracy_weight, format_weight, order_credit, orders)
+    return mcq_reward(
+        text, record["answer"], accuracy_weight, format_weight, order_credit, orders, record.get("options")
+    )
 
 
 # --- reward functions over a batch of completions ----------------------------------------------------

@@ -115,7 +115,7 @@ RATIONALES = ("none", "template", "trace")
 simulator-derived trace (`trace_for`): what the clip shows that decides the answer, then the answer's text."""
 
 
-def sft_target(record: dict, rationale: bool | str = False) -> str:
+def sft_target(record: dict, rationale: bool | str = False, answer_as: str = "letter") -> str:
     """The SFT response for a record: `<think>` (see `RATIONALES`; False = none, True = template), then the
     letter.
 
@@ -128,7 +128,35 @@ def sft_target(record: dict, rationale: bool | str = False) -> str:
     if mode not in RATIONALES:
         raise ValueError(f"rationale must be one of {RATIONALES} (or a bool), got {rationale!r}")
     reasoning = {"none": "", "template": module.reasoning_for, "trace": module.trace_for}[mode]
-    return format_response(reasoning(record) if reasoning else "", record["answer"])
+    if answer_as not in ANSWER_AS:
+        raise ValueError(f"answer_as must be one of {ANSWER_AS}, got {answer_as!r}")
+    answer = answer_text(record) if answer_as == "text" else record["answer"]
+    return format_response(reasoning(record) if reasoning else "", answer)
+
+
+ANSWER_AS = ("letter", "text")
+"""What an SFT target writes inside `<answer>`: the right option's letter, or its text (`2, 3, 1`; `forward`).
+Either is read as that option (`chosen_option`)."""
+
+
+def _spelled(text: str) -> str:
+    """An answer text compared loosely: lower case, no final period, commas and whitespace as one space."""
+    return " ".join(re.split(r"[\s,]+", text.strip().lower().rstrip(".").strip()))
+
+
+def chosen_option(text: str, options: Sequence[str] | None = None) -> str | None:
+    """The option letter a response chooses. Its one `<answer>` content (`parse_answer`; None when there
+    is none) counts as the option it names. That is its letter, or the exact text of one of `options`
+    (case, a final period, and spacing around commas aside: `2,3,1` is the option `2, 3, 1`). Any other
+    content comes back as it is, and matches no option. Without `options` only letters name options."""
+    content = parse_answer(text)
+    if content is None or not options or content in LETTERS[: len(options)]:
+        return content
+    spelled = _spelled(content)
+    for letter, option in zip(LETTERS, options):
+        if _spelled(option) == spelled:
+            return letter
+    return content
 
 
 def answer_text(record: dict) -> str:

@@ -57,13 +57,15 @@ def sft_targets(records: Sequence[dict], cfg, seed: int, step: int) -> list[str]
     if cfg.targets == "answer":
         if any(interactive):
             raise ValueError("sft.targets=answer: interactive episodes have no label; use sft.targets=format")
-        return [sft_target(r, cfg.rationale) for r in records]
+        return [sft_target(r, cfg.rationale, cfg.answer_as) for r in records]
     rng = np.random.default_rng([seed, step, 71])
     rationale = "none" if cfg.rationale == "trace" else cfg.rationale  # a trace would tell the answer
     return [
         random_answer(r, rng)
         if inter
-        else sft_target(r | {"answer": LETTERS[int(rng.integers(len(r["options"])))]}, rationale)
+        else sft_target(
+            r | {"answer": LETTERS[int(rng.integers(len(r["options"])))]}, rationale, cfg.answer_as
+        )
         for r, inter in zip(records, interactive)
     ]
 
@@ -92,7 +94,7 @@ def longest_target(processor, records: Sequence[dict], cfg) -> int:
     room a policy trained on them needs to write a whole response (`grpo.max_new_tokens`,
     `eval.max_new_tokens`)."""
     tok = processor.tokenizer
-    texts = {sft_target(r, cfg.rationale) for r in records if not is_interactive(r)}
+    texts = {sft_target(r, cfg.rationale, cfg.answer_as) for r in records if not is_interactive(r)}
     return max((len(tok(t + "<|im_end|>", add_special_tokens=False)["input_ids"]) for t in texts), default=0)
 
 
