@@ -50,9 +50,10 @@ class SFTConfig:
     target tokens; a larger weight gives matching the written order to its option more of the gradient
     (docs/cosmos.md, "measured levers")."""
     answer_as: str = "letter"
-    """What targets write inside `<answer>` (`tasks.ANSWER_AS`): letter | text, the right option's text (an
-    ordering puzzle's order, `2, 3, 1`). Rewards and evaluation read either as the option it names
-    (`tasks.chosen_option`), so `text` takes matching the written order to a letter out of the task. The
+    """What targets write inside `<answer>` (`tasks.ANSWER_AS`): letter | order (on ordering questions, the
+    temporal puzzle and the spatial arrangement, the right order, `2, 3, 1`; the letter elsewhere) | text (the
+    right option's text on every question). Rewards and evaluation read each as the option it names
+    (`tasks.chosen_option`), so `order` takes matching a written order to its letter out of the task. The
     prompt still asks for the letter, and forced-choice accuracy still scores letters."""
     targets: str = "answer"
     """answer: the correct letter | format: a uniformly random option letter, drawn anew at every step, so

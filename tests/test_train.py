@@ -263,3 +263,10 @@ def test_text_answers_write_the_option_and_score_as_its_letter():
         assert chosen_option(fmt, rec["options"]) in "ABCD" and "<answer>C</answer>" not in fmt
     with pytest.raises(ValueError, match="answer_as"):
         sft_target(rec, "none", "number")
+    # `order` spells only orders: the arrangement's order here, a letter where the options are no orders
+    assert sft_target(rec, "none", "order") == f"<think></think><answer>{rec['options'][2]}</answer>"
+    patch, _ = sp.from_frames(
+        image[None], 2.0, np.random.default_rng(0), 1, "easy", FamilySpec(variant="patch")
+    )
+    assert sft_target(patch, "none", "order") == "<think></think><answer>B</answer>"
+    assert sft_target(patch, "none", "text") == f"<think></think><answer>{patch['options'][1]}</answer>"

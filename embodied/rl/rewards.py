@@ -22,13 +22,12 @@ import torch
 from embodied.data.schema import kind
 from embodied.envs import is_interactive
 from embodied.envs.reward import ENV_FORMAT_WEIGHT, env_reward  # noqa: F401  (re-exported)
-from embodied.tasks import (  # noqa: F401  (parse_answer re-exported)
+from embodied.tasks import (  # noqa: F401  (parse_answer, option_orders re-exported)
     LETTERS,
     chosen_option,
     format_reward,
+    option_orders,
     parse_answer,
-    spatial_puzzle,
-    temporal_puzzle,
 )
 
 
@@ -56,16 +55,6 @@ def partial_order_credit(chosen: Sequence[int], truth: Sequence[int], discount: 
         return 0.0
     same = sum(a == b for a, b in zip(chosen, truth))
     return discount * same / len(truth)
-
-
-def option_orders(record: dict) -> list[list[int]] | None:
-    """The options of an ordering question as orders (`"2, 1, 3"` -> `[2, 1, 3]`), or None for any other
-    question: only temporal puzzles and spatial puzzles of the arrangement variant have orders as options."""
-    name = record.get("family")
-    variant = (record.get("meta") or {}).get("variant") or spatial_puzzle.VARIANTS[0]  # its default
-    if name == temporal_puzzle.NAME or (name == spatial_puzzle.NAME and variant == "arrangement"):
-        return [[int(x) for x in option.split(",")] for option in record["options"]]
-    return None
 
 
 def order_credit_reward(text: str, answer: str, orders: Sequence[Sequence[int]], discount: float) -> float:

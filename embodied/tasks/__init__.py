@@ -130,13 +130,25 @@ def sft_target(record: dict, rationale: bool | str = False, answer_as: str = "le
     reasoning = {"none": "", "template": module.reasoning_for, "trace": module.trace_for}[mode]
     if answer_as not in ANSWER_AS:
         raise ValueError(f"answer_as must be one of {ANSWER_AS}, got {answer_as!r}")
-    answer = answer_text(record) if answer_as == "text" else record["answer"]
+    spelled = answer_as == "text" or (answer_as == "order" and option_orders(record) is not None)
+    answer = answer_text(record) if spelled else record["answer"]
     return format_response(reasoning(record) if reasoning else "", answer)
 
 
-ANSWER_AS = ("letter", "text")
-"""What an SFT target writes inside `<answer>`: the right option's letter, or its text (`2, 3, 1`; `forward`).
-Either is read as that option (`chosen_option`)."""
+ANSWER_AS = ("letter", "order", "text")
+"""What an SFT target writes inside `<answer>`: the right option's letter; on ordering questions its order
+(`2, 3, 1`) and the letter elsewhere; or its text on every question (`forward`). Each is read as that option
+(`chosen_option`)."""
+
+
+def option_orders(record: dict) -> list[list[int]] | None:
+    """The options of an ordering question as orders (`"2, 1, 3"` -> `[2, 1, 3]`), or None for any other
+    question: only temporal puzzles and spatial puzzles of the arrangement variant have orders as options."""
+    name = record.get("family")
+    variant = (record.get("meta") or {}).get("variant") or "arrangement"  # the spatial puzzle's default
+    if name == "temporal_puzzle" or (name == "spatial_puzzle" and variant == "arrangement"):
+        return [[int(x) for x in option.split(",")] for option in record["options"]]
+    return None
 
 
 def _spelled(text: str) -> str:
