@@ -20,6 +20,7 @@ def test_cosmos_experiment_end_to_end(tmp_path):
         "grpo.group_size=2", "grpo.max_new_tokens=8", "cosmos.seeds=[0,1]", "cosmos.workers=1",
         "cosmos.format_steps=1", "cosmos.benchmark_n_test=16", "eval.max_new_tokens=8",
         "cosmos.curriculum=[{families: [arrow_of_time], steps: 2}]",
+        "sft.rationale=none", "sft.answer_as=letter",  # letters fit the 8 new tokens of this short test
     ]  # fmt: skip
     cfg = load_config([REPO / "configs/physics_mix.yaml", REPO / "configs/experiment_cosmos.yaml"], overrides)
     spec = (
