@@ -82,7 +82,7 @@ def mcq_reward(
     With `order_credit > 0` (the discount of `partial_order_credit`) every response also gets
     `reward/order_credit`: the partial credit of its chosen order when `orders` (the question's options as
     orders, `option_orders`) is given, else 0. It counts in the total at `accuracy_weight`, as a share of
-    the accuracy reward; `reward/accuracy` stays the exact letter match.
+    the accuracy reward; `reward/accuracy` stays the exact match of the chosen option.
     """
     acc = accuracy_reward(text, answer, options)
     fmt = format_reward(text)

@@ -117,7 +117,7 @@ simulator-derived trace (`trace_for`): what the clip shows that decides the answ
 
 def sft_target(record: dict, rationale: bool | str = False, answer_as: str = "letter") -> str:
     """The SFT response for a record: `<think>` (see `RATIONALES`; False = none, True = template), then the
-    letter.
+    answer: the letter, or the right option's text as `answer_as` says (`ANSWER_AS`).
 
     The questions carry no human reasoning, so the default leaves `<think>` empty rather than teaching a
     canned sentence. A trace is a target, never an input: it holds only what the clip and the question show
