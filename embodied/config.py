@@ -44,6 +44,10 @@ class SFTConfig:
     `3 1 2 -> 2, 3, 1`). A trace is a target, never an input. It makes responses longer: evaluation and
     GRPO need `max_new_tokens` at least the longest target (48 tokens with a 3x3 arrangement; the cosmos
     main job checks; docs/cosmos.md)."""
+    rationale_families: list[str] = field(default_factory=list)
+    """The families whose targets carry `rationale` (empty: every family); the others get an empty
+    `<think>`. E.g. `[temporal_puzzle, spatial_puzzle]` keeps the puzzles' traces (each piece's place) and
+    spares object permanence a one-word trace it then has to match to an option sentence (docs/cosmos.md)."""
     answer_weight: float = 1.0
     """Weight of the tokens inside `<answer>...</answer>` in the loss, relative to every other target token
     (the mean stays over target tokens, so 1 is the plain mean). With a trace the letter is 1 of about 17

@@ -83,11 +83,21 @@ def scene(example) -> str:
     return example.record["meta"].get("scene", "")
 
 
-def bench_eval(model, processor, examples, cfg, baseline: str = "none") -> dict:
-    """Greedy accuracy on `examples` overall, per family and per family x tier (no predictions kept)."""
+def bench_eval(
+    model, processor, examples, cfg, baseline: str = "none", predictions: Path | None = None
+) -> dict:
+    """Greedy accuracy on `examples` overall, per family and per family x tier. The per-question rows (id,
+    family, tier, answer, the option chosen, the response) go to the JSON-lines file `predictions` if given,
+    so an answer's reading can be re-examined without rerunning; the returned row keeps none of them."""
     from embodied.eval.loop import evaluate_free
 
     r = evaluate_free(model, processor, examples, cfg, baseline=baseline)
+    if predictions is not None:
+        fields = ("id", "family", "difficulty", "answer", "predicted", "response")
+        predictions.parent.mkdir(parents=True, exist_ok=True)
+        predictions.write_text(
+            "".join(json.dumps({k: p.get(k) for k in fields}) + "\n" for p in r["predictions"])
+        )
     keep = ("accuracy", "ci95", "n", "chance", "unparseable")
     return {k: r[k] for k in keep} | {
         "per_family": {f: {k: v[k] for k in keep} for f, v in r["per_family"].items()},
@@ -162,7 +172,8 @@ def _main_job(cfg, data: dict, seed: int, out: Path, progress: bool) -> dict:
         t_sft += done["wall_s"]
     t_sft += _sft(model, processor, data["train"], cfg, seed, out / "sft", progress)["wall_s"]
     sft_model = copy.deepcopy(model)
-    row = {"sft": bench_eval(model, processor, data["bench"], cfg), "sft_s": round(t_sft, 1)}
+    sft_eval = bench_eval(model, processor, data["bench"], cfg, predictions=out / "sft_predictions.jsonl")
+    row = {"sft": sft_eval, "sft_s": round(t_sft, 1)}
     if cfg.cosmos.order_credit > 0:  # the same GRPO from the same SFT policy, only the reward differs
         credit = copy.deepcopy(model)
         kw = {"order_credit": cfg.cosmos.order_credit}

@@ -156,11 +156,41 @@ def _spelled(text: str) -> str:
     return " ".join(re.split(r"[\s,]+", text.strip().lower().rstrip(".").strip()))
 
 
+def _written_order(text: str) -> list[int] | None:
+    """`text` as an order of integers (`2, 3, 1` or `2 3 1` -> [2, 3, 1]), or None if it is anything else."""
+    parts = [p for p in re.split(r"[\s,]+", text.strip().rstrip(".")) if p]
+    return [int(p) for p in parts] if parts and all(p.isdigit() for p in parts) else None
+
+
+def nearest_order_option(content: str, options: Sequence[str]) -> str | None:
+    """The letter of the option an order that is no option comes nearest to, or None.
+
+    Only when every option is an order of the same pieces (`1..k`, k >= 2: a temporal puzzle, a spatial
+    arrangement) and `content` is an order of k integers. The option it agrees with on most positions (the
+    share of right positions, as `rl.rewards.partial_order_credit` counts them) is chosen; a tie between
+    options chooses none, so an order that says nothing decisive earns nothing and a random order scores
+    below chance rather than at it.
+    """
+    orders = [_written_order(o) for o in options]
+    if not orders or any(o is None or len(o) < 2 or sorted(o) != list(range(1, len(o) + 1)) for o in orders):
+        return None
+    if len({len(o) for o in orders}) != 1:
+        return None
+    written = _written_order(content)
+    if written is None or len(written) != len(orders[0]):
+        return None
+    agree = [sum(a == b for a, b in zip(written, o)) for o in orders]
+    best = max(agree)
+    return LETTERS[agree.index(best)] if agree.count(best) == 1 else None
+
+
 def chosen_option(text: str, options: Sequence[str] | None = None) -> str | None:
     """The option letter a response chooses. Its one `<answer>` content (`parse_answer`; None when there
-    is none) counts as the option it names. That is its letter, or the exact text of one of `options`
-    (case, a final period, and spacing around commas aside: `2,3,1` is the option `2, 3, 1`). Any other
-    content comes back as it is, and matches no option. Without `options` only letters name options."""
+    is none) counts as the option it names: its letter, or the exact text of one of `options` (case, a
+    final period, and spacing around commas aside: `2,3,1` is the option `2, 3, 1`). On an ordering
+    question an order that is no option chooses the option it agrees with on most positions, and none on
+    a tie (`nearest_order_option`), as a reader forced to pick an option would. Any other content comes
+    back as it is, and matches no option. Without `options` only letters name options."""
     content = parse_answer(text)
     if content is None or not options or content in LETTERS[: len(options)]:
         return content
@@ -168,7 +198,7 @@ def chosen_option(text: str, options: Sequence[str] | None = None) -> str | None
     for letter, option in zip(LETTERS, options):
         if _spelled(option) == spelled:
             return letter
-    return content
+    return nearest_order_option(content, options) or content
 
 
 def answer_text(record: dict) -> str:

@@ -20,7 +20,7 @@ from embodied.data.load import Example
 from embodied.envs import is_interactive, random_answer
 from embodied.eval.loop import evaluate
 from embodied.policy.model import completion_logprobs, encode_completions, encode_prompts
-from embodied.tasks import LETTERS, sft_target
+from embodied.tasks import LETTERS, family, sft_target
 from embodied.train.checkpoint import resolve_resume
 from embodied.train.common import (
     NonFiniteGuard,
@@ -46,6 +46,14 @@ def warmup_cosine(warmup: int, total: int, floor: float = 0.1):
     return f
 
 
+def record_rationale(cfg, record: dict) -> str:
+    """`cfg.rationale` for `record`, or `none` when `cfg.rationale_families` is set and lacks its family."""
+    for name in cfg.rationale_families:
+        family(name)  # an unknown family name is an error, not a silent "none"
+    listed = not cfg.rationale_families or record["family"] in cfg.rationale_families
+    return cfg.rationale if listed else "none"
+
+
 def sft_targets(records: Sequence[dict], cfg, seed: int, step: int) -> list[str]:
     """Targets of one step: the family's answer format with the right letter, or (`cfg.targets` format) with
     a letter drawn uniformly from the options by `(seed, step)`, so a resumed run draws the same ones. Format
@@ -57,7 +65,7 @@ def sft_targets(records: Sequence[dict], cfg, seed: int, step: int) -> list[str]
     if cfg.targets == "answer":
         if any(interactive):
             raise ValueError("sft.targets=answer: interactive episodes have no label; use sft.targets=format")
-        return [sft_target(r, cfg.rationale, cfg.answer_as) for r in records]
+        return [sft_target(r, record_rationale(cfg, r), cfg.answer_as) for r in records]
     rng = np.random.default_rng([seed, step, 71])
     rationale = "none" if cfg.rationale == "trace" else cfg.rationale  # a trace would tell the answer
     return [
@@ -94,7 +102,7 @@ def longest_target(processor, records: Sequence[dict], cfg) -> int:
     room a policy trained on them needs to write a whole response (`grpo.max_new_tokens`,
     `eval.max_new_tokens`)."""
     tok = processor.tokenizer
-    texts = {sft_target(r, cfg.rationale, cfg.answer_as) for r in records if not is_interactive(r)}
+    texts = {sft_target(r, record_rationale(cfg, r), cfg.answer_as) for r in records if not is_interactive(r)}
     return max((len(tok(t + "<|im_end|>", add_special_tokens=False)["input_ids"]) for t in texts), default=0)
 
 
