@@ -52,6 +52,10 @@ def test_reward_edge_cases(text, answer, acc, fmt):
         ("forward", "forward"),  # a text that is no option matches none
         ("2, 1", "2, 1"),  # part of an order is not the order
         ("D", "D"),  # a letter past the options names none
+        ("1, 3, 3", "A"),  # an order that is no option: the one it agrees with on most positions (2 of 3)
+        ("1 2 2", "A"),
+        ("2, 3, 1", "2, 3, 1"),  # agrees with each option on one position: a tie chooses none
+        ("1, 3, 2, 4", "1, 3, 2, 4"),  # another length is no order of these pieces
     ],
 )
 def test_an_answer_chooses_an_option_by_letter_or_by_text(content, chosen):
@@ -66,6 +70,17 @@ def test_an_answer_chooses_an_option_by_letter_or_by_text(content, chosen):
     assert accuracy_reward(text, "B") == float(content == "B")  # the letter rule without options is unchanged
     record = {"family": "temporal_puzzle", "options": options, "answer": "B"}
     assert record_reward(text, record)["reward/accuracy"] == float(chosen == "B")
+
+
+def test_nearest_order_only_on_ordering_questions():
+    from embodied.tasks import chosen_option, nearest_order_option
+
+    assert nearest_order_option("2, 1, 4, 3", ["1, 2, 3, 4", "2, 1, 3, 4", "4, 3, 2, 1"]) == "B"
+    assert nearest_order_option("2, 1", ["forward", "backward"]) is None  # options that are no orders
+    assert nearest_order_option("4", ["1", "5", "9"]) is None  # places of one patch are no orders
+    assert nearest_order_option("1, 2", ["1, 2, 3", "2, 1"]) is None  # orders of different lengths
+    assert nearest_order_option("first", ["1, 2", "2, 1"]) is None
+    assert chosen_option("<answer>1, 2, 2</answer>", ["1, 2, 3", "3, 1, 2"]) == "A"  # repeats: 2 to 1
 
 
 def test_partial_credit_reads_an_order_written_out():

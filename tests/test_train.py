@@ -270,3 +270,27 @@ def test_text_answers_write_the_option_and_score_as_its_letter():
     )
     assert sft_target(patch, "none", "order") == "<think></think><answer>B</answer>"
     assert sft_target(patch, "none", "text") == f"<think></think><answer>{patch['options'][1]}</answer>"
+
+
+def test_rationale_families_choose_who_carries_the_trace(tiny_path):
+    """`sft.rationale_families` keeps the trace on the listed families and leaves `<think>` empty on the
+    others; an unknown family name is an error, not a silent `none`."""
+    from embodied.data.families import FamilySpec
+    from embodied.tasks import spatial_puzzle as sp
+    from embodied.train.sft import longest_target, sft_targets
+
+    image = np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)
+    puzzle, _ = sp.from_frames(image[None], 2.0, np.random.default_rng(0), 2, "easy", FamilySpec())
+    other = puzzle | {"family": "arrow_of_time", "options": ["forward", "backward"], "answer": "A"}
+    every = SFTConfig(rationale="trace")
+    only = SFTConfig(rationale="trace", rationale_families=["spatial_puzzle"])
+    assert [t.startswith("<think></think>") for t in sft_targets([puzzle, other], every, 0, 1)] == [False] * 2
+    kept, bare = sft_targets([puzzle, other], only, 0, 1)
+    assert "->" in kept and bare == "<think></think><answer>A</answer>"
+    assert sft_targets([puzzle], only, 0, 1) == sft_targets([puzzle], every, 0, 1)
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(tiny_path)
+    assert longest_target(processor, [other], only) < longest_target(processor, [other], every)
+    with pytest.raises(ValueError, match="spatial_puzzles"):
+        sft_targets([puzzle], SFTConfig(rationale="trace", rationale_families=["spatial_puzzles"]), 0, 1)

@@ -20,7 +20,7 @@ from embodied.data.load import Example
 from embodied.envs import is_interactive, random_answer
 from embodied.eval.loop import evaluate
 from embodied.policy.model import completion_logprobs, encode_completions, encode_prompts
-from embodied.tasks import LETTERS, family, sft_target
+from embodied.tasks import LETTERS, TASKS, sft_target
 from embodied.train.checkpoint import resolve_resume
 from embodied.train.common import (
     NonFiniteGuard,
@@ -48,8 +48,9 @@ def warmup_cosine(warmup: int, total: int, floor: float = 0.1):
 
 def record_rationale(cfg, record: dict) -> str:
     """`cfg.rationale` for `record`, or `none` when `cfg.rationale_families` is set and lacks its family."""
-    for name in cfg.rationale_families:
-        family(name)  # an unknown family name is an error, not a silent "none"
+    unknown = [name for name in cfg.rationale_families if name not in TASKS]
+    if unknown:  # an error, not a silent "none"
+        raise ValueError(f"sft.rationale_families: unknown question families {unknown}; known: {list(TASKS)}")
     listed = not cfg.rationale_families or record["family"] in cfg.rationale_families
     return cfg.rationale if listed else "none"
 
