@@ -157,3 +157,31 @@ def test_generated_puzzles_are_ordering_questions():
             assert t["reward/accuracy"] == (i == right)
             assert 0.0 <= t["reward/order_credit"] <= 0.2 * 3 / 4 + 1e-9
             assert t["reward/order_credit"] == 0.0 or i != right
+
+
+def test_answer_reading_script_scores_both_readings():
+    """`scripts/answer_reading.py` scores the same responses exactly and by the nearest option, and refuses
+    predictions whose answers disagree with the split (ids repeat across datasets)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "answer_reading", Path(__file__).resolve().parents[1] / "scripts" / "answer_reading.py"
+    )
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    arrow = {"id": "a0", "family": "arrow_of_time", "options": ["forward", "backward"], "answer": "B"}
+    questions = {"t0": TEMPORAL, "a0": arrow}
+    rows = [
+        {"id": "t0", "answer": "A", "response": said("3, 3, 1")},  # no option; nearest A (2 of 3 places)
+        {"id": "a0", "answer": "B", "response": said("B")},
+    ]
+    table = script.reading_table(rows, questions)
+    assert (table["all"]["exact"], table["all"]["nearest"]) == (0.5, 1.0)
+    assert table["temporal_puzzle"]["order_not_an_option"] == 1.0
+    assert table["temporal_puzzle"]["tie_share_of_those"] == 0.0
+    assert table["arrow_of_time"]["ordering_n"] == 0
+    tie = [{"id": "t0", "response": said("1, 2, 3")}]  # one place with B and with D: a tie
+    assert script.reading_table(tie, questions)["all"]["nearest"] == 0.0
+    with pytest.raises(ValueError, match="another dataset"):
+        script.reading_table([{"id": "t0", "answer": "C", "response": said("C")}], questions)

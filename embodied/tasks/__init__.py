@@ -184,13 +184,14 @@ def nearest_order_option(content: str, options: Sequence[str]) -> str | None:
     return LETTERS[agree.index(best)] if agree.count(best) == 1 else None
 
 
-def chosen_option(text: str, options: Sequence[str] | None = None) -> str | None:
+def chosen_option(text: str, options: Sequence[str] | None = None, nearest: bool = True) -> str | None:
     """The option letter a response chooses. Its one `<answer>` content (`parse_answer`; None when there
     is none) counts as the option it names: its letter, or the exact text of one of `options` (case, a
     final period, and spacing around commas aside: `2,3,1` is the option `2, 3, 1`). On an ordering
     question an order that is no option chooses the option it agrees with on most positions, and none on
-    a tie (`nearest_order_option`), as a reader forced to pick an option would. Any other content comes
-    back as it is, and matches no option. Without `options` only letters name options."""
+    a tie (`nearest_order_option`), as a reader forced to pick an option would; `nearest=False` reads only
+    exact options. Any other content comes back as it is, and matches no option. Without `options` only
+    letters name options."""
     content = parse_answer(text)
     if content is None or not options or content in LETTERS[: len(options)]:
         return content
@@ -198,7 +199,7 @@ def chosen_option(text: str, options: Sequence[str] | None = None) -> str | None
     for letter, option in zip(LETTERS, options):
         if _spelled(option) == spelled:
             return letter
-    return nearest_order_option(content, options) or content
+    return (nearest_order_option(content, options) if nearest else None) or content
 
 
 def answer_text(record: dict) -> str:

@@ -1,0 +1,110 @@
+"""Score saved responses under both readings of a written order: exact (an order counts only when it is an
+option) and nearest (an order that is no option chooses the option it agrees with on most positions; a tie
+chooses none: `tasks.nearest_order_option`). The responses are the same, so the difference is the reading
+alone (docs/cosmos.md, "Order answers read by their nearest option").
+
+Inputs: the predictions of a lever run (`scripts/cosmos_levers.py`'s JSON, key `predictions`) or of a cosmos
+main job (`<run>/seed<k>/main/sft_predictions.jsonl`), and the JSON-lines split the questions came from::
+
+    python scripts/answer_reading.py runs/cosmos/seed0/main/sft_predictions.jsonl \\
+        --questions data/benchmarks/physics_v1_n400_112x112_4f/test.jsonl --out reading.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from embodied.data.schema import kind
+from embodied.eval.stats import wilson_interval
+from embodied.tasks import chosen_option, option_orders, parse_answer
+
+
+def load_predictions(path: Path) -> list[dict]:
+    """Rows with `id` and `response`, from a lever JSON or a JSON-lines file."""
+    text = path.read_text()
+    if path.suffix == ".jsonl":
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    data = json.loads(text)
+    if "predictions" not in data:
+        raise ValueError(f"{path}: no `predictions` list; pass a lever run's JSON or a sft_predictions.jsonl")
+    return data["predictions"]
+
+
+def reading_table(rows: list[dict], questions: dict[str, dict]) -> dict:
+    """Per family and tier (and `all`): n, exact and nearest accuracy with Wilson intervals, the share of
+    answers that write an order that is no option, and the share of those that tie."""
+    groups: dict[str, list[tuple[dict, str]]] = defaultdict(list)
+    missing = [r["id"] for r in rows if r["id"] not in questions]
+    if missing:
+        raise ValueError(f"{len(missing)} predictions have no question in the split (first: {missing[0]})")
+    wrong = [r["id"] for r in rows if "answer" in r and r["answer"] != questions[r["id"]]["answer"]]
+    if wrong:  # ids repeat across datasets (test-000000, ...)
+        raise ValueError(
+            f"{len(wrong)} predictions disagree with the split on the right answer (first: {wrong[0]}): "
+            "they come from another dataset; pass that dataset's test.jsonl as --questions"
+        )
+    for r in rows:
+        q = questions[r["id"]]
+        tier = (q.get("meta") or {}).get("difficulty") or "-"
+        for g in ("all", kind(q), f"{kind(q)}/{tier}"):
+            groups[g].append((q, r["response"]))
+    table = {}
+    for g, items in sorted(groups.items()):
+        n = len(items)
+        exact = sum(chosen_option(t, q["options"], nearest=False) == q["answer"] for q, t in items)
+        nearest = sum(chosen_option(t, q["options"]) == q["answer"] for q, t in items)
+        ordering = [(q, t) for q, t in items if option_orders(q) is not None]
+        off = [
+            (q, t)
+            for q, t in ordering
+            if chosen_option(t, q["options"], nearest=False) not in "ABCDEFGHIJ"[: len(q["options"])]
+            and parse_answer(t) is not None
+        ]
+        ties = sum(chosen_option(t, q["options"]) not in "ABCDEFGHIJ"[: len(q["options"])] for q, t in off)
+        table[g] = {
+            "n": n,
+            "exact": exact / n,
+            "exact_ci95": list(wilson_interval(exact, n)),
+            "nearest": nearest / n,
+            "nearest_ci95": list(wilson_interval(nearest, n)),
+            "ordering_n": len(ordering),
+            "order_not_an_option": len(off) / len(ordering) if ordering else None,
+            "tie_share_of_those": ties / len(off) if off else None,
+        }
+    return table
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("predictions", type=Path, nargs="+")
+    ap.add_argument(
+        "--questions", type=Path, required=True, help="the JSON-lines split the questions are from"
+    )
+    ap.add_argument("--out", type=Path, help="write the tables here as JSON (one per predictions file)")
+    args = ap.parse_args()
+    if not args.questions.is_file():
+        raise SystemExit(f"{args.questions}: no such file; pass the split's test.jsonl")
+    questions = {q["id"]: q for q in map(json.loads, args.questions.read_text().splitlines()) if q}
+    out = {}
+    for path in args.predictions:
+        table = reading_table(load_predictions(path), questions)
+        out[str(path)] = table
+        print(f"\n{path}")
+        print("| group | n | exact [95% CI] | nearest [95% CI] | order no option | ties of those |")
+        print("|---|---|---|---|---|---|")
+        for g, r in table.items():
+            share = "-" if r["order_not_an_option"] is None else f"{r['order_not_an_option']:.3f}"
+            ties = "-" if r["tie_share_of_those"] is None else f"{r['tie_share_of_those']:.3f}"
+            exact, near = (
+                f"{r[k]:.3f} [{r[k + '_ci95'][0]:.2f}, {r[k + '_ci95'][1]:.2f}]" for k in ("exact", "nearest")
+            )
+            print(f"| {g} | {r['n']} | {exact} | {near} | {share} | {ties} |")
+    if args.out:
+        args.out.write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
