@@ -19,7 +19,7 @@ from pathlib import Path
 
 from embodied.data.schema import kind
 from embodied.eval.stats import wilson_interval
-from embodied.tasks import chosen_option, option_orders, parse_answer
+from embodied.tasks import LETTERS, chosen_option, option_orders, parse_answer
 
 
 def load_predictions(path: Path) -> list[dict]:
@@ -57,13 +57,12 @@ def reading_table(rows: list[dict], questions: dict[str, dict]) -> dict:
         exact = sum(chosen_option(t, q["options"], nearest=False) == q["answer"] for q, t in items)
         nearest = sum(chosen_option(t, q["options"]) == q["answer"] for q, t in items)
         ordering = [(q, t) for q, t in items if option_orders(q) is not None]
-        off = [
-            (q, t)
-            for q, t in ordering
-            if chosen_option(t, q["options"], nearest=False) not in "ABCDEFGHIJ"[: len(q["options"])]
-            and parse_answer(t) is not None
-        ]
-        ties = sum(chosen_option(t, q["options"]) not in "ABCDEFGHIJ"[: len(q["options"])] for q, t in off)
+
+        def names_none(q: dict, t: str, nearest: bool) -> bool:  # an answer that chooses no option
+            return chosen_option(t, q["options"], nearest=nearest) not in set(LETTERS[: len(q["options"])])
+
+        off = [(q, t) for q, t in ordering if parse_answer(t) is not None and names_none(q, t, False)]
+        ties = sum(names_none(q, t, True) for q, t in off)
         table[g] = {
             "n": n,
             "exact": exact / n,

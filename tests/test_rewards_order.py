@@ -185,3 +185,6 @@ def test_answer_reading_script_scores_both_readings():
     assert script.reading_table(tie, questions)["all"]["nearest"] == 0.0
     with pytest.raises(ValueError, match="another dataset"):
         script.reading_table([{"id": "t0", "answer": "C", "response": said("C")}], questions)
+    # a response without an answer block counts in n and chooses nothing under either reading
+    table = script.reading_table([{"id": "t0", "response": "<think>x</think>"}], questions)
+    assert (table["all"]["exact"], table["all"]["nearest"], table["all"]["order_not_an_option"]) == (0, 0, 0)
