@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from embodied.data.schema import kind
-from embodied.eval.stats import wilson_interval
+from embodied.eval.stats import seed_interval, wilson_interval
 from embodied.tasks import LETTERS, chosen_option, option_orders, parse_answer
 
 
@@ -48,8 +48,11 @@ def reading_table(rows: list[dict], questions: dict[str, dict]) -> dict:
         )
     for r in rows:
         q = questions[r["id"]]
-        tier = (q.get("meta") or {}).get("difficulty") or "-"
-        for g in ("all", kind(q), f"{kind(q)}/{tier}"):
+        meta = q.get("meta") or {}
+        names = ["all", kind(q), f"{kind(q)}/{meta.get('difficulty') or '-'}"]
+        if "outcome" in meta:  # object permanence: per question form and per simulated outcome
+            names.append(f"{kind(q)}/{meta.get('variant') or '-'}/{meta['outcome']}")
+        for g in names:
             groups[g].append((q, r["response"]))
     table = {}
     for g, items in sorted(groups.items()):
@@ -63,6 +66,8 @@ def reading_table(rows: list[dict], questions: dict[str, dict]) -> dict:
 
         off = [(q, t) for q, t in ordering if parse_answer(t) is not None and names_none(q, t, False)]
         ties = sum(names_none(q, t, True) for q, t in off)
+        chosen = Counter(chosen_option(t, q["options"]) for q, t in items)
+        top, top_n = chosen.most_common(1)[0]
         table[g] = {
             "n": n,
             "exact": exact / n,
@@ -72,8 +77,32 @@ def reading_table(rows: list[dict], questions: dict[str, dict]) -> dict:
             "ordering_n": len(ordering),
             "order_not_an_option": len(off) / len(ordering) if ordering else None,
             "tie_share_of_those": ties / len(off) if off else None,
+            "top_choice": top,
+            "top_choice_share": top_n / n,
         }
     return table
+
+
+def seed_summary(tables: list[dict]) -> dict:
+    """Over several runs' tables (one per seed, same questions): per group, the mean exact and nearest
+    accuracy with 95% Student-t intervals over the runs, and nearest minus exact paired by run."""
+    out = {}
+    for g in tables[0]:
+        if not all(g in t for t in tables):
+            continue
+        exact, near = ([t[g][k] for t in tables] for k in ("exact", "nearest"))
+        out[g] = {
+            "runs": len(tables),
+            "exact": seed_interval(exact),
+            "nearest": seed_interval(near),
+            "nearest_minus_exact": seed_interval([b - a for a, b in zip(exact, near)]),
+        }
+    return out
+
+
+def _cell(mean_low_high) -> str:
+    m, lo, hi = mean_low_high
+    return f"{m:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
 def main() -> None:
@@ -82,7 +111,11 @@ def main() -> None:
     ap.add_argument(
         "--questions", type=Path, required=True, help="the JSON-lines split the questions are from"
     )
-    ap.add_argument("--out", type=Path, help="write the tables here as JSON (one per predictions file)")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        help="write the tables here as JSON (one per predictions file, and `seed_summary`)",
+    )
     args = ap.parse_args()
     if not args.questions.is_file():
         raise SystemExit(f"{args.questions}: no such file; pass the split's test.jsonl")
@@ -92,15 +125,26 @@ def main() -> None:
         table = reading_table(load_predictions(path), questions)
         out[str(path)] = table
         print(f"\n{path}")
-        print("| group | n | exact [95% CI] | nearest [95% CI] | order no option | ties of those |")
-        print("|---|---|---|---|---|---|")
+        print("| group | n | exact [95% CI] | nearest [95% CI] | order no option | ties | most chosen |")
+        print("|---|---|---|---|---|---|---|")
         for g, r in table.items():
             share = "-" if r["order_not_an_option"] is None else f"{r['order_not_an_option']:.3f}"
             ties = "-" if r["tie_share_of_those"] is None else f"{r['tie_share_of_those']:.3f}"
             exact, near = (
                 f"{r[k]:.3f} [{r[k + '_ci95'][0]:.2f}, {r[k + '_ci95'][1]:.2f}]" for k in ("exact", "nearest")
             )
-            print(f"| {g} | {r['n']} | {exact} | {near} | {share} | {ties} |")
+            top = f"{r['top_choice']} {r['top_choice_share']:.2f}"
+            print(f"| {g} | {r['n']} | {exact} | {near} | {share} | {ties} | {top} |")
+    if len(out) > 1:  # several runs (seeds) on the same questions: the reading's effect with its interval
+        summary = seed_summary(list(out.values()))
+        out["seed_summary"] = summary
+        print(f"\nover {len(args.predictions)} runs: mean [95% t-interval]")
+        print("| group | exact | nearest | nearest - exact, paired |")
+        print("|---|---|---|---|")
+        for g, r in summary.items():
+            print(
+                f"| {g} | {_cell(r['exact'])} | {_cell(r['nearest'])} | {_cell(r['nearest_minus_exact'])} |"
+            )
     if args.out:
         args.out.write_text(json.dumps(out, indent=1))
 

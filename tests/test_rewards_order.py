@@ -188,3 +188,23 @@ def test_answer_reading_script_scores_both_readings():
     # a response without an answer block counts in n and chooses nothing under either reading
     table = script.reading_table([{"id": "t0", "response": "<think>x</think>"}], questions)
     assert (table["all"]["exact"], table["all"]["nearest"], table["all"]["order_not_an_option"]) == (0, 0, 0)
+    # object permanence gets a group per question form and outcome; the most chosen option shows a constant
+    perm = {
+        "id": "p0",
+        "family": "object_permanence",
+        "options": ["possible", "vanished", "elsewhere", "changed"],
+        "answer": "B",
+        "meta": {"difficulty": "easy", "variant": "outcome", "outcome": "vanished"},
+    }
+    questions["p0"] = perm
+    table = script.reading_table(
+        [{"id": "p0", "response": said("A")}, {"id": "a0", "response": said("A")}], questions
+    )
+    assert table["object_permanence/outcome/vanished"]["n"] == 1
+    assert (table["all"]["top_choice"], table["all"]["top_choice_share"]) == ("A", 1.0)
+    # over runs (seeds): means with intervals, and nearest minus exact paired by run
+    runs = [script.reading_table(rows, questions), script.reading_table(tie + rows[1:], questions)]
+    summary = script.seed_summary(runs)
+    assert summary["temporal_puzzle"]["nearest"][0] == 0.5  # 1.0 and 0.0
+    assert summary["temporal_puzzle"]["nearest_minus_exact"][0] == 0.5  # +1 and 0
+    assert summary["arrow_of_time"]["exact"] == (1.0, 1.0, 1.0)
