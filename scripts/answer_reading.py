@@ -19,7 +19,7 @@ from pathlib import Path
 
 from embodied.data.schema import kind
 from embodied.eval.stats import seed_interval, wilson_interval
-from embodied.tasks import LETTERS, chosen_option, option_orders, parse_answer
+from embodied.tasks import LETTERS, chosen_option, option_orders, parse_answer, written_order
 
 
 def load_predictions(path: Path) -> list[dict]:
@@ -64,7 +64,11 @@ def reading_table(rows: list[dict], questions: dict[str, dict]) -> dict:
         def names_none(q: dict, t: str, nearest: bool) -> bool:  # an answer that chooses no option
             return chosen_option(t, q["options"], nearest=nearest) not in set(LETTERS[: len(q["options"])])
 
-        off = [(q, t) for q, t in ordering if parse_answer(t) is not None and names_none(q, t, False)]
+        def is_order(q: dict, t: str) -> bool:  # an order of the question's length (not a word or a letter)
+            written = written_order(parse_answer(t) or "")
+            return written is not None and len(written) == len(option_orders(q)[0])
+
+        off = [(q, t) for q, t in ordering if is_order(q, t) and names_none(q, t, False)]
         ties = sum(names_none(q, t, True) for q, t in off)
         chosen = Counter(chosen_option(t, q["options"]) for q, t in items)
         top, top_n = chosen.most_common(1)[0]
@@ -75,7 +79,7 @@ def reading_table(rows: list[dict], questions: dict[str, dict]) -> dict:
             "nearest": nearest / n,
             "nearest_ci95": list(wilson_interval(nearest, n)),
             "ordering_n": len(ordering),
-            "order_not_an_option": len(off) / len(ordering) if ordering else None,
+            "order_not_an_option": len(off) / len(ordering) if ordering else None,  # orders of length k
             "tie_share_of_those": ties / len(off) if off else None,
             "top_choice": top,
             "top_choice_share": top_n / n,

@@ -122,3 +122,23 @@ def test_trace_targets_must_fit_the_responses_grpo_and_eval_generate(tiny_path):
         check_response_room(trace, processor, train)
     roomy = dataclasses.replace(trace, grpo=dataclasses.replace(trace.grpo, max_new_tokens=need))
     check_response_room(roomy, processor, train)
+
+
+def test_a_job_is_reused_only_under_the_same_evaluation_budget(tmp_path, monkeypatch):
+    """The reuse key of every cosmos job and of the base row holds the evaluation settings: a row scored
+    with 48 new tokens is not reused for a run that allows 80 (bench_eval depends on them)."""
+    import dataclasses
+
+    from embodied.experiments import cosmos
+
+    keys = []
+    monkeypatch.setattr(cosmos, "reuse_or_run", lambda path, key, *a, **k: keys.append(key) or {})
+    cfg = load_config([REPO / "configs/experiment_cosmos.yaml"])
+    longer = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, max_new_tokens=80))
+    for c in (cfg, longer):
+        cosmos.run_job(c, tmp_path, 0, "main")
+        cosmos._base(c, {}, tmp_path)
+    job, base, job80, base80 = keys
+    assert job["eval"]["max_new_tokens"] != job80["eval"]["max_new_tokens"]
+    assert base["eval"] != base80["eval"]
+    assert {k: v for k, v in job.items() if k != "eval"} == {k: v for k, v in job80.items() if k != "eval"}

@@ -181,6 +181,8 @@ def test_answer_reading_script_scores_both_readings():
     assert table["temporal_puzzle"]["order_not_an_option"] == 1.0
     assert table["temporal_puzzle"]["tie_share_of_those"] == 0.0
     assert table["arrow_of_time"]["ordering_n"] == 0
+    word = script.reading_table([{"id": "t0", "response": said("E")}], questions)["temporal_puzzle"]
+    assert (word["order_not_an_option"], word["tie_share_of_those"]) == (0.0, None)  # a letter is no order
     tie = [{"id": "t0", "response": said("1, 2, 3")}]  # one place with B and with D: a tie
     assert script.reading_table(tie, questions)["all"]["nearest"] == 0.0
     with pytest.raises(ValueError, match="another dataset"):

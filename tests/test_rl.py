@@ -81,6 +81,12 @@ def test_nearest_order_only_on_ordering_questions():
     assert nearest_order_option("1, 2", ["1, 2, 3", "2, 1"]) is None  # orders of different lengths
     assert nearest_order_option("first", ["1, 2", "2, 1"]) is None
     assert chosen_option("<answer>1, 2, 2</answer>", ["1, 2, 3", "3, 1, 2"]) == "A"  # repeats: 2 to 1
+    # what a tokenizer may write: non-ASCII digits are no order (`int("²")` would raise), a multi-letter
+    # answer is no letter, a trailing comma is the same order, an order that agrees nowhere chooses none
+    assert chosen_option("<answer>2, 1, 3²</answer>", ["1, 2, 3", "2, 1, 3"]) == "2, 1, 3²"
+    assert chosen_option("<answer>AB</answer>", ["1, 2", "2, 1"]) == "AB"
+    assert chosen_option("<answer>2, 1, 3,</answer>", ["1, 2, 3", "2, 1, 3"], nearest=False) == "B"
+    assert nearest_order_option("2, 1", ["1, 2"]) is None
 
 
 def test_partial_credit_reads_an_order_written_out():
@@ -91,6 +97,7 @@ def test_partial_credit_reads_an_order_written_out():
         text = f"<think></think><answer>{content}</answer>"
         assert order_credit_reward(text, "A", orders, 0.2) == pytest.approx(0.1)  # 2 of 4 places right
     assert order_credit_reward("<answer>1, 2</answer>", "A", orders, 0.2) == 0.0
+    assert order_credit_reward("<answer>AB</answer>", "A", orders, 0.2) == 0.0  # no letter, no credit
 
 
 def test_parse_answer_and_weighted_total():

@@ -294,3 +294,13 @@ def test_rationale_families_choose_who_carries_the_trace(tiny_path):
     assert longest_target(processor, [other], only) < longest_target(processor, [other], every)
     with pytest.raises(ValueError, match="spatial_puzzles"):
         sft_targets([puzzle], SFTConfig(rationale="trace", rationale_families=["spatial_puzzles"]), 0, 1)
+    # format targets (a random letter) never carry a trace, and follow the families for a template
+    template = SFTConfig(targets="format", rationale="template", rationale_families=["spatial_puzzle"])
+    on_puzzle, on_other = sft_targets([puzzle, other], template, 0, 1)
+    assert not on_puzzle.startswith("<think></think>") and on_other.startswith("<think></think>")
+    assert all(
+        t.startswith("<think></think>")
+        for t in sft_targets([puzzle], SFTConfig(targets="format", rationale="trace"), 0, 1)
+    )
+    with pytest.raises(ValueError, match="spatial_puzzles"):
+        sft_targets([puzzle], SFTConfig(targets="format", rationale_families=["spatial_puzzles"]), 0, 1)

@@ -260,7 +260,8 @@ def run_job(cfg, out: Path, seed: int, job: str, progress: bool = False) -> dict
     """One seed's job (`main`, `zero` or `transfer`), or its saved result when the settings match."""
     cfg = dataclasses.replace(cfg, seed=seed)
     key = {"job": job, "seed": seed} | {
-        k: dataclasses.asdict(getattr(cfg, k)) for k in ("policy", "data", "video", "sft", "grpo", "cosmos")
+        k: dataclasses.asdict(getattr(cfg, k))
+        for k in ("policy", "data", "video", "sft", "grpo", "eval", "cosmos")  # eval: bench_eval's budget
     }
     unused = ("seeds", "workers") + (() if job == "main" else ("curriculum",))  # only main runs the stages
     key["cosmos"] = {k: v for k, v in key["cosmos"].items() if k not in unused}
@@ -280,7 +281,11 @@ def run_job(cfg, out: Path, seed: int, job: str, progress: bool = False) -> dict
 def _base(cfg, data: dict, out: Path) -> dict:
     from embodied.policy.model import load
 
-    key = {"policy": dataclasses.asdict(cfg.policy), "bench": dataclasses.asdict(benchmark_config(cfg))}
+    key = {
+        "policy": dataclasses.asdict(cfg.policy),
+        "bench": dataclasses.asdict(benchmark_config(cfg)),
+        "eval": dataclasses.asdict(cfg.eval),
+    }
 
     def compute() -> dict:
         model, processor = load(cfg.policy)

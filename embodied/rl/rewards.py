@@ -26,6 +26,7 @@ from embodied.tasks import (  # noqa: F401  (parse_answer, option_orders re-expo
     LETTERS,
     chosen_option,
     format_reward,
+    is_letter,
     option_orders,
     parse_answer,
 )
@@ -33,7 +34,8 @@ from embodied.tasks import (  # noqa: F401  (parse_answer, option_orders re-expo
 
 def accuracy_reward(text: str, answer: str, options: Sequence[str] | None = None) -> float:
     """1.0 when the answer block chooses the expected letter (the letter itself, or with `options` the
-    right option's text, `tasks.chosen_option`), else 0.0."""
+    right option's text, or on an ordering question the order nearest the right option's:
+    `tasks.chosen_option`), else 0.0."""
     return 1.0 if chosen_option(text, options) == answer else 0.0
 
 
@@ -62,7 +64,7 @@ def order_credit_reward(text: str, answer: str, orders: Sequence[Sequence[int]],
     question's options as orders, `answer` the right letter), by its letter or its order (`2, 3, 1`). A
     missing, empty or duplicated `<answer>`, or one that names no option, earns 0."""
     chosen = chosen_option(text, [", ".join(str(i) for i in order) for order in orders])
-    if chosen is None or chosen not in LETTERS[: len(orders)]:
+    if not is_letter(chosen, len(orders)):
         return 0.0
     return partial_order_credit(orders[LETTERS.index(chosen)], orders[LETTERS.index(answer)], discount)
 
@@ -82,7 +84,11 @@ def mcq_reward(
     With `order_credit > 0` (the discount of `partial_order_credit`) every response also gets
     `reward/order_credit`: the partial credit of its chosen order when `orders` (the question's options as
     orders, `option_orders`) is given, else 0. It counts in the total at `accuracy_weight`, as a share of
-    the accuracy reward; `reward/accuracy` stays the exact match of the chosen option.
+    the accuracy reward; `reward/accuracy` stays 1 only for the right option.
+
+    Both terms score the option the answer chooses (`tasks.chosen_option`), so on an ordering question an
+    order that is no option earns what its nearest option earns, and nothing on a tie. Writing a wrong or
+    malformed order therefore pays exactly what choosing that option by its letter pays, never more.
     """
     acc = accuracy_reward(text, answer, options)
     fmt = format_reward(text)

@@ -151,15 +151,21 @@ def option_orders(record: dict) -> list[list[int]] | None:
     return None
 
 
+def is_letter(content: str | None, n_options: int) -> bool:
+    """Whether `content` is one of the first `n_options` option letters (`A`, not `AB` or an empty string)."""
+    return content is not None and len(content) == 1 and content in LETTERS[:n_options]
+
+
 def _spelled(text: str) -> str:
     """An answer text compared loosely: lower case, no final period, commas and whitespace as one space."""
-    return " ".join(re.split(r"[\s,]+", text.strip().lower().rstrip(".").strip()))
+    return " ".join(p for p in re.split(r"[\s,]+", text.strip().lower().rstrip(".").strip()) if p)
 
 
-def _written_order(text: str) -> list[int] | None:
-    """`text` as an order of integers (`2, 3, 1` or `2 3 1` -> [2, 3, 1]), or None if it is anything else."""
+def written_order(text: str) -> list[int] | None:
+    """`text` as an order of integers (`2, 3, 1` or `2 3 1` -> [2, 3, 1]), or None if it is anything else
+    (digits are ASCII: `isdigit` alone accepts `²`, which `int` refuses)."""
     parts = [p for p in re.split(r"[\s,]+", text.strip().rstrip(".")) if p]
-    return [int(p) for p in parts] if parts and all(p.isdigit() for p in parts) else None
+    return [int(p) for p in parts] if parts and all(p.isascii() and p.isdigit() for p in parts) else None
 
 
 def nearest_order_option(content: str, options: Sequence[str]) -> str | None:
@@ -168,20 +174,20 @@ def nearest_order_option(content: str, options: Sequence[str]) -> str | None:
     Only when every option is an order of the same pieces (`1..k`, k >= 2: a temporal puzzle, a spatial
     arrangement) and `content` is an order of k integers. The option it agrees with on most positions (the
     share of right positions, as `rl.rewards.partial_order_credit` counts them) is chosen; a tie between
-    options chooses none, so an order that says nothing decisive earns nothing and a random order scores
-    below chance rather than at it.
+    options, or no agreement at all, chooses none, so an order that says nothing decisive earns nothing and
+    a random order scores below chance rather than at it.
     """
-    orders = [_written_order(o) for o in options]
+    orders = [written_order(o) for o in options]
     if not orders or any(o is None or len(o) < 2 or sorted(o) != list(range(1, len(o) + 1)) for o in orders):
         return None
     if len({len(o) for o in orders}) != 1:
         return None
-    written = _written_order(content)
+    written = written_order(content)
     if written is None or len(written) != len(orders[0]):
         return None
     agree = [sum(a == b for a, b in zip(written, o)) for o in orders]
     best = max(agree)
-    return LETTERS[agree.index(best)] if agree.count(best) == 1 else None
+    return LETTERS[agree.index(best)] if best > 0 and agree.count(best) == 1 else None
 
 
 def chosen_option(text: str, options: Sequence[str] | None = None, nearest: bool = True) -> str | None:
@@ -193,7 +199,7 @@ def chosen_option(text: str, options: Sequence[str] | None = None, nearest: bool
     exact options. Any other content comes back as it is, and matches no option. Without `options` only
     letters name options."""
     content = parse_answer(text)
-    if content is None or not options or content in LETTERS[: len(options)]:
+    if content is None or not options or is_letter(content, len(options)):
         return content
     spelled = _spelled(content)
     for letter, option in zip(LETTERS, options):

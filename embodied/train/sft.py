@@ -17,6 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from embodied.data.load import Example
+from embodied.data.schema import kind
 from embodied.envs import is_interactive, random_answer
 from embodied.eval.loop import evaluate
 from embodied.policy.model import completion_logprobs, encode_completions, encode_prompts
@@ -51,7 +52,7 @@ def record_rationale(cfg, record: dict) -> str:
     unknown = [name for name in cfg.rationale_families if name not in TASKS]
     if unknown:  # an error, not a silent "none"
         raise ValueError(f"sft.rationale_families: unknown question families {unknown}; known: {list(TASKS)}")
-    listed = not cfg.rationale_families or record["family"] in cfg.rationale_families
+    listed = not cfg.rationale_families or kind(record) in cfg.rationale_families
     return cfg.rationale if listed else "none"
 
 
@@ -68,12 +69,16 @@ def sft_targets(records: Sequence[dict], cfg, seed: int, step: int) -> list[str]
             raise ValueError("sft.targets=answer: interactive episodes have no label; use sft.targets=format")
         return [sft_target(r, record_rationale(cfg, r), cfg.answer_as) for r in records]
     rng = np.random.default_rng([seed, step, 71])
-    rationale = "none" if cfg.rationale == "trace" else cfg.rationale  # a trace would tell the answer
+
+    def format_rationale(r: dict) -> str:  # a trace would tell the answer
+        rationale = record_rationale(cfg, r)
+        return "none" if rationale == "trace" else rationale
+
     return [
         random_answer(r, rng)
         if inter
         else sft_target(
-            r | {"answer": LETTERS[int(rng.integers(len(r["options"])))]}, rationale, cfg.answer_as
+            r | {"answer": LETTERS[int(rng.integers(len(r["options"])))]}, format_rationale(r), cfg.answer_as
         )
         for r, inter in zip(records, interactive)
     ]
