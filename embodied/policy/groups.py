@@ -9,9 +9,17 @@ batch, plus the batch before repeating. The functions here use the latter:
 - `shared_prefix_logits`: one pass over the prompts that keeps their KV cache (with gradients), the cache
   repeated G times, then one pass over the completions that attends to it. Gradients from the G
   completions add up in the shared prompt activations, exactly as separate passes' would.
+
+On-policy GRPO runs that prompt pass twice with the same weights: to sample (without gradients), then in the
+update (with them). A batch marked `keep_prefix` has the sampler run it once, with gradients, and keep it
+(`GroupedBatch.prefix`); the sampler decodes from a detached copy and the update's policy pass takes the
+kept one instead of recomputing it (`take_prefix`). The numbers are the same either way; the caller marks a
+batch only when nothing changes the weights between the two (`embodied.train.grpo.keeps_prefix`).
 """
 
 from __future__ import annotations
+
+import copy
 
 import torch
 
@@ -40,6 +48,17 @@ class GroupedBatch(dict):
     def __init__(self, tensors: dict, unique, group: int, pixels=None):
         super().__init__(tensors)
         self.unique, self.group, self._pixels = unique, group, pixels
+        self.keep_prefix = False
+        """Set by the caller: the sampler keeps its prompt pass, with gradients, for the update."""
+        self.prefix: tuple | None = None
+        """`(model, shared_prefill(model, self))` computed with gradients, until `take_prefix` takes it."""
+
+    def take_prefix(self, model):
+        """The kept prompt pass of `model` (once: it is dropped as it is taken), or None."""
+        if self.prefix is None or self.prefix[0] is not model or not torch.is_grad_enabled():
+            return None
+        kept, self.prefix = self.prefix[1], None
+        return kept
 
     def _lazy(self) -> list[str]:
         return [k for k in PIXEL_KEYS if k in self.unique] if self._pixels is not None else []
@@ -134,10 +153,35 @@ def shared_prefill(model, batch: GroupedBatch):
     return cache, first.logits[:, -1].repeat_interleave(n, dim=0), attention, start
 
 
+def sampling_prefill(model, batch: GroupedBatch):
+    """`shared_prefill` for the sampler (which runs without gradients). A batch marked `keep_prefix` gets the
+    pass run with gradients and kept on it for the update; the sampler then gets a detached copy."""
+    if not batch.keep_prefix:
+        return shared_prefill(model, batch)
+    with torch.enable_grad():
+        kept = shared_prefill(model, batch)
+    batch.prefix = (model, kept)
+    cache, logits, attention, start = kept
+    return _detached_cache(cache), logits.detach(), attention, start
+
+
+def _detached_cache(cache):
+    """A copy of a KV cache whose tensors are detached; decoding appends to the copy, not to `cache`."""
+    out = copy.copy(cache)
+    out.layers = []
+    for layer in cache.layers:
+        twin = copy.copy(layer)
+        for name, value in vars(layer).items():
+            if isinstance(value, torch.Tensor):
+                setattr(twin, name, value.detach())
+        out.layers.append(twin)
+    return out
+
+
 def shared_prefix_logits(model, batch: GroupedBatch, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Logits `(B*G, T, V)` predicting completion `ids (B*G, T)`, with each prompt run once (the positions
-    as in `shared_prefill`)."""
-    cache, head, prompt_mask, start = shared_prefill(model, batch)
+    as in `shared_prefill`), or not at all when the sampler kept that pass (`take_prefix`)."""
+    cache, head, prompt_mask, start = batch.take_prefix(model) or shared_prefill(model, batch)
     t = ids.shape[1]
     completion_pos = (start + torch.arange(t, device=ids.device)).unsqueeze(0).expand(3, -1, -1)
     attention = torch.cat([prompt_mask, mask.to(prompt_mask.dtype)], dim=1)

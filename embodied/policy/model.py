@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
+from embodied.policy.attention import pack_vision_attention
 from embodied.policy.config import PolicyConfig  # noqa: F401  (the `policy` section, re-exported)
 from embodied.policy.groups import (
     PIXEL_KEYS,
@@ -24,7 +25,7 @@ from embodied.policy.groups import (
     VISUAL_KEYS,
     GroupedBatch,
     is_grouped,
-    shared_prefill,
+    sampling_prefill,
     shared_prefix_logits,
     shared_visual_features,
 )
@@ -112,6 +113,7 @@ def load_policy(path: str | Path, dtype: str = "float32", device: str = "cpu"):
     model = AutoModelForImageTextToText.from_pretrained(
         path, dtype=DTYPES[dtype], trust_remote_code=False, local_files_only=True, use_safetensors=True
     ).to(device)
+    pack_vision_attention(model)  # the same numbers, fewer calls (embodied/policy/attention.py)
     processor.tokenizer.padding_side = "left"  # generation appends on the right
     if processor.tokenizer.pad_token is None:
         processor.tokenizer.pad_token = processor.tokenizer.eos_token
@@ -490,13 +492,14 @@ def generate(
 def _sample_shared_prefix(model, processor, batch: GroupedBatch, max_new_tokens: int, procs, eos):
     """`generate`'s seeded sampling for a grouped batch, with one pass over each prompt.
 
-    The prompts' KV cache and last logits are computed once (`shared_prefill`) and repeated G times; each
-    step then runs only the new token of all `B * G` rows. Token choice is Hugging Face's (`_sample`): the
+    The prompts' KV cache and last logits are computed once (`sampling_prefill`, which keeps that pass for
+    the update when the batch asks) and repeated G times; each step then runs only the new token of all
+    `B * G` rows. Token choice is Hugging Face's (`_sample`): the
     logits processors (vision placeholders suppressed, per-row temperature, the seeded draw), finished rows
     padded, stop when every row has ended or after `max_new_tokens`. Rows are drawn by their own seeds, so the
     global RNG is not used (Hugging Face's `multinomial` over the one-hot result only advanced it).
     """
-    cache, logits, attention, start = shared_prefill(model, batch)
+    cache, logits, attention, start = sampling_prefill(model, batch)
     pad = processor.tokenizer.pad_token_id
     suppress = torch.tensor(vision_token_ids(processor), device=logits.device)
     eos_t = torch.tensor(eos, device=logits.device)

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import torch
 
+from embodied.policy.attention import pack_vision_attention
+
 ARCHITECTURES = Path(__file__).parents[1] / "assets" / "architectures"
 """The shipped architecture configs: `<name>.json` (a published `config.json`) and the shared
 `qwen2.5-vl-preprocessor.json`."""
@@ -148,6 +150,7 @@ def build_random_policy(
     else:
         _remap_special_ids(config, processor.tokenizer)
     model = instantiate(config, dtype, device, seed)
+    pack_vision_attention(model)
     processor.tokenizer.padding_side = "left"
     return model, processor
 

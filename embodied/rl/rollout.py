@@ -84,6 +84,7 @@ def sample_groups(
     seeds: Sequence[int] | None = None,
     shaping: Shaping | None = None,
     timeout_s: float | None = 60.0,
+    keep_prefix: bool = False,
 ) -> Rollout:
     """Sample `group_size` answers per example, at most `max_new_tokens` each, and score them.
 
@@ -91,12 +92,15 @@ def sample_groups(
     `seeds` (one per example), answer g to example i is drawn with `sampling_seed(seeds[i], g)`: a function
     of that seed and the prompt alone, so splitting prompts across processes changes nothing. `shaping`
     (e.g. `rewards.overlong_shaping`) adds its terms to the reward; `timeout_s` bounds one reward call.
+    `keep_prefix`: the sampler's pass over the prompts runs with gradients and stays on the rollout's batch
+    for an update with the same weights to take (`embodied.policy.groups`).
     """
     G = group_size
     device = next(model.parameters()).device
     records = [e.record for e in examples]
     prompts = encode_prompts(processor, records, [e.clip for e in examples], video, device)
     batch = repeat_batch(prompts, G)
+    batch.keep_prefix = keep_prefix
     temps = member_temperatures(temperature, list(temperatures), len(examples), G).to(device)
     model.eval()
     rows = None if seeds is None else [sampling_seed(s, g) for s in seeds for g in range(G)]

@@ -430,6 +430,7 @@ def train_grpo(
     if path := resolve_resume(resume, ckpt_dir):
         start, order = resume_state(path, procs, model, optimizer, guard, state, order, log, extra)
     sampling, critic_watch = sampling_args(cfg), CriticWatch(cfg.value_ev_patience)
+    keep = keeps_prefix(net, model, cfg, procs, head, turns)
 
     def draw() -> Rollout:
         state["drawn"] += 1
@@ -451,7 +452,14 @@ def train_grpo(
                 **sampling,
             )
         return sample_groups(
-            model, processor, [train[i] for i in idx], video, reward_fn, seeds=seeds, **sampling
+            model,
+            processor,
+            [train[i] for i in idx],
+            video,
+            reward_fn,
+            seeds=seeds,
+            keep_prefix=keep,
+            **sampling,
         )
 
     bar = tqdm(range(start, cfg.steps + 1), desc="grpo", unit="step", disable=not progress)
@@ -511,6 +519,30 @@ class CriticWatch:
             stacklevel=2,
         )
         return True
+
+
+def keeps_prefix(net, model, cfg, procs, head, turns: int) -> bool:
+    """Whether the rollout keeps its pass over the prompts for the update (`embodied.policy.groups`): only
+    when the update's policy pass sees the same weights, mode and rows. That is one update per rollout
+    (nothing steps the optimizer in between), a rollout of one draw that is not re-encoded (no dynamic
+    sampling), the whole rollout in one micro-batch, one process with no wrapper around the model (`net`: no
+    autocast), no critic (its pass is a full one), no activation checkpointing, single-turn episodes, and
+    no dropout (the sampler runs in eval mode, the update in train mode)."""
+    dropout = any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules()) or any(
+        getattr(c, "attention_dropout", 0.0) > 0 for c in (model.config, model.config.get_text_config())
+    )
+    rows = cfg.prompts_per_step * cfg.group_size
+    return (
+        cfg.updates_per_rollout == 1
+        and not cfg.dynamic_sampling
+        and (cfg.micro_batch_size == 0 or cfg.micro_batch_size >= rows)
+        and procs.world == 1
+        and net is model
+        and head is None
+        and not getattr(model, "is_activation_checkpointing", False)
+        and turns == 1
+        and not dropout
+    )
 
 
 def resume_state(
