@@ -14,18 +14,40 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import threading
 import time
 from collections import defaultdict
 
 
 class Timers:
-    """Accumulated wall seconds and call counts per path of nested timed calls."""
+    """Accumulated wall seconds and call counts per path of nested timed calls.
+
+    Each thread keeps its own stack. A call timed in another thread (a decoding pool) is keyed under the path
+    the creating thread is in at that moment (`load>decode`), and its seconds add up over threads.
+    """
 
     def __init__(self) -> None:
-        self.stack: list[str] = []
+        self._local = threading.local()
+        self._owner = threading.get_ident()
+        self._owner_stack: list[str] = []
         self.seconds: dict[str, float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
         self._undo: list = []
+        self._lock = threading.Lock()
+
+    def _enter(self, name: str) -> tuple[list[str], str]:
+        """Push `name` on this thread's stack; return the stack and the key of the call."""
+        if threading.get_ident() == self._owner:
+            stack, prefix = self._owner_stack, []
+        else:
+            stack = getattr(self._local, "stack", None)
+            if stack is None:
+                stack = self._local.stack = []
+            if not stack:  # an outermost call in this thread: it runs inside what the creating thread is in
+                self._local.prefix = list(self._owner_stack)
+            prefix = self._local.prefix
+        stack.append(name)
+        return stack, ">".join(prefix + stack)
 
     def wrap(self, owner, attr: str, name: str) -> None:
         """Time every call of `owner.attr` (a module function or a class's method) as `name`."""
@@ -36,15 +58,15 @@ class Timers:
 
         @functools.wraps(original)
         def timed(*args, **kwargs):
-            self.stack.append(name)
-            key = ">".join(self.stack)
+            stack, key = self._enter(name)
             t0 = time.perf_counter()
             try:
                 return original(*args, **kwargs)
             finally:
-                self.seconds[key] += time.perf_counter() - t0
-                self.calls[key] += 1
-                self.stack.pop()
+                with self._lock:
+                    self.seconds[key] += time.perf_counter() - t0
+                    self.calls[key] += 1
+                stack.pop()
 
         setattr(owner, attr, timed)
         self._undo.append((owner, attr, raw))
