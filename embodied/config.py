@@ -407,6 +407,10 @@ class CosmosConfig:
     curriculum: list[CurriculumStage] = field(default_factory=list)
     """SFT stages on subsets of the families, in order, before the `sft.steps` on every family (main job
     only; its SFT row is the policy after all of them). Empty: the mix from the first step."""
+    sft_only: bool = False
+    """True: every seed's main job ends after its SFT row, and no zero or transfer job runs (no GRPO, more-SFT
+    or baseline rows). The cheap way to measure an SFT-side lever (the mix, the curriculum, the targets) on
+    every seed; the table then checks only the SFT target (every family's interval above chance)."""
 
 
 @dataclass

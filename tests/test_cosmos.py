@@ -69,6 +69,16 @@ def test_cosmos_experiment_end_to_end(tmp_path):
     assert stage[-1]["step"] == 2  # the curriculum stage ran before the mix
     again = run(cfg, tmp_path / "run", progress=False)  # every job reused
     assert json.dumps(again["table"], sort_keys=True) == json.dumps(result["table"], sort_keys=True)
+    # sft_only: the main job stops at its SFT row, which is the full run's; only the SFT target is checked
+    cfg.cosmos.sft_only = True
+    short = run(cfg, tmp_path / "sft_only", progress=False)
+    assert set(short["table"]) == {"base", "sft"}
+    assert json.dumps(short["table"]["sft"], sort_keys=True) == json.dumps(result["table"]["sft"], sort_keys=True)
+    assert set(short["targets"]) == {"sft_above_chance"} and set(result["targets"]) >= {
+        "sft_above_chance", "sft_grpo_above_chance", "grpo_minus_more_sft", "baselines_contain_chance"
+    }  # fmt: skip
+    assert sorted(p.name for p in (tmp_path / "sft_only" / "seed0").iterdir()) == ["main"]
+    assert "Families whose SFT interval lies above chance" in (tmp_path / "sft_only" / "cosmos.md").read_text()
 
 
 def test_curriculum_examples_pick_the_stage_families():

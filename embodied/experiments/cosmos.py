@@ -16,8 +16,10 @@
    - **transfer**: SFT, then SFT + GRPO, trained only on the families whose scene is in
      `cosmos.transfer_scenes`, evaluated on the benchmark's questions of the same families in other scenes;
 4. tables per family (and tier) with the mean over seeds, its 95% Student-t interval and the min-max; the
-   three targets of the issue checked from them (every family above chance after SFT + GRPO; GRPO beats
-   continued SFT on the family average, paired by seed; blind and single-frame contain chance).
+   targets of the issue checked from them (every family above chance after SFT and after SFT + GRPO; GRPO
+   beats continued SFT on the family average, paired by seed; blind and single-frame contain chance).
+   `cosmos.sft_only` stops every main job at its SFT row and runs no other job: the cheap measurement of an
+   SFT-side lever (mix, curriculum, targets) on every seed.
 
 Every finished job is kept in `seed<S>/<job>/result.json` and reused when its settings match. It writes
 `cosmos.md`, `cosmos.json` and `cosmos.png`.
@@ -174,6 +176,8 @@ def _main_job(cfg, data: dict, seed: int, out: Path, progress: bool) -> dict:
     sft_model = copy.deepcopy(model)
     sft_eval = bench_eval(model, processor, data["bench"], cfg, predictions=out / "sft_predictions.jsonl")
     row = {"sft": sft_eval, "sft_s": round(t_sft, 1)}
+    if cfg.cosmos.sft_only:
+        return row
     if cfg.cosmos.order_credit > 0:  # the same GRPO from the same SFT policy, only the reward differs
         credit = copy.deepcopy(model)
         kw = {"order_credit": cfg.cosmos.order_credit}
@@ -322,7 +326,7 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
     data = _load_data(cfg, progress)  # generated here, so that workers find both datasets on disk
     base = _base(cfg, data, out)
     probe = _probe(cfg, data, out) if cc.probe_train else {}
-    wanted = [job for job in JOBS if job != "transfer" or cc.transfer_scenes]
+    wanted = ["main"] if cc.sft_only else [job for job in JOBS if job != "transfer" or cc.transfer_scenes]
     jobs = [(cfg, out, seed, job) for job in wanted for seed in cc.seeds]  # the longest jobs first
     results = run_jobs(run_job, jobs, cc.workers, (progress,))
     per_seed = {seed: {} for seed in cc.seeds}
@@ -413,16 +417,20 @@ def summarise(base: dict, per_seed: dict, cfg) -> dict:
     }
     chance = {f: _per_family(base)[f]["chance"] for f in families}
     chance["average"] = float(np.mean(list(chance.values())))
-    diff = [_family_mean(a) - _family_mean(b) for a, b in zip(rows["sft_grpo"], rows["more_sft"])]
-    targets = {
-        "sft_grpo_above_chance": {f: table["sft_grpo"][f]["ci95"][0] > chance[f] for f in families},
-        "grpo_minus_more_sft": _stat(diff),
-        "baselines_contain_chance": {
+    targets = {  # cosmos.sft_only: no GRPO row
+        f"{row}_above_chance": {f: table[row][f]["ci95"][0] > chance[f] for f in families}
+        for row in ("sft", "sft_grpo")
+        if row in rows
+    }
+    if "sft_grpo" in rows and "more_sft" in rows:
+        diff = [_family_mean(a) - _family_mean(b) for a, b in zip(rows["sft_grpo"], rows["more_sft"])]
+        targets["grpo_minus_more_sft"] = _stat(diff)
+        targets["grpo_beats_more_sft"] = targets["grpo_minus_more_sft"]["ci95"][0] > 0
+    if "blind" in rows and "single_frame" in rows:
+        targets["baselines_contain_chance"] = {
             b: {f: table[b][f]["ci95"][0] <= chance[f] <= table[b][f]["ci95"][1] for f in families}
             for b in ("blind", "single_frame")
-        },
-    }
-    targets["grpo_beats_more_sft"] = targets["grpo_minus_more_sft"]["ci95"][0] > 0
+        }
     if "sft_grpo_credit" in rows:  # partial order credit minus exact match, paired by seed
         pairs = list(zip(rows["sft_grpo_credit"], rows["sft_grpo"]))
         targets["credit_minus_exact"] = {
@@ -499,18 +507,22 @@ def markdown(result: dict) -> str:
     for row, cells in result["table"].items():
         lines.append(f"| {ROW_NAMES[row]} | " + " | ".join(_cell(cells[f]) for f in fams) + " |")
     t = result["targets"]
-    d = t["grpo_minus_more_sft"]
-    above = [f for f, ok in t["sft_grpo_above_chance"].items() if ok]
-    lines += [
-        "",
-        f"- Families whose SFT + GRPO interval lies above chance: {len(above)} of {len(result['families'])} "
-        f"({', '.join(above) or 'none'}).",
-        f"- SFT + GRPO minus continued SFT, family average, paired by seed: {d['mean']:+.3f} "
-        f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]: GRPO "
-        f"{'beats' if t['grpo_beats_more_sft'] else 'does not beat'} "
-        "more SFT.",
-    ]
-    for b, fams_ok in t["baselines_contain_chance"].items():
+    lines.append("")
+    for row in ("sft", "sft_grpo"):
+        if f"{row}_above_chance" in t:
+            above = [f for f, ok in t[f"{row}_above_chance"].items() if ok]
+            lines.append(
+                f"- Families whose {ROW_NAMES[row]} interval lies above chance: {len(above)} of "
+                f"{len(result['families'])} ({', '.join(above) or 'none'})."
+            )
+    if "grpo_minus_more_sft" in t:
+        d = t["grpo_minus_more_sft"]
+        lines.append(
+            f"- SFT + GRPO minus continued SFT, family average, paired by seed: {d['mean']:+.3f} "
+            f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]: GRPO "
+            f"{'beats' if t['grpo_beats_more_sft'] else 'does not beat'} more SFT."
+        )
+    for b, fams_ok in t.get("baselines_contain_chance", {}).items():
         missing = [f for f, ok in fams_ok.items() if not ok]
         ok = len(fams_ok) - len(missing)
         but = f" (not: {', '.join(missing)})" if missing else ""
@@ -527,14 +539,12 @@ def markdown(result: dict) -> str:
 
 
 def _tier_lines(result: dict) -> list[str]:
-    lines = [
-        "",
-        "| family | tier | " + " | ".join(ROW_NAMES[r] for r in ("sft", "sft_grpo", "more_sft")) + " |",
-    ]
-    lines.append("|---|---|---|---|---|")
+    shown = [r for r in ("sft", "sft_grpo", "more_sft") if r in result["tiers"]]
+    lines = ["", "| family | tier | " + " | ".join(ROW_NAMES[r] for r in shown) + " |"]
+    lines.append("|---" * (len(shown) + 2) + "|")
     for f in result["families"]:
         for tier in result["tiers"]["sft"][f]:
-            cells = [_cell(result["tiers"][r][f][tier]) for r in ("sft", "sft_grpo", "more_sft")]
+            cells = [_cell(result["tiers"][r][f][tier]) for r in shown]
             lines.append(f"| {f} | {tier} | " + " | ".join(cells) + " |")
     return lines
 
