@@ -27,9 +27,9 @@ import numpy as np
 from embodied.tasks import FamilySpec
 
 FRAMES, FPS, SIZE = 8, 2.0, 128
-TARGETS = {"clips_per_s": 20, "pipeline_vs_raw": 0.5}
+TARGETS = {"clips_per_s": 20, "pipeline_vs_raw": 0.8}
 """Issue targets on 2 cores: clips per second, and the whole pipeline's frames per second (all workers)
-over the raw renderer's (one process)."""
+over the raw renderer's (one process): 0.5 at first, 0.8 since issue 25 (not met: docs/benchmarks.md)."""
 RAW_SECONDS = 3.0
 """Seconds spent timing the raw renderer, before and after the pipeline."""
 
