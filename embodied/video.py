@@ -78,8 +78,9 @@ def sample_indices(
 
 
 SMALL_FRAME = 256 * 256
-"""Frames of at most this many pixels decode on one thread (simulated 112 x 112 clips: 3.0 ms a clip of 4
-frames against 3.5 ms with threading, measured on the 2-core CPU); larger ones use FFmpeg's threads."""
+"""Frames of at most this many pixels decode on one thread (simulated 112 x 112 clips of 4 frames:
+3.41-3.45 ms a clip against 3.73-3.84 ms with threading, 600 clips alternated on the 2-core CPU,
+docs/benchmarks.md); larger ones use FFmpeg's threads."""
 
 
 def read_video(path: str | Path, fps: float = 2.0, max_frames: int = 32) -> Clip:
