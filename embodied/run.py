@@ -185,7 +185,7 @@ def pretrain(cfg: Config, progress: bool = True) -> dict:
         checkpoint_every=0,
         log_every=50,
     )
-    summary = pretrain_policy(pc, sft, cfg.video, cfg.policy.tiny_seed, out, progress)
+    summary = pretrain_policy(pc, sft, cfg.video, cfg.policy.tiny_seed, out, progress, cfg.policy.device)
     plot_curves(read_metrics(out / "metrics.jsonl"), out / "curves.png")
     return summary
 

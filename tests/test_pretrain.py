@@ -38,6 +38,27 @@ def test_occupancy_marks_the_squares_objects_fill_in_each_frame():
     np.testing.assert_array_equal(got, want.reshape(-1, 2))
 
 
+def test_colour_occupancy_names_hues_as_the_captions_do_and_splits_occupancy():
+    from embodied.tasks.caption import colour_name
+    from embodied.train.pretrain import COLOUR_WORDS, _colour_index
+
+    rng = np.random.default_rng(0)
+    rgb = rng.uniform(0, 255, (500, 3)).astype(np.float32)
+    idx = _colour_index(rgb, rgb.max(-1), rgb.min(-1))
+    keep = rgb.max(-1) - rgb.min(-1) > 1  # grey pixels have no hue
+    assert [COLOUR_WORDS[i] for i in idx[keep]] == [colour_name(c / 255) for c in rgb[keep]]
+    frames = np.zeros((4, 112, 112, 3), np.uint8)
+    frames[:, 10:30, 10:30] = (230, 30, 30)  # red
+    frames[2:, 60:90, 70:100] = (40, 60, 220)  # blue, in the second temporal patch only
+    plain, split = occupancy(frames), occupancy(frames, colours=True)
+    k = len(COLOUR_WORDS)
+    assert split.shape == (plain.shape[0], 2 * k)
+    assert np.array_equal(split.reshape(-1, 2, k).max(-1), plain)
+    red, blue = COLOUR_WORDS.index("red"), COLOUR_WORDS.index("blue")
+    assert split.reshape(-1, 2, k)[:16, :, red].any() and not split.reshape(-1, 2, k)[:16, :, blue].any()
+    assert split.reshape(-1, 2, k)[16:, :, blue].any()
+
+
 def test_caption_lists_objects_left_to_right_with_binned_heights():
     heights = np.array([[0.5, 0.01], [0.1, 0.29], [0.0, 0.3]])  # 3 frames x 2 objects (m above the floor)
     text = caption(["box", "sphere"], ["red", "blue"], heights, xs=np.array([0.4, -0.2]))
@@ -48,9 +69,10 @@ def test_caption_lists_objects_left_to_right_with_binned_heights():
     assert colour_name([0.9, 0.1, 0.1]) == "red" and colour_name([0.1, 0.2, 0.9]) == "blue"
 
 
-def _tiny_run(tmp_path, name):
+def _tiny_run(tmp_path, name, *more):
     cfg = load_config(
         overrides=[
+            *more,
             f"run_dir={tmp_path / name}",
             "pretrain.n_clips=16",
             "pretrain.n_val=4",
@@ -75,13 +97,32 @@ def test_pretrain_is_deterministic_and_writes_a_loadable_policy(tmp_path):
     assert 0.0 <= a["vision_val"]["occupancy_accuracy"] <= 1.0
 
 
+def test_pretrain_builds_a_sized_model_with_colour_targets(tmp_path):
+    """`pretrain.tiny` sizes the from-scratch model; `vision_target=colour` trains one bit per colour word;
+    the scene captions report the colour words apart from the object list."""
+    run = _tiny_run(
+        tmp_path, "wide", "pretrain.tiny.vision_hidden=96", "pretrain.vision_target=colour",
+        "pretrain.captions=scene", "pretrain.scenes=[occluder]",
+    )  # fmt: skip
+    w = load_file(f"{run['model']}/model.safetensors")
+    assert run["parameters"] == sum(t.numel() for t in w.values())
+    assert json.loads((tmp_path / "wide/model/config.json").read_text())["vision_config"]["hidden_size"] == 96
+    assert set(run["caption_val"]) >= {
+        "colour_word_accuracy",
+        "colour_word_majority",
+        "object_colours_accuracy",
+    }
+    assert 0.0 < run["caption_val"]["colour_word_majority"] <= 1.0
+
+
 def test_shipped_base_was_built_by_the_current_defaults():
     path = resolve_policy_path("tiny-base")
     assert path == SHIPPED and (path / "model.safetensors").is_file()
     built = json.loads((path / "embodied_pretrain.json").read_text())
     defaults = dataclasses.asdict(PretrainConfig())
     # fields added after the base was built default to what it was built with (drop captions, from scratch)
-    later = {"captions": "drop", "scenes": ["drop"], "num_frames": [4], "init": ""}
+    later = {"captions": "drop", "scenes": ["drop"], "num_frames": [4], "init": "", "tiny": {}}
+    later |= {"vision_target": "occupancy"}
     assert {k: defaults[k] for k in later} == later
     assert {k: v for k, v in built["pretrain"].items() if k != "workers"} == {
         k: v for k, v in defaults.items() if k != "workers" and k not in later
@@ -160,7 +201,11 @@ def test_scene_clips_never_name_an_order(world_name):
 
 
 def test_pretrain_rejects_unknown_worlds_and_odd_frame_counts(tmp_path):
-    for bad, msg in (("pretrain.scenes=[drop,moon]", "moon"), ("pretrain.num_frames=[3]", "even")):
+    for bad, msg in (
+        ("pretrain.scenes=[drop,moon]", "moon"),
+        ("pretrain.num_frames=[3]", "even"),
+        ("pretrain.tiny.vision_width=128", "vision_width"),
+    ):
         cfg = load_config(overrides=[f"run_dir={tmp_path}", "pretrain.captions=scene", bad])
         with pytest.raises(ValueError, match=msg):
             pretrain(cfg, progress=False)
@@ -173,6 +218,8 @@ def test_the_every_world_base_was_built_by_its_config():
     want = dataclasses.asdict(load_config("configs/pretrain_worlds.yaml").pretrain)
     # built before issue 23 renamed `pretrain.worlds` (the kinds of scene) to `pretrain.scenes`
     built["pretrain"]["scenes"] = built["pretrain"].pop("worlds")
+    built["pretrain"].setdefault("tiny", {})  # sizes of a from-scratch build, added later; empty here
+    built["pretrain"].setdefault("vision_target", "occupancy")  # added later; what it was built with
     assert {k: v for k, v in built["pretrain"].items() if k not in ("workers", "out")} == {
         k: v for k, v in want.items() if k not in ("workers", "out")
     }, "configs/pretrain_worlds.yaml changed: rebuild with its command (docs/perception.md)"

@@ -101,6 +101,7 @@ def make_clip(world, seed: int, max_start: float, num_frames: int = 4, fps: floa
 # --- every scene: where each object is in every frame, whether it is seen, how it stands, if it moves -----
 
 SCENE_QUESTION = "Describe the video: the objects, then where each one is in every frame."
+OBJECTS_QUESTION = "Name the objects in the video: their colours and shapes."
 GRID = 8
 """Image positions are squares of an 8 x 8 grid named like chess squares: columns a-h left to right, rows 1-8
 top to bottom (14 px, one vision patch, at 112 px)."""

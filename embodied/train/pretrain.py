@@ -30,7 +30,14 @@ import numpy as np
 
 from embodied.data.engine import Source, make_all
 from embodied.data.load import Example
-from embodied.tasks.caption import QUESTION, SCENE_QUESTION, make_clip, make_scene_clip
+from embodied.tasks.caption import (
+    COLOURS,
+    OBJECTS_QUESTION,
+    QUESTION,
+    SCENE_QUESTION,
+    make_clip,
+    make_scene_clip,
+)
 from embodied.video import Clip
 
 
@@ -51,6 +58,9 @@ class PretrainConfig:
     vision_steps: int = 300
     """Stage 1: steps of the vision tower alone on object occupancy (`pretrain_vision`)."""
     vision_lr: float = 1e-3
+    vision_target: str = "occupancy"
+    """Stage 1's target per visual token and frame: occupancy (is an object there) | colour (which of the
+    caption's colour words is there, one bit each)."""
     steps: int = 250
     """Stage 2: caption SFT steps of the whole model."""
     batch_size: int = 32
@@ -62,13 +72,17 @@ class PretrainConfig:
     captions: str = "drop"
     """drop: the drop scene's height captions (how `tiny-base` was made) | scene: every scene in `scenes`,
     captioned with where each object is in every frame, whether it is seen, how it stands and whether it
-    moves (`embodied.tasks.caption.make_scene_clip`)."""
+    moves (`embodied.tasks.caption.make_scene_clip`) | objects: the same clips, captioned with their object
+    list alone (`2 objects: purple box, green sphere.`), so every target token is a count, colour or shape."""
     scenes: list[str] = field(default_factory=lambda: ["drop"])
     """Scenes the `scene` captions are drawn from, one per clip, uniformly."""
     num_frames: list[int] = field(default_factory=lambda: [4])
     """Frames per `scene` clip, drawn per clip from this list (at 2 fps)."""
     init: str = ""
     """Continue from this policy (a folder or `tiny-base`) instead of building the tiny model from a seed."""
+    tiny: dict = field(default_factory=dict)
+    """Sizes of the tiny model built when `init` is empty: `TinySpec` fields (`vision_hidden`,
+    `vision_depth`, `text_hidden`, `text_layers`, ...); unnamed ones keep their defaults."""
 
 
 # --- clips --------------------------------------------------------------------------------------------
@@ -108,10 +122,10 @@ def make_examples(
                 "id": f"pretrain-{stream}-{i}",
                 "family": "caption",
                 "video": "",
-                "question": QUESTION if cfg.captions == "drop" else SCENE_QUESTION,
+                "question": {"drop": QUESTION, "objects": OBJECTS_QUESTION}.get(cfg.captions, SCENE_QUESTION),
                 "options": [],
                 "instruction": "",
-                "target": text,
+                "target": text.split(". ")[0] + "." if cfg.captions == "objects" else text,
                 "meta": meta,
             },
             Clip(frames, 2.0),
@@ -123,17 +137,41 @@ def make_examples(
 # --- stage 1: the vision tower alone, on where the objects are -----------------------------------------
 
 
-def occupancy(frames: np.ndarray, cell: int = 28, min_share: float = 0.02) -> np.ndarray:
+def occupancy(
+    frames: np.ndarray, cell: int = 28, min_share: float = 0.02, colours: bool = False
+) -> np.ndarray:
     """`(T // 2 * H/cell * W/cell, 2)` targets, one row per merged visual token in Qwen's raster order
     (temporal patch, row, column): is an object in the token's `cell` x `cell` square in each of the
-    temporal patch's two frames. Objects are the saturated pixels (floor, sky and shadows are grey)."""
+    temporal patch's two frames. Objects are the saturated pixels (floor, sky and shadows are grey).
+
+    With `colours`, `(..., 2 * len(COLOUR_WORDS))`: for each frame of the pair and each colour word, whether
+    that colour's pixels fill the share (hue binned as the captions name it, `embodied.tasks.caption`)."""
     rgb = frames.astype(np.float32)
     hi, lo = rgb.max(-1), rgb.min(-1)
     objects = (hi - lo > 0.4 * hi) & (hi > 60)
     t, h, w = objects.shape
-    share = objects.reshape(t, h // cell, cell, w // cell, cell).mean((2, 4)) > min_share
-    pairs = share.reshape(t // 2, 2, h // cell, w // cell).transpose(0, 2, 3, 1)
-    return pairs.reshape(-1, 2).astype(np.float32)
+    if colours:
+        masks = objects[..., None] & (_colour_index(rgb, hi, lo)[..., None] == np.arange(len(COLOUR_WORDS)))
+    else:
+        masks = objects[..., None]
+    k = masks.shape[-1]
+    share = masks.reshape(t, h // cell, cell, w // cell, cell, k).mean((2, 4)) > min_share
+    pairs = share.reshape(t // 2, 2, h // cell, w // cell, k).transpose(0, 2, 3, 1, 4)
+    return pairs.reshape(-1, 2 * k).astype(np.float32)
+
+
+COLOUR_WORDS = tuple(dict.fromkeys(name for _, name in COLOURS))
+"""The caption's colour words, each once (red closes the hue wheel at both ends)."""
+
+
+def _colour_index(rgb: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+    """Per pixel, the index in `COLOUR_WORDS` of its hue's name (`colour_name`, vectorised)."""
+    r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
+    span = np.maximum(hi - lo, 1e-6)
+    hue = np.where(hi == r, (g - b) / span % 6, np.where(hi == g, (b - r) / span + 2, (r - g) / span + 4)) / 6
+    bounds = np.array([bound for bound, _ in COLOURS])
+    names = np.array([COLOUR_WORDS.index(name) for _, name in COLOURS])
+    return names[np.minimum(np.searchsorted(bounds, hue, side="right"), len(bounds) - 1)]
 
 
 def pretrain_vision(model, processor, examples, pc: PretrainConfig, video, progress: bool = True) -> dict:
@@ -147,7 +185,10 @@ def pretrain_vision(model, processor, examples, pc: PretrainConfig, video, progr
     from embodied.train.common import index_batches
 
     vis = model.model.visual
-    head = torch.nn.Linear(model.config.vision_config.out_hidden_size, 2)
+    device = next(model.parameters()).device
+    colours = pc.vision_target == "colour"
+    width = 2 * (len(COLOUR_WORDS) if colours else 1)
+    head = torch.nn.Linear(model.config.vision_config.out_hidden_size, width).to(device)
     params = [*vis.parameters(), *head.parameters()]
     opt = torch.optim.AdamW(params, lr=pc.vision_lr, weight_decay=0.0)
     n_val = min(256, len(examples) // 8)
@@ -155,9 +196,11 @@ def pretrain_vision(model, processor, examples, pc: PretrainConfig, video, progr
     order = index_batches(len(train), pc.batch_size, pc.seed)
 
     def loss_and_acc(chunk):
-        batch = encode_prompts(processor, [e.record for e in chunk], [e.clip for e in chunk], video)
+        batch = encode_prompts(processor, [e.record for e in chunk], [e.clip for e in chunk], video, device)
         tokens = vis(batch["pixel_values_videos"], grid_thw=batch["video_grid_thw"]).pooler_output
-        target = torch.from_numpy(np.concatenate([occupancy(e.clip.frames) for e in chunk]))
+        target = torch.from_numpy(
+            np.concatenate([occupancy(e.clip.frames, colours=colours) for e in chunk])
+        ).to(device)
         logits = head(tokens)
         loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, target)
         return loss, ((logits > 0).float() == target).float().mean().item(), target.mean().item()
@@ -184,9 +227,10 @@ def caption_accuracy(model, processor, examples, video, batch_size: int = 64) ->
     from embodied.policy.model import decode, encode_prompts, generate
 
     counts = {"count": 0, "objects": 0, "heights": 0, "heights_total": 0, "exact": 0}
+    device = next(model.parameters()).device
     for i in range(0, len(examples), batch_size):
         chunk = examples[i : i + batch_size]
-        batch = encode_prompts(processor, [e.record for e in chunk], [e.clip for e in chunk], video)
+        batch = encode_prompts(processor, [e.record for e in chunk], [e.clip for e in chunk], video, device)
         with torch.no_grad():
             ids, mask = generate(model, processor, batch, 160, do_sample=False)
         for e, text in zip(chunk, decode(processor, ids, mask)):
@@ -213,21 +257,34 @@ def caption_accuracy(model, processor, examples, video, batch_size: int = 64) ->
 
 def scene_caption_accuracy(model, processor, examples, video, batch_size: int = 32) -> dict:
     """Greedy scene captions against the truth: the object list, and per frame and object the word group
-    (`red d5 upright still`), its square and its state words (hidden / out / pose / moving)."""
+    (`red d5 upright still`), its square and its state words (hidden / out / pose / moving).
+
+    The colour words are scored apart, because the object list's order (geom order) is not always visible:
+    `object_colours_accuracy` is the share of clips whose list names the right colours in any order,
+    `colour_word_accuracy` the share of word groups whose colour is right, beside `colour_word_majority`, what
+    always writing the commonest colour would score."""
+    from collections import Counter
+
     import torch
 
     from embodied.policy.model import decode, encode_prompts, generate
 
     n = {"objects": 0, "groups": 0, "squares": 0, "states": 0, "states_total": 0, "total": 0, "exact": 0}
+    n |= {"colour_sets": 0, "shape_sets": 0, "colour_words": 0}
+    truth_colours: Counter = Counter()
+    device = next(model.parameters()).device
     for i in range(0, len(examples), batch_size):
         chunk = examples[i : i + batch_size]
-        batch = encode_prompts(processor, [e.record for e in chunk], [e.clip for e in chunk], video)
+        batch = encode_prompts(processor, [e.record for e in chunk], [e.clip for e in chunk], video, device)
         with torch.no_grad():
             ids, mask = generate(model, processor, batch, 320, do_sample=False)
         for e, text in zip(chunk, decode(processor, ids, mask)):
             head_t, *frames_t = e.record["target"].rstrip(".").split(". ")
             head_p, *frames_p = text.strip().rstrip(".").split(". ")
             n["objects"] += head_p == head_t
+            names_t, names_p = _names(head_t), _names(head_p)
+            n["colour_sets"] += sorted(c for c, _ in names_t) == sorted(c for c, _ in names_p)
+            n["shape_sets"] += sorted(s for _, s in names_t) == sorted(s for _, s in names_p)
             n["exact"] += text.strip() == e.record["target"]
             for ft, fp in zip(frames_t, frames_p + [""] * len(frames_t)):
                 gt, gp = ft.split(": ", 1)[-1].split(", "), fp.split(": ", 1)[-1].split(", ")
@@ -235,12 +292,18 @@ def scene_caption_accuracy(model, processor, examples, video, batch_size: int = 
                     wt, wp = wt.split(), wp.split()
                     n["total"] += 1
                     n["groups"] += wt == wp
+                    n["colour_words"] += bool(wp) and wp[0] == wt[0]
+                    truth_colours[wt[0]] += 1
                     n["squares"] += len(wp) > 1 and wp[1] == wt[1]
                     n["states"] += sum(a == b for a, b in zip(wt[2:], wp[2:]))
                     n["states_total"] += max(0, len(wt) - 2)
     total = max(1, n["total"])
     return {
         "objects_accuracy": n["objects"] / len(examples),
+        "object_colours_accuracy": n["colour_sets"] / len(examples),
+        "object_shapes_accuracy": n["shape_sets"] / len(examples),
+        "colour_word_accuracy": n["colour_words"] / total,
+        "colour_word_majority": max(truth_colours.values(), default=0) / total,
         "group_accuracy": n["groups"] / total,
         "square_accuracy": n["squares"] / total,
         "state_word_accuracy": n["states"] / max(1, n["states_total"]),
@@ -249,11 +312,23 @@ def scene_caption_accuracy(model, processor, examples, video, batch_size: int = 
     }
 
 
+def _names(head: str) -> list[tuple[str, str]]:
+    """`2 objects: purple box, green ball` -> [("purple", "box"), ("green", "ball")] (malformed parts: "")."""
+    items = head.split(": ", 1)[-1].split(", ") if ": " in head else []
+    return [(w[0] if w else "", w[1] if len(w) > 1 else "") for w in (x.split() for x in items)]
+
+
 # --- the command ---------------------------------------------------------------------------------------
 
 
 def pretrain_policy(
-    pc: PretrainConfig, sft, video, tiny_seed: int, out_dir: Path, progress: bool = True
+    pc: PretrainConfig,
+    sft,
+    video,
+    tiny_seed: int,
+    out_dir: Path,
+    progress: bool = True,
+    device: str = "cpu",
 ) -> dict:
     """Build the tiny model (`tiny_seed`), caption-pretrain it with the SFT loop (`sft`, an `SFTConfig`),
     save it to `pc.out` (or `out_dir/model`) and return a summary with the held-out caption accuracy."""
@@ -271,8 +346,9 @@ def pretrain_policy(
     val = make_examples(pc.n_val, pc.seed, 1, pc, progress)
     t_data = time.perf_counter() - t0
     seed_everything(pc.seed)
-    start = resolve_policy_path(pc.init) if pc.init else build_tiny_policy(spec=TinySpec(seed=tiny_seed))
-    model, processor = load_policy(start)
+    spec = TinySpec(**(pc.tiny | {"seed": tiny_seed}))
+    start = resolve_policy_path(pc.init) if pc.init else build_tiny_policy(spec=spec)
+    model, processor = load_policy(start, device=device)
     t1 = time.perf_counter()
     vision = pretrain_vision(model, processor, train, pc, video, progress) if pc.vision_steps else {}
     t_vision = time.perf_counter() - t1
@@ -282,10 +358,12 @@ def pretrain_policy(
     with torch.no_grad():
         score = caption_accuracy if pc.captions == "drop" else scene_caption_accuracy
         acc = score(model, processor, val, video)
-    save_policy(model, processor, out)
+    save_policy(model.cpu(), processor, out)
     summary = {
         "pretrain": dataclasses.asdict(pc),
         "tiny_seed": tiny_seed,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "device": device,
         "vision_val": vision,
         "caption_val": acc,
         "time_s": {
@@ -300,10 +378,22 @@ def pretrain_policy(
 
 
 def _check(pc: PretrainConfig) -> None:
+    from embodied.policy.tiny import TinySpec
     from embodied.worlds import WORLD_NAMES
 
-    if pc.captions not in ("drop", "scene"):
-        raise ValueError(f"pretrain.captions must be 'drop' or 'scene', got {pc.captions!r}")
+    sizes = {f.name for f in dataclasses.fields(TinySpec)} - {"seed"}
+    if set(pc.tiny) - sizes:
+        raise ValueError(
+            f"pretrain.tiny: unknown {sorted(set(pc.tiny) - sizes)}; known: {sorted(sizes)} "
+            "(the seed is policy.tiny_seed)"
+        )
+    if pc.tiny and pc.init:
+        raise ValueError("pretrain.tiny sizes a model built from scratch; set pretrain.init='' to use it")
+
+    if pc.vision_target not in ("occupancy", "colour"):
+        raise ValueError(f"pretrain.vision_target must be 'occupancy' or 'colour', got {pc.vision_target!r}")
+    if pc.captions not in ("drop", "scene", "objects"):
+        raise ValueError(f"pretrain.captions must be 'drop', 'scene' or 'objects', got {pc.captions!r}")
     unknown = [s for s in pc.scenes if s not in WORLD_NAMES]
     if unknown or not pc.scenes:
         raise ValueError(f"pretrain.scenes: unknown {unknown or 'empty list'}; known: {sorted(WORLD_NAMES)}")
