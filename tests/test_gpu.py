@@ -62,3 +62,30 @@ def test_bfloat16_log_probs_track_float32(examples, tiny_path):
             out[dtype] = completion_logprobs(model, batch, ids, mask).float().cpu()
     diff = (out["float32"] - out["bfloat16"]).abs().max().item()
     assert diff < 0.1, diff
+
+
+def test_pretrain_runs_on_cuda(tmp_path):
+    """`embodied pretrain ... policy.device=cuda`: both stages on the device, a wider from-scratch tower with
+    colour bits (how the colour base of docs/cosmos.md was built), saved to a folder that loads on the CPU."""
+    from embodied.config import load_config
+    from embodied.policy.model import load_policy
+    from embodied.run import pretrain
+
+    cfg = load_config(
+        "configs/pretrain_colour.yaml",
+        overrides=[
+            f"run_dir={tmp_path}",
+            "policy.device=cuda",
+            "pretrain.n_clips=32",
+            "pretrain.n_val=4",
+            "pretrain.vision_steps=3",
+            "pretrain.steps=3",
+            "pretrain.batch_size=8",
+            "pretrain.warmup_steps=1",
+            "pretrain.workers=0",
+        ],
+    )
+    run = pretrain(cfg, progress=False)
+    assert run["device"] == "cuda" and run["parameters"] > 1_500_000
+    model, _ = load_policy(run["model"])
+    assert not next(model.parameters()).is_cuda
