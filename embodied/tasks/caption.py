@@ -32,6 +32,8 @@ COLOURS = (
     (1.01, "red"),
 )
 """Upper bounds of hue (0-1) of the colour words."""
+COLOUR_WORDS = tuple(dict.fromkeys(name for _, name in COLOURS))
+"""The colour words, each once (red closes the hue wheel at both ends)."""
 ORDERS = ("forward", "reversed", "shuffled")
 
 
@@ -60,7 +62,7 @@ def caption_words() -> list[str]:
     """Every word a caption can use, for the tiny tokenizer's corpus."""
     from embodied.worlds.drop import SHAPES
 
-    colours = sorted({c for _, c in COLOURS})
+    colours = sorted(COLOUR_WORDS)
     return [QUESTION, *colours, *SHAPES, *(h for _, h in HEIGHTS), "objects", "object", "frame"]
 
 

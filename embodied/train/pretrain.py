@@ -31,6 +31,7 @@ import numpy as np
 from embodied.data.engine import Source, make_all
 from embodied.data.load import Example
 from embodied.tasks.caption import (
+    COLOUR_WORDS,
     COLOURS,
     OBJECTS_QUESTION,
     QUESTION,
@@ -160,8 +161,9 @@ def occupancy(
     return pairs.reshape(-1, 2 * k).astype(np.float32)
 
 
-COLOUR_WORDS = tuple(dict.fromkeys(name for _, name in COLOURS))
-"""The caption's colour words, each once (red closes the hue wheel at both ends)."""
+_HUE_BOUNDS = np.array([bound for bound, _ in COLOURS])
+_HUE_WORDS = np.array([COLOUR_WORDS.index(name) for _, name in COLOURS])
+"""`COLOURS` as arrays: upper hue bounds, and the index in `COLOUR_WORDS` of each bound's word."""
 
 
 def _colour_index(rgb: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
@@ -169,9 +171,7 @@ def _colour_index(rgb: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> np.ndarray
     r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
     span = np.maximum(hi - lo, 1e-6)
     hue = np.where(hi == r, (g - b) / span % 6, np.where(hi == g, (b - r) / span + 2, (r - g) / span + 4)) / 6
-    bounds = np.array([bound for bound, _ in COLOURS])
-    names = np.array([COLOUR_WORDS.index(name) for _, name in COLOURS])
-    return names[np.minimum(np.searchsorted(bounds, hue, side="right"), len(bounds) - 1)]
+    return _HUE_WORDS[np.minimum(np.searchsorted(_HUE_BOUNDS, hue, side="right"), len(_HUE_BOUNDS) - 1)]
 
 
 def pretrain_vision(model, processor, examples, pc: PretrainConfig, video, progress: bool = True) -> dict:
