@@ -91,9 +91,39 @@ def test_env_feedback_experiment_end_to_end(tmp_path):
     assert len(list((tmp_path / "run" / "videos").glob("*.mp4"))) == 3 * 3
     text = (tmp_path / "run" / "results.md").read_text()
     assert "best constant answer" in text and "best-of-2" in text and "benchmark, all" in text
+    assert "Paired by seed" in text and set(summary["paired"]) == {"mcq - start", "sim - start", "mixed - start"}
+    assert set(summary["provenance"]) == {"version", "code", "weights"}
     again = run(cfg, tmp_path / "run", progress=False)  # every stage reused, same figures
     same = json.dumps(again["stages"], sort_keys=True) == json.dumps(summary["stages"], sort_keys=True)
     assert same  # compared as text: an undefined correlation is NaN, and NaN != NaN
+
+
+def test_paired_figures_difference_each_arm_from_its_start_by_seed():
+    from embodied.experiments.env_report import paired_figures, paired_markdown
+
+    def stage(success, acc, bench):
+        env = {"push": {"success": success}}
+        return {"env": env, "mcq": {"accuracy": acc, "bench": bench, "bench_per_family": {"fam": bench}}}
+
+    figures = {
+        "start": stage([0.1, 0.2, 0.3], [0.5, 0.5, 0.5], [0.3, 0.3, 0.3]),
+        "sim": stage([0.4, 0.4, 0.6], [0.5, 0.6, 0.4], [0.3, 0.3, 0.3]),
+        "expert": stage([0.5, 0.5, 0.5], [0.5, 0.5, 0.5], [0.4, 0.3, 0.2]),
+    }
+    paired = paired_figures(figures)
+    assert list(paired) == ["sim - start", "expert - start", "expert - sim"]
+    d = paired["sim - start"]["push: success"]
+    assert d["per_seed"] == pytest.approx([0.3, 0.2, 0.3])
+    mean, lo, hi = d["mean_t95"]
+    assert mean == pytest.approx(0.8 / 3) and 0 < lo < mean < hi  # consistent gains: the interval excludes 0
+    assert paired["sim - start"]["MCQ: arrow of time (test)"]["mean_t95"][1] < 0  # +-0.1 around 0: no effect
+    assert paired["expert - sim"]["push: success"]["per_seed"] == pytest.approx([0.1, 0.1, -0.1])
+    assert set(paired["expert - start"]) == {
+        "push: success", "MCQ: arrow of time (test)", "MCQ: benchmark, all", "MCQ: benchmark, fam"
+    }  # fmt: skip
+    text = "\n".join(paired_markdown(paired, 3))
+    assert "| push: success | **+0.267 [+" in text and "| MCQ: benchmark, all | +0.000 [+0.00, +0.00]" in text
+    assert paired_figures({"start": figures["start"]}) == {}
 
 
 def test_random_answers_are_well_formed_and_in_range(episodes):

@@ -41,7 +41,7 @@ from embodied.envs import answer_examples
 from embodied.eval.envs import best_constant, evaluate_env, rollout_video
 from embodied.eval.loop import evaluate_free
 from embodied.experiments.env_report import write_env_report
-from embodied.experiments.reuse import process_data, reuse_or_run, run_jobs
+from embodied.experiments.reuse import process_data, provenance, reuse_or_run, run_jobs
 from embodied.policy.model import load, load_policy, save_policy
 from embodied.rl.rewards import rewards_for
 from embodied.train.common import seed_everything
@@ -306,6 +306,8 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
         "per_seed": [r["timings_s"] for r in rows],
     }
     summary["threads"] = torch.get_num_threads()
+    summary["policy"] = cfg.policy.path
+    summary["provenance"] = provenance(cfg.policy)  # the code and start weights every stage was keyed on
     (out / "results.json").write_text(json.dumps(summary, indent=2, default=float))
     print(f"results: {out / 'results.md'}; plots: {out / 'results.png'}; videos: {out / 'videos'}")
     return summary

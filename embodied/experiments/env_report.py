@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from embodied.envs import task
-from embodied.eval.stats import by_family
+from embodied.eval.stats import by_family, seed_interval
 from embodied.train.metrics import read_metrics
 
 
@@ -65,6 +65,61 @@ def stage_figures(rows: list[dict], constant: dict) -> dict:
     return out
 
 
+def _metrics(fig: dict) -> dict[str, list[float]]:
+    """One stage's per-seed figures by name: each task's success, the MCQ test accuracy and, where it ran,
+    the benchmark's mean and each of its families."""
+    out = {f"{t}: success": fig["env"][t]["success"] for t in sorted(fig["env"])}
+    out["MCQ: arrow of time (test)"] = fig["mcq"]["accuracy"]
+    if "bench" in fig["mcq"]:
+        out["MCQ: benchmark, all"] = fig["mcq"]["bench"]
+        out |= {f"MCQ: benchmark, {f}": v for f, v in sorted(fig["mcq"]["bench_per_family"].items())}
+    return out
+
+
+def paired_figures(figures: dict) -> dict:
+    """The comparisons the experiment exists for, paired by seed (every arm of a seed starts from that seed's
+    start): each trained arm minus the start, and expert iteration minus GRPO with simulator reward (`expert`
+    minus `sim`, equal answers scored) when both ran. Per comparison and figure, the per-seed differences
+    and their mean with its 95% t interval over seeds (`seed_interval`)."""
+    pairs = [(a, "start") for a in figures if a != "start" and "start" in figures]
+    if "expert" in figures and "sim" in figures:
+        pairs.append(("expert", "sim"))
+    out = {}
+    for a, b in pairs:
+        ma, mb = _metrics(figures[a]), _metrics(figures[b])
+        rows = {}
+        for name in ma:
+            diff = [float(x) - float(y) for x, y in zip(ma[name], mb[name], strict=True)]
+            rows[name] = {"per_seed": diff, "mean_t95": list(seed_interval(diff))}
+        out[f"{a} - {b}"] = rows
+    return out
+
+
+def paired_markdown(paired: dict, n_seeds: int) -> list[str]:
+    if not paired:
+        return []
+    names = list(next(iter(paired.values())))
+    head = ["figure", *paired]
+
+    def cell(d: dict) -> str:
+        m, lo, hi = d["mean_t95"]
+        mark = "**" if (lo > 0 or hi < 0) and n_seeds > 1 else ""
+        return f"{mark}{m:+.3f} [{lo:+.2f}, {hi:+.2f}]{mark}"
+
+    body = [[n, *(cell(paired[c][n]) for c in paired)] for n in names]
+    return [
+        "",
+        "## Paired by seed: what each arm changed",
+        "",
+        *_table(head, body),
+        "",
+        f"Mean difference over {n_seeds} seed(s) with its 95% t interval over seeds; in bold where the interval "
+        "excludes 0. Every arm of a seed starts from that seed's start, so `arm - start` is what the arm's "
+        "training changed, and on the MCQ rows of the `sim` arm it is the transfer from simulator reward to "
+        "questions (and on the interactive rows of the `mcq` arm, the transfer the other way).",
+    ]
+
+
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:
     return [
         "| " + " | ".join(head) + " |",
@@ -87,6 +142,7 @@ def markdown(figures: dict, constant: dict, rows: list[dict]) -> str:
         + f"; MCQ test questions: {first['mcq']['n']}.",
     ]
     lines += success_markdown(figures, constant, len(rows)) + spread_markdown(figures) + mcq_markdown(figures)
+    lines += paired_markdown(paired_figures(figures), len(rows))
     return "\n".join(lines + compute_markdown(rows) + test_time_markdown(rows) + turns_markdown(rows)) + "\n"
 
 
@@ -405,6 +461,7 @@ def write_env_report(rows: list[dict], constant: dict, out: Path, cfg) -> dict:
     plot_test_time(rows, out)
     return {
         "stages": figures,
+        "paired": paired_figures(figures),
         "best_constant": constant,
         "seeds": rows,
         "videos": rows[0]["videos"],
