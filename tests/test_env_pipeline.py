@@ -91,7 +91,11 @@ def test_env_feedback_experiment_end_to_end(tmp_path):
     assert len(list((tmp_path / "run" / "videos").glob("*.mp4"))) == 3 * 3
     text = (tmp_path / "run" / "results.md").read_text()
     assert "best constant answer" in text and "best-of-2" in text and "benchmark, all" in text
-    assert "Paired by seed" in text and set(summary["paired"]) == {"mcq - start", "sim - start", "mixed - start"}
+    assert "Paired by seed" in text and set(summary["paired"]) == {
+        "mcq - start",
+        "sim - start",
+        "mixed - start",
+    }
     assert set(summary["provenance"]) == {"version", "code", "weights"}
     again = run(cfg, tmp_path / "run", progress=False)  # every stage reused, same figures
     same = json.dumps(again["stages"], sort_keys=True) == json.dumps(summary["stages"], sort_keys=True)
