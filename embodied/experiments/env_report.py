@@ -114,9 +114,9 @@ def paired_markdown(paired: dict, n_seeds: int) -> list[str]:
         *_table(head, body),
         "",
         f"Mean difference over {n_seeds} seed(s) with its 95% t interval over seeds; in bold where the "
-        "interval excludes 0. Every arm of a seed starts from that seed's start, so `arm - start` is what the arm's "
-        "training changed, and on the MCQ rows of the `sim` arm it is the transfer from simulator reward to "
-        "questions (and on the interactive rows of the `mcq` arm, the transfer the other way).",
+        "interval excludes 0. Every arm of a seed starts from that seed's start, so `arm - start` is what "
+        "the arm's training changed. On the MCQ rows of the `sim` arm it is the transfer from simulator "
+        "reward to questions; on the interactive rows of the `mcq` arm, the transfer the other way.",
     ]
 
 
