@@ -9,6 +9,10 @@ cannot beat the constant, the task is out of reach at this scale whatever the re
 
     python scripts/env_labelled_ceiling.py -c configs/experiment_env_feedback.yaml --task push \\
         --start runs/env_feedback/seed{seed}/start/model --seeds 0 1 2 --steps 300 --out ceiling.json
+
+With ``env.answer=grid`` the task is asked as lettered options and the target is the option that scores the
+highest ``reward/total`` when MuJoCo executes every option of the episode (the grid's own best answer), and
+the best constant is recomputed over numbers and letters on the held-out episodes.
 """
 
 from __future__ import annotations
@@ -24,12 +28,23 @@ import torch
 
 from embodied.config import load_config
 from embodied.data.load import load_examples
-from embodied.envs import answer_text, task
-from embodied.eval.envs import evaluate_env
+from embodied.envs import answer_examples, answer_text, grid_action, task
+from embodied.envs.reward import env_reward
+from embodied.eval.envs import best_constant, evaluate_env
 from embodied.experiments.reuse import code_hash, folder_weights_hash
 from embodied.policy.model import load_policy
 from embodied.train.common import seed_everything
 from embodied.train.sft import train_sft
+
+
+def label(name: str, mod, record: dict) -> str:
+    """The SFT target: the calibrated action, or in grid form the option MuJoCo scores highest."""
+    grid = record["meta"].get("answer_grid")
+    if grid is None:
+        return answer_text(name, mod.good_action(record))
+    texts = [answer_text(name, grid_action(a), record) for a in grid]
+    totals = [t["reward/total"] for t in env_reward(texts, [record] * len(texts))]
+    return texts[max(range(len(texts)), key=totals.__getitem__)]
 
 
 def main() -> None:
@@ -49,12 +64,23 @@ def main() -> None:
     if not hasattr(mod, "good_action"):
         raise SystemExit(f"task {args.task} defines no good_action(record): no label to fine-tune on")
     fps, mf = cfg.video.fps, cfg.video.max_frames
-    train = [e for e in load_examples(cfg.env.root, "train", fps, mf)[0] if e.record["task"] == args.task]
-    test = [e for e in load_examples(cfg.env.root, "test", fps, mf)[0] if e.record["task"] == args.task]
+    form = cfg.env.answer
+    train, test = (
+        [
+            e
+            for e in answer_examples(load_examples(cfg.env.root, split, fps, mf)[0], form)
+            if e.record["task"] == args.task
+        ]
+        for split in ("train", "test")
+    )
     if not train or not test:
         raise SystemExit(f"{cfg.env.root}: no {args.task} episodes in train or test; generate them first")
-    labels = {e.record["id"]: answer_text(args.task, mod.good_action(e.record)) for e in train}
-    constant = json.loads((Path(cfg.env.root) / "best_constant.json").read_text())["row"][args.task]
+    labels = {e.record["id"]: label(args.task, mod, e.record) for e in train}
+    saved = json.loads((Path(cfg.env.root) / "best_constant.json").read_text())
+    if saved["key"].get("env", {}).get("answer", "number") == form:
+        constant = saved["row"][args.task]
+    else:  # made for the other answer form: the constant letter must be tried too
+        constant = best_constant([e.record for e in test], cfg.env.backend)[args.task]
     sft = dataclasses.replace(cfg.sft, steps=args.steps, eval_every=0, checkpoint_every=0, targets="answer")
     rows = []
     for seed in args.seeds:
@@ -87,7 +113,9 @@ def main() -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout
     summary = {
         "task": args.task,
-        "what": "labelled SFT (targets: the task's good_action) from the format-only start, greedy, held out",
+        "what": "labelled SFT (targets: the task's good_action, or in grid form the option MuJoCo scores "
+        "highest) from the format-only start, greedy, held out",
+        "answer": form,
         "steps": args.steps,
         "n_train": len(train),
         "n_test": len(test),

@@ -67,7 +67,7 @@ def test_routed_reward_scores_each_record_by_its_kind(episodes):
 
 @pytest.mark.slow
 def test_env_feedback_experiment_end_to_end(tmp_path):
-    """The whole experiment at toy size: data, benchmark, start, three arms, two seeds, test-time compute,
+    """The whole experiment at toy size: data, benchmark, start, four arms, two seeds, test-time compute,
     tables, plots and videos; a rerun reuses the finished seeds."""
     from embodied.config import load_config
     from embodied.experiments.env_feedback import run
@@ -77,25 +77,24 @@ def test_env_feedback_experiment_end_to_end(tmp_path):
         "sft.steps=4", "sft.batch_size=8", "grpo.steps=2", "grpo.prompts_per_step=4",
         f"env.root={tmp_path}/env", "env.n_train=6", "env.n_test=4", "env.feedback.seeds=[0,1]",
         "env.feedback.eval_mcq=20", "env.feedback.benchmark_n_test=16", "env.feedback.test_time_samples=2",
-        "env.feedback.test_time_k=[1,2]",
+        "env.feedback.test_time_k=[1,2]", "expert.rounds=1", "expert.prompts_per_round=4", "expert.samples=2",
+        "expert.sft_steps=2", "expert.batch_size=4",
     ]  # fmt: skip
     cfg = load_config("configs/experiment_env_feedback.yaml", overrides)
     cfg.env.feedback.benchmark = str(tmp_path / "bench.yaml")
     spec = Path("configs/physics_bench.yaml").read_text()
     (tmp_path / "bench.yaml").write_text(spec.replace("data/benchmarks/physics_v1", f"{tmp_path}/bench"))
     summary = run(cfg, tmp_path / "run", progress=False)
-    assert set(summary["stages"]) == {"start", "mcq", "sim", "mixed"}
+    assert set(summary["stages"]) == {"start", "mcq", "sim", "mixed", "expert"}
     assert [r["seed"] for r in summary["seeds"]] == [0, 1]
     for name in ("results.md", "results.json", "results.png", "reward_curves.png", "test_time.png"):
         assert (tmp_path / "run" / name).stat().st_size > 0
-    assert len(list((tmp_path / "run" / "videos").glob("*.mp4"))) == 3 * 3
+    assert len(list((tmp_path / "run" / "videos").glob("*.mp4"))) == 4 * 3
     text = (tmp_path / "run" / "results.md").read_text()
     assert "best constant answer" in text and "best-of-2" in text and "benchmark, all" in text
-    assert "Paired by seed" in text and set(summary["paired"]) == {
-        "mcq - start",
-        "sim - start",
-        "mixed - start",
-    }
+    assert "Paired by seed" in text
+    pairs = {"mcq - start", "sim - start", "mixed - start", "expert - start", "expert - sim"}
+    assert set(summary["paired"]) == pairs
     assert set(summary["provenance"]) == {"version", "code", "weights"}
     again = run(cfg, tmp_path / "run", progress=False)  # every stage reused, same figures
     same = json.dumps(again["stages"], sort_keys=True) == json.dumps(summary["stages"], sort_keys=True)

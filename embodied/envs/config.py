@@ -12,9 +12,10 @@ from embodied.envs import TASKS
 
 @dataclass
 class FeedbackConfig:
-    """`embodied experiment env-feedback`: MCQ vs simulator vs mixed rewards from one format-only start."""
+    """`embodied experiment env-feedback`: MCQ vs simulator vs mixed rewards (GRPO) and expert iteration
+    from one format-only start."""
 
-    arms: list[str] = field(default_factory=lambda: ["mcq", "sim", "mixed"])
+    arms: list[str] = field(default_factory=lambda: ["mcq", "sim", "mixed", "expert"])
     """Which reward each arm trains on: mcq (rule-checked answers), sim (physics), mixed (both), all with
     GRPO; expert: the sim arm's episodes and physics with expert iteration instead of GRPO (`expert:`, best
     of N verified by the simulator, then fine-tuned on; compare at equal answers scored)."""

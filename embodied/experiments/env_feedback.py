@@ -1,10 +1,12 @@
 """`embodied experiment env-feedback`: does a simulator's verdict ground physical reasoning better than MCQs?
 
-Per seed, one starting point and three GRPO arms with equal steps, prompts per step and group size:
+Per seed, one starting point and, by default (`env.feedback.arms`), three GRPO arms with equal steps,
+prompts per step and group size, and one expert-iteration arm that scores as many answers:
 
 * ``mcq``: rule-checked answers to the generated multiple-choice questions (`data:`),
 * ``sim``: interactive episodes (`env:`), each answer executed in MuJoCo and scored by what happens,
-* ``mixed``: both, half the prompts of each kind on average, each scored by its own reward.
+* ``mixed``: both, half the prompts of each kind on average, each scored by its own reward,
+* ``expert``: the sim arm's episodes and physics, with expert iteration (`expert:`) instead of GRPO.
 
 The start is format-only SFT (`sft.targets=format`) on the MCQ and interactive training prompts together:
 random letters and random in-range actions as targets, so the policy learns to answer in the format and
