@@ -1,0 +1,136 @@
+"""Do a policy's frozen visual tokens hold what `push` needs? Linear probes, and a probe used as the policy.
+
+`push` asks for the impulse J* = J_demo sqrt(D / d_demo): two distances read from the clip (the demo's slide
+d_demo, the zone's distance D) and the stated demo impulse. When a policy fails on it even with labels
+(`scripts/env_labelled_ceiling.py`), this separates perception from readout (docs/environments.md, "Why
+`push` is not learned"):
+
+* quartile probes (`embodied.eval.probe.linear_probe`) of d_demo, D and the ratio J* / J_demo on each
+  policy's visual tokens of the whole clip, fitted on the first `--fit` training episodes and tested on the
+  other training episodes and the held-out ones;
+* the grid probe: the `env.answer=grid` option nearest (in log) to the calibrated impulse, 8 classes, whose
+  predicted letters are executed in MuJoCo on the same held-out episodes, beside the best constant letter
+  and the nearest option itself (`--fit-small` refits it on fewer episodes, e.g. the 200 that RL gets)::
+
+    PYTHONPATH=. python scripts/push_readout.py --root data/generated/push2k --fit 1600 --fit-small 200 \\
+        --out readout.json tiny-base=tiny-base start0=runs/env_feedback/seed0/start/model
+
+The episodes come from `generate_episodes` with `'env.tasks=[push]'` and enough `env.n_train`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from embodied.config import PolicyConfig
+from embodied.data.load import load_examples
+from embodied.envs import answer_examples, push
+from embodied.envs.reward import env_reward
+from embodied.eval.probe import _fit, _padded, linear_probe, visual_features
+from embodied.eval.stats import wilson_interval
+from embodied.experiments.reuse import code_hash, weights_hash
+from embodied.policy.model import load
+from embodied.tasks import LETTERS
+from embodied.video import VideoConfig
+
+QUANTITIES = ("demo distance", "zone distance", "ratio J*/J_demo")
+
+
+def quantities(record: dict) -> dict[str, float]:
+    s = record["meta"]["scene"]
+    return {
+        "demo distance": (s["demo_impulse"] / push.MASS) ** 2 / (2 * s["friction"] * 9.81),
+        "zone distance": s["target"],
+        "ratio J*/J_demo": push.good_action(record) / s["demo_impulse"],
+    }
+
+
+def nearest_option(record: dict) -> int:
+    ratio = push.good_action(record) / record["meta"]["scene"]["demo_impulse"]
+    return int(np.argmin(np.abs(np.log(np.array(push.GRID_RATIOS)) - np.log(ratio))))
+
+
+def executed(records: list[dict], letters: list[str]) -> dict:
+    terms = env_reward([f"<think></think><answer>{x}</answer>" for x in letters], records)
+    wins = int(sum(t["reward/success"] for t in terms))
+    return {"success": wins / len(records), "ci95": list(wilson_interval(wins, len(records)))}
+
+
+def grid_probe(x_fit, y_fit: list[int], x_held, y_held: list[int], held: list[dict]) -> dict:
+    out = linear_probe(x_fit, [str(y) for y in y_fit], x_held, [str(y) for y in y_held])
+    mean, std = x_fit.mean(0), x_fit.std(0) + 1e-6  # refit with the chosen decay for the letters themselves
+    classes = sorted({str(y) for y in y_fit})
+    index = {c: i for i, c in enumerate(classes)}
+    lin = _fit(
+        (x_fit - mean) / std, torch.tensor([index[str(y)] for y in y_fit]), len(classes), out["weight_decay"]
+    )
+    pred = [int(classes[p]) for p in lin((x_held - mean) / std).argmax(1).tolist()]
+    out["within_one_option"] = float(np.mean([abs(p - y) <= 1 for p, y in zip(pred, y_held)]))
+    out["as_policy"] = executed(held, [LETTERS[p] for p in pred])
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--root", required=True, help="push episodes (train and test splits)")
+    p.add_argument("--fit", type=int, default=1600, help="training episodes the probes are fitted on")
+    p.add_argument("--fit-small", type=int, default=0, help="also fit the grid probe on this many")
+    p.add_argument("--out", required=True)
+    p.add_argument("policies", nargs="+", help="NAME=PATH (a model folder, or tiny-base / tiny-worlds)")
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    video = VideoConfig()
+    train, test = (
+        answer_examples(load_examples(args.root, s, video.fps, video.max_frames)[0], "grid")
+        for s in ("train", "test")
+    )
+    if any(e.record["task"] != "push" for e in train + test) or len(train) <= args.fit:
+        raise SystemExit(f"{args.root}: needs push episodes only, more than --fit={args.fit} in train")
+    fit, held = train[: args.fit], train[args.fit :] + test
+    held_records = [e.record for e in held]
+    q_fit = [quantities(e.record) for e in fit]
+    q_held = [quantities(e.record) for e in held]
+    y_fit, y_held = [nearest_option(e.record) for e in fit], [nearest_option(e.record) for e in held]
+    constants = [
+        {"letter": x} | executed(held_records, [x] * len(held)) for x in LETTERS[: len(push.GRID_RATIOS)]
+    ]
+    out = {
+        "root": args.root,
+        "n_fit": len(fit),
+        "n_held": len(held),
+        "constant_letter": max(constants, key=lambda c: c["success"]),
+        "nearest_option": executed(held_records, [LETTERS[y] for y in y_held]),
+        "code": code_hash(),
+        "policies": {},
+    }
+    for spec in args.policies:
+        name, path = spec.split("=", 1)
+        model, processor = load(PolicyConfig(path=path))
+        x_fit = visual_features(model, processor, fit, video)
+        x_held = visual_features(model, processor, held, video)
+        width = max(r.numel() for r in x_fit + x_held)
+        x_fit, x_held = _padded(x_fit, width), _padded(x_held, width)
+        row: dict = {"path": path, "weights": weights_hash(path, 0)}
+        for q in QUANTITIES:
+            values = np.array([v[q] for v in q_fit])
+            edges = np.quantile(values, [0.25, 0.5, 0.75])
+            y_q = [f"q{int(np.searchsorted(edges, v))}" for v in values]
+            y_q_held = [f"q{int(np.searchsorted(edges, v[q]))}" for v in q_held]
+            row[q] = linear_probe(x_fit, y_q, x_held, y_q_held)
+        row["grid"] = grid_probe(x_fit, y_fit, x_held, y_held, held_records)
+        if args.fit_small:
+            k = args.fit_small
+            row[f"grid_fit{k}"] = grid_probe(x_fit[:k], y_fit[:k], x_held, y_held, held_records)
+        out["policies"][name] = row
+        print(name, json.dumps(row, default=float), flush=True)
+    Path(args.out).write_text(json.dumps(out, indent=1, default=float))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
