@@ -10,7 +10,8 @@ d_demo, the zone's distance D) and the stated demo impulse. When a policy fails 
   other training episodes and the held-out ones;
 * the grid probe: the `env.answer=grid` option nearest (in log) to the calibrated impulse, 8 classes, whose
   predicted letters are executed in MuJoCo on the same held-out episodes, beside the best constant letter
-  and the nearest option itself (`--fit-small` refits it on fewer episodes, e.g. the 200 that RL gets)::
+  and the nearest option itself, also on the held-out split alone (`test_split`, where labelled SFT is
+  scored); `--fit-small` refits it on fewer episodes, e.g. the 200 that RL gets::
 
     PYTHONPATH=. python scripts/push_readout.py --root data/generated/push2k --fit 1600 --fit-small 200 \\
         --out readout.json tiny-base=tiny-base start0=runs/env_feedback/seed0/start/model
@@ -55,13 +56,19 @@ def nearest_option(record: dict) -> int:
     return int(np.argmin(np.abs(np.log(np.array(push.GRID_RATIOS)) - np.log(ratio))))
 
 
-def executed(records: list[dict], letters: list[str]) -> dict:
+def executed(records: list[dict], letters: list[str], n_test: int = 0) -> dict:
+    """Success of `letters` executed in MuJoCo, with its interval; with `n_test`, also on the last `n_test`
+    records alone (the held-out split, where labelled SFT is scored)."""
     terms = env_reward([f"<think></think><answer>{x}</answer>" for x in letters], records)
-    wins = int(sum(t["reward/success"] for t in terms))
-    return {"success": wins / len(records), "ci95": list(wilson_interval(wins, len(records)))}
+    wins = [t["reward/success"] for t in terms]
+
+    def rate(w: list[float]) -> dict:
+        return {"success": sum(w) / len(w), "ci95": list(wilson_interval(int(sum(w)), len(w)))}
+
+    return rate(wins) | ({"test_split": rate(wins[-n_test:])} if n_test else {})
 
 
-def grid_probe(x_fit, y_fit: list[int], x_held, y_held: list[int], held: list[dict]) -> dict:
+def grid_probe(x_fit, y_fit: list[int], x_held, y_held: list[int], held: list[dict], n_test: int) -> dict:
     out = linear_probe(x_fit, [str(y) for y in y_fit], x_held, [str(y) for y in y_held])
     mean, std = x_fit.mean(0), x_fit.std(0) + 1e-6  # refit with the chosen decay for the letters themselves
     classes = sorted({str(y) for y in y_fit})
@@ -71,7 +78,7 @@ def grid_probe(x_fit, y_fit: list[int], x_held, y_held: list[int], held: list[di
     )
     pred = [int(classes[p]) for p in lin((x_held - mean) / std).argmax(1).tolist()]
     out["within_one_option"] = float(np.mean([abs(p - y) <= 1 for p, y in zip(pred, y_held)]))
-    out["as_policy"] = executed(held, [LETTERS[p] for p in pred])
+    out["as_policy"] = executed(held, [LETTERS[p] for p in pred], n_test)
     return out
 
 
@@ -97,14 +104,15 @@ def main() -> None:
     q_held = [quantities(e.record) for e in held]
     y_fit, y_held = [nearest_option(e.record) for e in fit], [nearest_option(e.record) for e in held]
     constants = [
-        {"letter": x} | executed(held_records, [x] * len(held)) for x in LETTERS[: len(push.GRID_RATIOS)]
+        {"letter": x} | executed(held_records, [x] * len(held), len(test))
+        for x in LETTERS[: len(push.GRID_RATIOS)]
     ]
     out = {
         "root": args.root,
         "n_fit": len(fit),
         "n_held": len(held),
         "constant_letter": max(constants, key=lambda c: c["success"]),
-        "nearest_option": executed(held_records, [LETTERS[y] for y in y_held]),
+        "nearest_option": executed(held_records, [LETTERS[y] for y in y_held], len(test)),
         "code": code_hash(),
         "policies": {},
     }
@@ -122,10 +130,10 @@ def main() -> None:
             y_q = [f"q{int(np.searchsorted(edges, v))}" for v in values]
             y_q_held = [f"q{int(np.searchsorted(edges, v[q]))}" for v in q_held]
             row[q] = linear_probe(x_fit, y_q, x_held, y_q_held)
-        row["grid"] = grid_probe(x_fit, y_fit, x_held, y_held, held_records)
+        row["grid"] = grid_probe(x_fit, y_fit, x_held, y_held, held_records, len(test))
         if args.fit_small:
             k = args.fit_small
-            row[f"grid_fit{k}"] = grid_probe(x_fit[:k], y_fit[:k], x_held, y_held, held_records)
+            row[f"grid_fit{k}"] = grid_probe(x_fit[:k], y_fit[:k], x_held, y_held, held_records, len(test))
         out["policies"][name] = row
         print(name, json.dumps(row, default=float), flush=True)
     Path(args.out).write_text(json.dumps(out, indent=1, default=float))
