@@ -32,7 +32,7 @@ from embodied.config import PolicyConfig
 from embodied.data.load import load_examples
 from embodied.envs import answer_examples, push
 from embodied.envs.reward import env_reward
-from embodied.eval.probe import _fit, _padded, linear_probe, visual_features
+from embodied.eval.probe import linear_probe, padded_features
 from embodied.eval.stats import wilson_interval
 from embodied.experiments.reuse import code_hash, weights_hash
 from embodied.policy.model import load
@@ -43,6 +43,7 @@ QUANTITIES = ("demo distance", "zone distance", "ratio J*/J_demo")
 
 
 def quantities(record: dict) -> dict[str, float]:
+    """The two distances and their ratio J* / J_demo (the calibrated impulse simulated once per record)."""
     s = record["meta"]["scene"]
     return {
         "demo distance": (s["demo_impulse"] / push.MASS) ** 2 / (2 * s["friction"] * 9.81),
@@ -51,8 +52,8 @@ def quantities(record: dict) -> dict[str, float]:
     }
 
 
-def nearest_option(record: dict) -> int:
-    ratio = push.good_action(record) / record["meta"]["scene"]["demo_impulse"]
+def nearest_option(ratio: float) -> int:
+    """The grid option (a multiple of the stated impulse) nearest in log to `ratio`."""
     return int(np.argmin(np.abs(np.log(np.array(push.GRID_RATIOS)) - np.log(ratio))))
 
 
@@ -69,14 +70,8 @@ def executed(records: list[dict], letters: list[str], n_test: int = 0) -> dict:
 
 
 def grid_probe(x_fit, y_fit: list[int], x_held, y_held: list[int], held: list[dict], n_test: int) -> dict:
-    out = linear_probe(x_fit, [str(y) for y in y_fit], x_held, [str(y) for y in y_held])
-    mean, std = x_fit.mean(0), x_fit.std(0) + 1e-6  # refit with the chosen decay for the letters themselves
-    classes = sorted({str(y) for y in y_fit})
-    index = {c: i for i, c in enumerate(classes)}
-    lin = _fit(
-        (x_fit - mean) / std, torch.tensor([index[str(y)] for y in y_fit]), len(classes), out["weight_decay"]
-    )
-    pred = [int(classes[p]) for p in lin((x_held - mean) / std).argmax(1).tolist()]
+    out = linear_probe(x_fit, [str(y) for y in y_fit], x_held, [str(y) for y in y_held], predictions=True)
+    pred = [int(p) for p in out.pop("predictions")]
     out["within_one_option"] = float(np.mean([abs(p - y) <= 1 for p, y in zip(pred, y_held)]))
     out["as_policy"] = executed(held, [LETTERS[p] for p in pred], n_test)
     return out
@@ -102,7 +97,8 @@ def main() -> None:
     held_records = [e.record for e in held]
     q_fit = [quantities(e.record) for e in fit]
     q_held = [quantities(e.record) for e in held]
-    y_fit, y_held = [nearest_option(e.record) for e in fit], [nearest_option(e.record) for e in held]
+    y_fit = [nearest_option(q["ratio J*/J_demo"]) for q in q_fit]
+    y_held = [nearest_option(q["ratio J*/J_demo"]) for q in q_held]
     constants = [
         {"letter": x} | executed(held_records, [x] * len(held), len(test))
         for x in LETTERS[: len(push.GRID_RATIOS)]
@@ -119,10 +115,7 @@ def main() -> None:
     for spec in args.policies:
         name, path = spec.split("=", 1)
         model, processor = load(PolicyConfig(path=path))
-        x_fit = visual_features(model, processor, fit, video)
-        x_held = visual_features(model, processor, held, video)
-        width = max(r.numel() for r in x_fit + x_held)
-        x_fit, x_held = _padded(x_fit, width), _padded(x_held, width)
+        x_fit, x_held = padded_features(model, processor, fit, held, video)
         row: dict = {"path": path, "weights": weights_hash(path, 0)}
         for q in QUANTITIES:
             values = np.array([v[q] for v in q_fit])

@@ -22,6 +22,9 @@ def test_probe_reads_a_class_the_features_carry():
     r = linear_probe(x_tr, y_tr, x_te, y_te)
     assert r["classes"] == 3 and r["n_test"] == 200
     assert r["accuracy"] > 0.9 and r["ci95"][0] > r["majority"]
+    assert "predictions" not in r  # only when asked
+    pred = linear_probe(x_tr, y_tr, x_te, y_te, predictions=True)["predictions"]
+    assert len(pred) == 200 and sum(p == t for p, t in zip(pred, y_te)) / 200 == r["accuracy"]
 
 
 def test_probe_stays_near_the_majority_when_the_features_carry_nothing():

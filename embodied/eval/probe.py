@@ -73,9 +73,17 @@ def _fit(x: torch.Tensor, y: torch.Tensor, n_classes: int, weight_decay: float, 
     return lin
 
 
-def linear_probe(x_train, y_train: list[str], x_test, y_test: list[str]) -> dict:
+def padded_features(model, processor, a: Sequence[Example], b: Sequence[Example], video):
+    """`visual_features` of two sets of examples as two matrices zero-padded to one width."""
+    x_a, x_b = visual_features(model, processor, a, video), visual_features(model, processor, b, video)
+    width = max(r.numel() for r in x_a + x_b)
+    return _padded(x_a, width), _padded(x_b, width)
+
+
+def linear_probe(x_train, y_train: list[str], x_test, y_test: list[str], predictions: bool = False) -> dict:
     """Accuracy of a linear classifier of the answer text on held-out features, against the majority class
-    of the training answers (its share of the test answers)."""
+    of the training answers (its share of the test answers); with `predictions`, also its predicted class
+    per test row (`predictions`), e.g. to act on them."""
     classes = sorted(set(y_train))
     index = {c: i for i, c in enumerate(classes)}
     mean, std = x_train.mean(0), x_train.std(0) + 1e-6
@@ -99,7 +107,7 @@ def linear_probe(x_train, y_train: list[str], x_test, y_test: list[str]) -> dict
         "ci95": [round(v, 4) for v in wilson_interval(correct, len(y_test))],
         "majority": round(base / len(y_test), 4),
         "weight_decay": wd,
-    }
+    } | ({"predictions": [classes[p] for p in pred]} if predictions else {})
 
 
 def probe_families(model, processor, train: Sequence[Example], test: Sequence[Example], video) -> dict:
@@ -113,9 +121,6 @@ def probe_families(model, processor, train: Sequence[Example], test: Sequence[Ex
     for group, (tr, te) in sorted(by_group.items()):
         if len(tr) < 10 or not te:
             continue
-        x_tr = visual_features(model, processor, tr, video)
-        x_te = visual_features(model, processor, te, video)
-        width = max(r.numel() for r in x_tr + x_te)
-        x_tr, x_te = _padded(x_tr, width), _padded(x_te, width)
+        x_tr, x_te = padded_features(model, processor, tr, te, video)
         out[group] = linear_probe(x_tr, [answer_text(e) for e in tr], x_te, [answer_text(e) for e in te])
     return out

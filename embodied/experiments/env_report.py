@@ -128,7 +128,7 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
     ]
 
 
-def markdown(figures: dict, constant: dict, rows: list[dict]) -> str:
+def markdown(figures: dict, constant: dict, rows: list[dict], paired: dict) -> str:
     """The whole results page: success against the best constant, answer spread, MCQs, test-time compute."""
     stages = list(figures)
     tasks = sorted(figures[stages[0]]["env"])
@@ -142,7 +142,7 @@ def markdown(figures: dict, constant: dict, rows: list[dict]) -> str:
         + f"; MCQ test questions: {first['mcq']['n']}.",
     ]
     lines += success_markdown(figures, constant, len(rows)) + spread_markdown(figures) + mcq_markdown(figures)
-    lines += paired_markdown(paired_figures(figures), len(rows))
+    lines += paired_markdown(paired, len(rows))
     return "\n".join(lines + compute_markdown(rows) + test_time_markdown(rows) + turns_markdown(rows)) + "\n"
 
 
@@ -453,7 +453,8 @@ def plot_test_time(rows: list[dict], out: Path) -> bool:
 def write_env_report(rows: list[dict], constant: dict, out: Path, cfg) -> dict:
     """Write results.md, results.png, reward_curves.png and test_time.png; return the JSON summary."""
     figures = stage_figures(rows, constant)
-    (out / "results.md").write_text(markdown(figures, constant, rows))
+    paired = paired_figures(figures)
+    (out / "results.md").write_text(markdown(figures, constant, rows, paired))
     plot_results(figures, constant, out / "results.png")
     g = cfg.grpo
     arms = [s for s in figures if s != "start"]
@@ -461,7 +462,7 @@ def write_env_report(rows: list[dict], constant: dict, out: Path, cfg) -> dict:
     plot_test_time(rows, out)
     return {
         "stages": figures,
-        "paired": paired_figures(figures),
+        "paired": paired,
         "best_constant": constant,
         "seeds": rows,
         "videos": rows[0]["videos"],
