@@ -8,6 +8,9 @@ d_demo, the zone's distance D) and the stated demo impulse. When a policy fails 
 * quartile probes (`embodied.eval.probe.linear_probe`) of d_demo, D and the ratio J* / J_demo on each
   policy's visual tokens of the whole clip, fitted on the first `--fit` training episodes and tested on the
   other training episodes and the held-out ones;
+* the same ratio and grid probes on two other views of the tokens (`--views`): `pooled`, their mean and
+  max over tokens (which token holds what is lost), and `unscaled`, every coordinate divided by one
+  deviation instead of its own (the relative scales a language model receives);
 * the grid probe: the `env.answer=grid` option nearest (in log) to the calibrated impulse, 8 classes, whose
   predicted letters are executed in MuJoCo on the same held-out episodes, beside the best constant letter
   and the nearest option itself, also on the held-out split alone (`test_split`, where labelled SFT is
@@ -32,7 +35,7 @@ from embodied.config import PolicyConfig
 from embodied.data.load import load_examples
 from embodied.envs import answer_examples, push
 from embodied.envs.reward import env_reward
-from embodied.eval.probe import linear_probe, padded_features
+from embodied.eval.probe import linear_probe, padded_features, pooled
 from embodied.eval.stats import wilson_interval
 from embodied.experiments.reuse import code_hash, weights_hash
 from embodied.policy.model import load
@@ -50,6 +53,14 @@ def quantities(record: dict) -> dict[str, float]:
         "zone distance": s["target"],
         "ratio J*/J_demo": push.good_action(record) / s["demo_impulse"],
     }
+
+
+def quartiles(q: str, q_fit: list[dict], q_held: list[dict]) -> tuple[list[str], list[str]]:
+    """Quartile classes (`q0`..`q3`, edges from the fitted episodes) of quantity `q` on both sets."""
+    edges = np.quantile([v[q] for v in q_fit], [0.25, 0.5, 0.75])
+    return [f"q{int(np.searchsorted(edges, v[q]))}" for v in q_fit], [
+        f"q{int(np.searchsorted(edges, v[q]))}" for v in q_held
+    ]
 
 
 def nearest_option(ratio: float) -> int:
@@ -82,6 +93,11 @@ def main() -> None:
     p.add_argument("--root", required=True, help="push episodes (train and test splits)")
     p.add_argument("--fit", type=int, default=1600, help="training episodes the probes are fitted on")
     p.add_argument("--fit-small", type=int, default=0, help="also fit the grid probe on this many")
+    p.add_argument(
+        "--views",
+        action="store_true",
+        help="also probe the ratio and the grid on pooled tokens and on tokens scaled by one deviation",
+    )
     p.add_argument("--out", required=True)
     p.add_argument("policies", nargs="+", help="NAME=PATH (a model folder, or tiny-base / tiny-worlds)")
     args = p.parse_args()
@@ -118,15 +134,28 @@ def main() -> None:
         x_fit, x_held = padded_features(model, processor, fit, held, video)
         row: dict = {"path": path, "weights": weights_hash(path, 0)}
         for q in QUANTITIES:
-            values = np.array([v[q] for v in q_fit])
-            edges = np.quantile(values, [0.25, 0.5, 0.75])
-            y_q = [f"q{int(np.searchsorted(edges, v))}" for v in values]
-            y_q_held = [f"q{int(np.searchsorted(edges, v[q]))}" for v in q_held]
+            y_q, y_q_held = quartiles(q, q_fit, q_held)
             row[q] = linear_probe(x_fit, y_q, x_held, y_q_held)
         row["grid"] = grid_probe(x_fit, y_fit, x_held, y_held, held_records, len(test))
         if args.fit_small:
             k = args.fit_small
             row[f"grid_fit{k}"] = grid_probe(x_fit[:k], y_fit[:k], x_held, y_held, held_records, len(test))
+        if args.views:
+            dim = model.config.vision_config.out_hidden_size
+            p_fit, p_held = pooled(x_fit, dim), pooled(x_held, dim)
+            y_fit_s, y_held_s = [str(y) for y in y_fit], [str(y) for y in y_held]
+            row["views"] = {
+                f"{view}/{target}": linear_probe(xf, yf, xh, yh, per_feature=scale)
+                for view, xf, xh, scale in (
+                    ("pooled", p_fit, p_held, True),
+                    ("unscaled", x_fit, x_held, False),
+                    ("pooled unscaled", p_fit, p_held, False),
+                )
+                for target, yf, yh in (
+                    ("ratio", *quartiles(QUANTITIES[2], q_fit, q_held)),
+                    ("grid", y_fit_s, y_held_s),
+                )
+            }
         out["policies"][name] = row
         print(name, json.dumps(row, default=float), flush=True)
     Path(args.out).write_text(json.dumps(out, indent=1, default=float))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from embodied.eval.probe import answer_text, group_of, linear_probe, probe_families
+from embodied.eval.probe import answer_text, group_of, linear_probe, pooled, probe_families
 
 
 def _data(n: int, signal: float, seed: int):
@@ -32,6 +32,25 @@ def test_probe_stays_near_the_majority_when_the_features_carry_nothing():
     x_te, y_te = _data(200, 0.0, 1)
     r = linear_probe(x_tr, y_tr, x_te, y_te)
     assert r["ci95"][0] < 0.45  # three balanced classes: chance is 1/3
+
+
+def test_unscaled_probe_keeps_relative_scales():
+    """A class carried by a coordinate far smaller than the noisy others is read once each coordinate is
+    standardised, and lost when all share one deviation (as a language model receives them)."""
+    x_tr, y_tr = _data(300, 3.0, 0)
+    x_te, y_te = _data(200, 3.0, 1)
+    for x in (x_tr, x_te):
+        x[:, :3] *= 1e-3
+        x[:, 3:] *= 1e3
+    assert linear_probe(x_tr, y_tr, x_te, y_te)["accuracy"] > 0.9
+    assert linear_probe(x_tr, y_tr, x_te, y_te, per_feature=False)["accuracy"] < 0.6
+
+
+def test_pooled_features_are_mean_and_max_over_tokens():
+    x = torch.tensor([[1.0, 10.0, 3.0, 20.0, 2.0, 0.0]])  # three tokens of width 2, flattened
+    assert pooled(x, 2).tolist() == [[2.0, 10.0, 3.0, 20.0]]
+    swapped = torch.tensor([[3.0, 20.0, 1.0, 10.0, 2.0, 0.0]])  # the same tokens in another order
+    assert torch.equal(pooled(swapped, 2), pooled(x, 2))
 
 
 def test_probe_families_on_the_tiny_policy(tiny_policy):

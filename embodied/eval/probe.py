@@ -73,6 +73,14 @@ def _fit(x: torch.Tensor, y: torch.Tensor, n_classes: int, weight_decay: float, 
     return lin
 
 
+def pooled(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """Flattened features of `dim`-wide tokens, `(n, tokens * dim)` (no padding), pooled over the tokens:
+    mean and max per coordinate, `(n, 2 dim)`. Which token holds what is lost; what the tokens hold is
+    kept."""
+    x = x.reshape(len(x), -1, dim)
+    return torch.cat([x.mean(1), x.amax(1)], 1)
+
+
 def padded_features(model, processor, a: Sequence[Example], b: Sequence[Example], video):
     """`visual_features` of two sets of examples as two matrices zero-padded to one width."""
     x_a, x_b = visual_features(model, processor, a, video), visual_features(model, processor, b, video)
@@ -80,13 +88,23 @@ def padded_features(model, processor, a: Sequence[Example], b: Sequence[Example]
     return _padded(x_a, width), _padded(x_b, width)
 
 
-def linear_probe(x_train, y_train: list[str], x_test, y_test: list[str], predictions: bool = False) -> dict:
+def linear_probe(
+    x_train,
+    y_train: list[str],
+    x_test,
+    y_test: list[str],
+    predictions: bool = False,
+    per_feature: bool = True,
+) -> dict:
     """Accuracy of a linear classifier of the answer text on held-out features, against the majority class
     of the training answers (its share of the test answers); with `predictions`, also its predicted class
-    per test row (`predictions`), e.g. to act on them."""
+    per test row (`predictions`), e.g. to act on them. Features are centred and divided by their own
+    deviation each (`per_feature`), or all by one deviation, which keeps their relative scales as a
+    language model receives them."""
     classes = sorted(set(y_train))
     index = {c: i for i, c in enumerate(classes)}
-    mean, std = x_train.mean(0), x_train.std(0) + 1e-6
+    mean = x_train.mean(0)
+    std = x_train.std(0) + 1e-6 if per_feature else (x_train - mean).std() + 1e-6
     xtr, xte = (x_train - mean) / std, (x_test - mean) / std
     ytr = torch.tensor([index[c] for c in y_train])
     n_fit = len(ytr) - max(1, len(ytr) // 5)
