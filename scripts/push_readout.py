@@ -113,6 +113,7 @@ def main() -> None:
     held_records = [e.record for e in held]
     q_fit = [quantities(e.record) for e in fit]
     q_held = [quantities(e.record) for e in held]
+    quartile_labels = {q: quartiles(q, q_fit, q_held) for q in QUANTITIES}  # the same for every policy
     y_fit = [nearest_option(q["ratio J*/J_demo"]) for q in q_fit]
     y_held = [nearest_option(q["ratio J*/J_demo"]) for q in q_held]
     constants = [
@@ -133,8 +134,7 @@ def main() -> None:
         model, processor = load(PolicyConfig(path=path))
         x_fit, x_held = padded_features(model, processor, fit, held, video)
         row: dict = {"path": path, "weights": weights_hash(path, 0)}
-        for q in QUANTITIES:
-            y_q, y_q_held = quartiles(q, q_fit, q_held)
+        for q, (y_q, y_q_held) in quartile_labels.items():
             row[q] = linear_probe(x_fit, y_q, x_held, y_q_held)
         row["grid"] = grid_probe(x_fit, y_fit, x_held, y_held, held_records, len(test))
         if args.fit_small:
@@ -152,7 +152,7 @@ def main() -> None:
                     ("pooled unscaled", p_fit, p_held, False),
                 )
                 for target, yf, yh in (
-                    ("ratio", *quartiles(QUANTITIES[2], q_fit, q_held)),
+                    ("ratio", *quartile_labels[QUANTITIES[2]]),
                     ("grid", y_fit_s, y_held_s),
                 )
             }
