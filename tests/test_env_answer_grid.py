@@ -20,6 +20,7 @@ from embodied.envs import (
     place,
     push,
     random_answer,
+    task_answer_form,
 )
 from embodied.envs.reward import env_reward, unparseable_penalty
 from embodied.eval.envs import best_constant, vote_action
@@ -56,6 +57,19 @@ def test_grid_form_asks_letters_and_parses_back_to_the_action():
     assert answer_form(lettered, "grid") is lettered and answer_form(lettered, "number") is lettered
     with pytest.raises(ValueError, match="env.answer"):
         answer_form(lettered, "numbers")
+
+
+def test_answer_form_per_task():
+    pushed, carried = _records(push, [3])[0], _records(carry, [3])[0]
+    for spec in ("push=grid", " push = grid , carry=number"):
+        assert "answer_grid" in answer_form(pushed, spec)["meta"]
+        assert answer_form(carried, spec) == carried, "a task not named (or named number) stays a number"
+    both = "push=grid,carry=grid"
+    assert all("answer_grid" in answer_form(r, both)["meta"] for r in (pushed, carried))
+    assert task_answer_form("grid", "carry") == "grid" and task_answer_form("push=grid", "carry") == "number"
+    for bad, why in (("push=grids", "task=form pairs"), ("push", "task=form pairs"), ("shove=grid", "shove")):
+        with pytest.raises(ValueError, match=why):
+            answer_form(pushed, bad)
 
 
 def test_push_options_are_multiples_of_the_stated_demo_impulse():

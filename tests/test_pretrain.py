@@ -39,14 +39,18 @@ def test_occupancy_marks_the_squares_objects_fill_in_each_frame():
 
 
 def test_colour_occupancy_names_hues_as_the_captions_do_and_splits_occupancy():
-    from embodied.tasks.caption import colour_name
-    from embodied.train.pretrain import COLOUR_WORDS, _colour_index
+    import colorsys
+
+    from embodied.tasks.caption import COLOUR_WORDS, COLOURS, colour_index, colour_name
 
     rng = np.random.default_rng(0)
     rgb = rng.uniform(0, 255, (500, 3)).astype(np.float32)
-    idx = _colour_index(rgb, rgb.max(-1), rgb.min(-1))
+    idx = colour_index(rgb)
     keep = rgb.max(-1) - rgb.min(-1) > 1  # grey pixels have no hue
-    assert [COLOUR_WORDS[i] for i in idx[keep]] == [colour_name(c / 255) for c in rgb[keep]]
+    hues = [colorsys.rgb_to_hsv(*(c / 255))[0] for c in rgb[keep]]  # the reference: HSV's hue, binned
+    want = [next(name for bound, name in COLOURS if h < bound) for h in hues]
+    assert [COLOUR_WORDS[i] for i in idx[keep]] == want
+    assert [colour_name(c / 255) for c in rgb[keep]] == want
     frames = np.zeros((4, 112, 112, 3), np.uint8)
     frames[:, 10:30, 10:30] = (230, 30, 30)  # red
     frames[2:, 60:90, 70:100] = (40, 60, 220)  # blue, in the second temporal patch only

@@ -63,6 +63,7 @@ __all__ = [
     "register",
     "render_action",
     "task",
+    "task_answer_form",
     "task_names",
     "unregister",
 ]
@@ -170,13 +171,35 @@ ANSWER_FORMS = ("grid", "number")
 """`env.answer`: how numeric tasks ask for their action (lettered tasks are the same in both)."""
 
 
+def task_answer_form(spec: str, name: str) -> str:
+    """The answer form of task ``name`` under ``env.answer=spec``: one form for every task (``number``,
+    ``grid``), or per task as comma-separated ``task=form`` pairs (``push=grid``, ``push=grid,carry=number``),
+    a task not named being asked as a number."""
+    if spec in ANSWER_FORMS:
+        return spec
+    forms = {}
+    for part in spec.split(","):
+        key, sep, form = (s.strip() for s in part.partition("="))
+        if not sep or form not in ANSWER_FORMS or not key:
+            raise ValueError(
+                f"env.answer={spec!r}: give one of {list(ANSWER_FORMS)} for every task, or task=form pairs "
+                "separated by commas (e.g. env.answer=push=grid)"
+            )
+        try:
+            task(key)
+        except KeyError as e:
+            raise ValueError(f"env.answer={spec!r}: {e.args[0]}") from None
+        forms[key] = form
+    return forms.get(name, "number")
+
+
 def answer_form(record: dict, form: str) -> dict:
-    """``record`` in answer form ``form``: ``number`` is the record as generated (with an earlier grid
-    taken back out); ``grid`` turns a numeric task's record into a lettered question whose options are
-    its task's ``answer_grid(record)``, the actions kept in ``meta["answer_grid"]`` for :func:`parse`.
-    Lettered tasks are returned unchanged; the input is never modified."""
-    if form not in ANSWER_FORMS:
-        raise ValueError(f"env.answer={form!r}; choose one of {list(ANSWER_FORMS)}")
+    """``record`` in answer form ``form`` (one form, or per task: :func:`task_answer_form`): ``number`` is the
+    record as generated (with an earlier grid taken back out); ``grid`` turns a numeric task's record into a
+    lettered question whose options are its task's ``answer_grid(record)``, the actions kept in
+    ``meta["answer_grid"]`` for :func:`parse`. Lettered tasks are returned unchanged; the input is never
+    modified."""
+    form = task_answer_form(form, record["task"])
     mod = task(record["task"])
     meta = record["meta"]
     if not mod.NUMERIC:

@@ -69,9 +69,10 @@ class EnvConfig:
     """Rate (frames per second of simulated time) at which each episode's clip is rendered and stored, as
     `data.clip.fps` is for the generated questions; the policy then samples stored clips at `video.fps`."""
     answer: str = "number"
-    """How numeric tasks (carry, push) ask for their action: number (default) | grid. `number` asks for the
-    numbers as text (`<answer>12.5, 0.20</answer>`). `grid` rewrites each numeric episode, when it is
-    loaded, into a lettered question whose options are the task's `answer_grid` (carry: grip 2, 6, 15 or
+    """How numeric tasks (carry, push) ask for their action: number (default) | grid, for every task, or per
+    task as comma-separated `task=form` pairs (`push=grid`: push as a grid, carry as a number). `number`
+    asks for the numbers as text (`<answer>12.5, 0.20</answer>`). `grid` rewrites each numeric episode, when
+    it is loaded, into a lettered question whose options are the task's `answer_grid` (carry: grip 2, 6, 15 or
     30 N at 0.20 or 0.40 m/s; push: 0.7-2.1 times the demo's stated impulse, 8 options), so an answer is
     one letter token as on `place`; the letter is parsed back into the action that MuJoCo executes (the
     best constant then also tries every letter). Measured on the env-feedback experiment, 3 seeds

@@ -13,8 +13,6 @@ nothing about the height. The captions never say which way time runs.
 
 from __future__ import annotations
 
-import colorsys
-
 import numpy as np
 
 QUESTION = "Describe the video: the objects, then how high each one is in every frame."
@@ -37,9 +35,26 @@ COLOUR_WORDS = tuple(dict.fromkeys(name for _, name in COLOURS))
 ORDERS = ("forward", "reversed", "shuffled")
 
 
+_HUE_BOUNDS = np.array([bound for bound, _ in COLOURS])
+_HUE_WORDS = np.array([COLOUR_WORDS.index(name) for _, name in COLOURS])
+"""`COLOURS` as arrays: upper hue bounds, and the index in `COLOUR_WORDS` of each bound's word."""
+
+
+def colour_index(rgb) -> np.ndarray:
+    """The index in `COLOUR_WORDS` of the hue's name of every colour in `rgb` (`(..., 3)`, any scale): the
+    hue of HSV (as `colorsys`), binned by `COLOURS`. A grey has hue 0 (red)."""
+    rgb = np.asarray(rgb)
+    rgb = rgb if np.issubdtype(rgb.dtype, np.floating) else rgb.astype(np.float32)
+    r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
+    hi, lo = rgb.max(-1), rgb.min(-1)
+    span = np.maximum(hi - lo, 1e-6)
+    hue = np.where(hi == r, (g - b) / span % 6, np.where(hi == g, (b - r) / span + 2, (r - g) / span + 4)) / 6
+    return _HUE_WORDS[np.minimum(np.searchsorted(_HUE_BOUNDS, hue, side="right"), len(_HUE_BOUNDS) - 1)]
+
+
 def colour_name(rgba) -> str:
-    hue = colorsys.rgb_to_hsv(*rgba[:3])[0]
-    return next(name for bound, name in COLOURS if hue < bound)
+    """The colour word of one RGB(A) colour (components 0-1)."""
+    return COLOUR_WORDS[int(colour_index(np.asarray(rgba, np.float64)[:3]))]
 
 
 def height_word(z: float) -> str:

@@ -32,10 +32,10 @@ from embodied.data.engine import Source, make_all
 from embodied.data.load import Example
 from embodied.tasks.caption import (
     COLOUR_WORDS,
-    COLOURS,
     OBJECTS_QUESTION,
     QUESTION,
     SCENE_QUESTION,
+    colour_index,
     make_clip,
     make_scene_clip,
 )
@@ -152,26 +152,13 @@ def occupancy(
     objects = (hi - lo > 0.4 * hi) & (hi > 60)
     t, h, w = objects.shape
     if colours:
-        masks = objects[..., None] & (_colour_index(rgb, hi, lo)[..., None] == np.arange(len(COLOUR_WORDS)))
+        masks = objects[..., None] & (colour_index(rgb)[..., None] == np.arange(len(COLOUR_WORDS)))
     else:
         masks = objects[..., None]
     k = masks.shape[-1]
     share = masks.reshape(t, h // cell, cell, w // cell, cell, k).mean((2, 4)) > min_share
     pairs = share.reshape(t // 2, 2, h // cell, w // cell, k).transpose(0, 2, 3, 1, 4)
     return pairs.reshape(-1, 2 * k).astype(np.float32)
-
-
-_HUE_BOUNDS = np.array([bound for bound, _ in COLOURS])
-_HUE_WORDS = np.array([COLOUR_WORDS.index(name) for _, name in COLOURS])
-"""`COLOURS` as arrays: upper hue bounds, and the index in `COLOUR_WORDS` of each bound's word."""
-
-
-def _colour_index(rgb: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
-    """Per pixel, the index in `COLOUR_WORDS` of its hue's name (`colour_name`, vectorised)."""
-    r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
-    span = np.maximum(hi - lo, 1e-6)
-    hue = np.where(hi == r, (g - b) / span % 6, np.where(hi == g, (b - r) / span + 2, (r - g) / span + 4)) / 6
-    return _HUE_WORDS[np.minimum(np.searchsorted(_HUE_BOUNDS, hue, side="right"), len(_HUE_BOUNDS) - 1)]
 
 
 def pretrain_vision(model, processor, examples, pc: PretrainConfig, video, progress: bool = True) -> dict:
