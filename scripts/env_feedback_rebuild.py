@@ -32,7 +32,7 @@ if constant["key"]["env"].get("answer") != cfg.env.answer:
 constant = constant["row"]
 rows = []
 for seed in cfg.env.feedback.seeds:
-    stages, timings = {}, {}
+    stages, timings, scored = {}, {}, {}
     for stage in ["start", *cfg.env.feedback.arms]:
         row = json.loads((out / f"seed{seed}" / stage / "result.json").read_text())["row"]
         saved = json.loads((out / f"seed{seed}" / stage / "predictions.json").read_text())
@@ -44,9 +44,16 @@ for seed in cfg.env.feedback.seeds:
             row["figures"]["env"]["per_task"][t]["spread"] = action_spread(ps, recs)
         stages[stage] = row["figures"]
         timings[stage] = row["train_s"]
-    rows.append({"seed": seed, "stages": stages, "videos": {}, "timings_s": timings})
+        if "answers_scored" in row:
+            scored[stage] = row["answers_scored"]
+    rows.append(
+        {"seed": seed, "stages": stages, "videos": {}, "timings_s": timings, "answers_scored": scored}
+    )
 summary = write_env_report(rows, constant, out, cfg)
-summary["timings_s"] = {"per_seed": [r["timings_s"] for r in rows]}
+# the run's own total (the wall clock of the run, not of this rebuild) where its results.json recorded one
+old = json.loads((out / "results.json").read_text()) if (out / "results.json").is_file() else {}
+total = old.get("timings_s", {}).get("total")
+summary["timings_s"] = {"per_seed": [r["timings_s"] for r in rows]} | ({"total": total} if total else {})
 summary["rebuilt_from_saved_stages"] = True
 (out / "results.json").write_text(json.dumps(summary, indent=2, default=float))
 print((out / "results.md").read_text())
