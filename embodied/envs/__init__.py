@@ -43,6 +43,7 @@ completion of a call is executed, all in one batch per task on the ``warp`` back
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 from pathlib import Path
 from types import ModuleType
@@ -175,8 +176,13 @@ def task_answer_form(spec: str, name: str) -> str:
     """The answer form of task ``name`` under ``env.answer=spec``: one form for every task (``number``,
     ``grid``), or per task as comma-separated ``task=form`` pairs (``push=grid``, ``push=grid,carry=number``),
     a task not named being asked as a number."""
-    if spec in ANSWER_FORMS:
-        return spec
+    return spec if spec in ANSWER_FORMS else _answer_forms(spec).get(name, "number")
+
+
+@functools.lru_cache(maxsize=16)
+def _answer_forms(spec: str) -> dict[str, str]:
+    """``env.answer``'s ``task=form`` pairs as a dict, parsed and checked once per spec (every loaded record
+    asks for its task's form)."""
     forms = {}
     for part in spec.split(","):
         key, sep, form = (s.strip() for s in part.partition("="))
@@ -190,7 +196,7 @@ def task_answer_form(spec: str, name: str) -> str:
         except KeyError as e:
             raise ValueError(f"env.answer={spec!r}: {e.args[0]}") from None
         forms[key] = form
-    return forms.get(name, "number")
+    return forms
 
 
 def answer_form(record: dict, form: str) -> dict:
