@@ -93,7 +93,7 @@ def _parser() -> argparse.ArgumentParser:
             action="append",
             help="YAML file with the differences from the defaults; repeat to stack files (later wins)",
         )
-        if name in ("sft", "grpo"):
+        if name in ("sft", "grpo", "expert"):
             s.add_argument(
                 "--resume",
                 metavar="auto|DIR",

@@ -459,8 +459,10 @@ class Config:
     "fsdp" shards parameters, gradients and optimizer state across them (FSDP2), for models too big for one
     device. A checkpoint resumes under the setting that wrote it."""
     resume: str = ""
-    """sft/grpo: "" starts fresh; "auto" continues from the newest complete checkpoint in run_dir (fresh
-    if none); a path continues from that checkpoint folder."""
+    """sft/grpo/expert: "" starts fresh (an earlier run's checkpoints in run_dir are moved to
+    `checkpoints/<stage>.previous`); "auto" continues from the newest complete checkpoint in run_dir (fresh
+    if none); a path continues from that checkpoint folder. An expert run may be resumed with more
+    `expert.rounds`."""
     data: DataConfig = field(default_factory=DataConfig)
     video: VideoConfig = field(default_factory=VideoConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)

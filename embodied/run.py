@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from embodied.config import Config, ConfigError, to_yaml
+from embodied.config import Config, to_yaml
 from embodied.data.build import ensure_dataset, generate_dataset
 from embodied.data.load import load_split
 from embodied.envs import answer_examples, is_interactive
@@ -204,15 +204,12 @@ def expert(cfg: Config, progress: bool = True) -> dict:
     the label for questions) and fine-tunes on them; saves `run_dir/model` and the curves."""
     from embodied.train.expert import train_expert_config
 
-    if cfg.resume:
-        raise ConfigError(
-            "embodied expert does not resume from checkpoints (each round is short); drop resume"
-        )
     out = _setup(cfg, "expert")
-    (out / "metrics.jsonl").unlink(missing_ok=True)
+    if not cfg.resume:
+        (out / "metrics.jsonl").unlink(missing_ok=True)
     model, processor = load(cfg.policy)
     train = answer_examples(load_split(cfg.data.root, "train", cfg.video, progress), cfg.env.answer)
-    info = train_expert_config(model, processor, train, cfg, out, progress)
+    info = train_expert_config(model, processor, train, cfg, out, progress, cfg.resume, to_yaml(cfg))
     save_policy(model, processor, out / "model")
     plot_curves(read_metrics(out / "metrics.jsonl"), out / "curves.png")
     write_report(out)

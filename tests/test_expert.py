@@ -3,6 +3,8 @@ MuJoCo episodes with the tiny policy."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -79,7 +81,8 @@ def test_expert_iteration_from_format_only_learns_a_visible_answer(tmp_path):
 
 def test_cli_expert_and_grpo_train_on_episodes_scored_by_the_simulator(tmp_path):
     """`embodied expert` and `embodied grpo` on an episode dataset: both score answers with MuJoCo
-    (`rl.rewards.rewards_for`), so the same command trains on questions or on interactive episodes."""
+    (`rl.rewards.rewards_for`), so the same command trains on questions or on interactive episodes; an
+    expert run resumed with more rounds matches the uninterrupted run."""
     from embodied.cli import main
     from embodied.data.episodes import generate_episodes
     from embodied.envs.config import EnvConfig
@@ -97,7 +100,54 @@ def test_cli_expert_and_grpo_train_on_episodes_scored_by_the_simulator(tmp_path)
     assert main(["grpo", "-q", *common, *grpo, "grpo.log_every=1", f"run_dir={tmp_path}/grpo"]) == 0
     [row] = [r for r in read_metrics(tmp_path / "grpo" / "metrics.jsonl") if r["stage"] == "grpo"]
     assert "reward/success" in row and "reward/unparseable" in row  # physics terms, not the MCQ rule
-    assert main(["expert", "-q", *common, "resume=auto", f"run_dir={tmp_path}/ei"]) == 1
+
+    # resumed with more rounds: round 2 is appended (the next test checks it matches an uninterrupted run)
+    two = [*common, *expert[1:], "expert.rounds=2"]
+    assert main(["expert", "-q", *two, "resume=auto", f"run_dir={tmp_path}/ei"]) == 0
+    rows = read_metrics(tmp_path / "ei" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2] and rows[1]["expert/answers_scored"] == 12
+    assert sorted(p.name for p in (tmp_path / "ei" / "checkpoints" / "expert").iterdir()) == [
+        "step-00000001",
+        "step-00000002",
+    ]
+    # other expert settings than the rounds: a clear error, nothing overwritten
+    assert main(["expert", "-q", *two, "expert.samples=3", "resume=auto", f"run_dir={tmp_path}/ei"]) == 1
+    assert len(read_metrics(tmp_path / "ei" / "metrics.jsonl")) == 2
+    # a fresh run in the same folder sets the earlier run's checkpoints aside instead of mixing with them
+    assert main(["expert", "-q", *common, *expert, f"run_dir={tmp_path}/ei"]) == 0
+    assert (tmp_path / "ei" / "checkpoints" / "expert.previous" / "step-00000002").is_dir()
+    assert [p.name for p in (tmp_path / "ei" / "checkpoints" / "expert").iterdir()] == ["step-00000001"]
+
+
+def test_expert_resumed_with_more_rounds_reproduces_the_uninterrupted_run(tmp_path):
+    """One round, then resumed to two, gives the same weights and metrics as two rounds at once: a round
+    depends only on the policy it starts from and on (seed, round)."""
+    import copy
+
+    from embodied.rl.rewards import mcq_rewards
+    from embodied.train.metrics import read_metrics
+    from tests.test_rl_learns import format_only_start
+
+    model, processor, train, _, video, fmt, _ = format_only_start(tmp_path)
+    start = copy.deepcopy(model)
+    cfg = ExpertConfig(rounds=2, prompts_per_round=16, samples=4, sft_steps=5, batch_size=8, lr=1e-3)
+    run = lambda m, c, d, resume="": train_expert(  # noqa: E731
+        m, processor, train, c, fmt, video, tmp_path / d, 3, False, mcq_rewards(), resume=resume
+    )
+    run(model, cfg, "whole")
+    run(copy.deepcopy(start), dataclasses.replace(cfg, rounds=1), "resumed")
+    resumed = copy.deepcopy(start)  # the checkpoint, not this, supplies the weights
+    info = run(resumed, cfg, "resumed", "auto")
+    assert info["answers_scored"] == 2 * 16 * 4
+    rows = [read_metrics(tmp_path / d / "metrics.jsonl") for d in ("whole", "resumed")]
+    untimed = [[{k: v for k, v in r.items() if not k.startswith("time/")} for r in rs] for rs in rows]
+    assert untimed[0] == untimed[1] and len(untimed[0]) == 2 and rows[0][1]["expert/kept"] > 0
+    moved = sum(
+        not torch.equal(a, b) for a, b in zip(model.state_dict().values(), start.state_dict().values())
+    )
+    assert moved > 0  # the rounds fine-tuned something
+    for name, w in model.state_dict().items():
+        assert torch.equal(w, resumed.state_dict()[name]), name
 
 
 def test_training_curves_share_the_axis_of_answers_sampled():

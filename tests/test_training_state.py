@@ -21,7 +21,13 @@ from embodied.config import GRPOConfig, SFTConfig
 from embodied.data.load import Example
 from embodied.policy.model import load_policy
 from embodied.tasks import arrow_of_time
-from embodied.train.checkpoint import list_checkpoints, load_checkpoint, resolve_resume, save_checkpoint
+from embodied.train.checkpoint import (
+    list_checkpoints,
+    load_checkpoint,
+    resolve_resume,
+    save_checkpoint,
+    set_aside,
+)
 from embodied.train.grpo import sampling_args, train_grpo
 from embodied.train.metrics import read_metrics
 from embodied.train.sft import train_sft
@@ -437,6 +443,13 @@ def test_checkpoint_rotation_and_rng_round_trip(tiny_path, tmp_path):
     np.random.seed(0)
     assert load_checkpoint(path, model, opt)["step"] == 9
     assert torch.equal(torch.rand(3), want[0]) and np.array_equal(np.random.rand(3), want[1])
+    # a fresh run in this folder moves these aside: its step 1 must not rotate out under the old step 9
+    aside = set_aside(tmp_path)
+    assert aside == tmp_path.with_name(tmp_path.name + ".previous") and list_checkpoints(tmp_path) == []
+    assert [p.name for p in list_checkpoints(aside)][-1] == "step-00000009"
+    save_checkpoint(tmp_path, 1, model, opt, keep=1)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step-00000001"]
+    assert set_aside(tmp_path, main=False) is None and len(list_checkpoints(tmp_path)) == 1
 
 
 KILLED_RUN = textwrap.dedent(

@@ -117,6 +117,21 @@ def list_checkpoints(root: str | Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name[len(PREFIX) :]))
 
 
+def set_aside(root: str | Path, main: bool = True) -> Path | None:
+    """A run that starts fresh in a folder holding an earlier run's checkpoints moves them to
+    `<root>.previous` (replacing an older one there) and says so: otherwise rotation would keep the earlier
+    run's later steps over the new run's, and `resume=auto` would continue the wrong run. Returns where they
+    went (None when there were none, or on a process other than the first)."""
+    root = Path(root)
+    if not main or not list_checkpoints(root):
+        return None
+    aside = root.with_name(root.name + ".previous")
+    shutil.rmtree(aside, ignore_errors=True)
+    os.replace(root, aside)
+    print(f"starting fresh: the earlier run's checkpoints in {root} moved to {aside} (resume=auto continues)")
+    return aside
+
+
 def resolve_resume(resume: str, root: str | Path) -> Path | None:
     """`""` -> None (start fresh); `"auto"` -> the newest complete checkpoint under `root`, or None if
     there is none; anything else is a checkpoint folder that must exist and be complete."""

@@ -11,6 +11,12 @@ MuJoCo executes every sampled answer and the physical outcome decides which one 
 3. fine-tune the current policy for `sft_steps` steps on the kept (prompt, answer) pairs (`train.sft`, a fresh
    optimizer per round; the answer text is the target).
 
+A round depends only on the policy it starts from and on (run seed, round): its prompts, samples and
+fine-tuning are seeded by them, and nothing else carries over. So the checkpoint written after each round
+(`out_dir/checkpoints/expert/step-<round>`: weights, counters and the `expert:` settings) is all a resumed run
+needs, and a run resumed with more `expert.rounds` continues the shorter run as if it had been asked for more
+from the start.
+
 Unlike GRPO, nothing is learned from the answers that lost, and no reference policy or KL term is involved.
 The answers scored in all are `rounds * prompts_per_round * samples`, which is how it is compared with GRPO at
 equal simulator calls (docs/environments.md, "Expert iteration").
@@ -29,6 +35,7 @@ from tqdm.auto import tqdm
 from embodied.data.load import Example
 from embodied.rl.rewards import RewardFn, mcq_rewards, rewards_for
 from embodied.rl.rollout import Rollout, sample_groups, sampling_seed
+from embodied.train.checkpoint import load_checkpoint, resolve_resume, save_checkpoint, set_aside
 from embodied.train.metrics import MetricsLog
 from embodied.train.sft import train_sft
 from embodied.video import VideoConfig
@@ -91,12 +98,16 @@ def train_expert(
     reward_fn: RewardFn | None = None,
     max_new_tokens: int = 16,
     timeout_s: float | None = 60.0,
+    resume: str = "",
+    config_yaml: str = "",
 ) -> dict:
     """Run `cfg.rounds` rounds of expert iteration (`cfg` is an `ExpertConfig`; `sft_cfg` an `SFTConfig`
     whose warmup, clip, weight decay and vision scale the fine-tuning uses) on `train`, scoring answers with
     `reward_fn` (default: the MCQ rules). Per round, `out_dir/metrics.jsonl` gets the kept share, the
     sampled answers' reward and success, the answers scored so far and the seconds spent sampling and
-    fine-tuning; each round's fine-tuning logs under `out_dir/rounds/<r>/`."""
+    fine-tuning; each round's fine-tuning logs under `out_dir/rounds/<r>/`. After each round a checkpoint
+    goes to `out_dir/checkpoints/expert` (the newest `sft_cfg.keep_checkpoints`); `resume` ("", "auto" or a
+    checkpoint folder) continues from one, with the same `expert:` settings but any number of rounds."""
     if cfg.rounds < 1 or cfg.samples < 1 or cfg.sft_steps < 1 or cfg.sample_batch < 1:
         raise ValueError(
             "expert.rounds, expert.samples, expert.sft_steps and expert.sample_batch must be >= 1"
@@ -120,8 +131,26 @@ def train_expert(
         checkpoint_every=0,
         log_every=max(1, cfg.sft_steps // 5),
     )
-    t_start, scored, kept_total = time.perf_counter(), 0, 0
-    bar = tqdm(range(1, cfg.rounds + 1), desc="expert", unit="round", disable=not progress)
+    # what a round's outcome depends on, besides the policy (sample_batch only groups the sampling)
+    settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("rounds", "sample_batch")}
+    settings["seed"] = seed
+    ckpt_dir, first, scored, kept_total, before = out_dir / "checkpoints" / "expert", 1, 0, 0, 0.0
+    if path := resolve_resume(resume, ckpt_dir):
+        saved = load_checkpoint(path, model)
+        if saved["expert"] != settings:
+            changed = sorted(k for k in settings if saved["expert"].get(k) != settings[k])
+            raise ValueError(
+                f"checkpoint {path} was written with other expert settings ({', '.join(changed)}): resume "
+                "with the same expert.* (only expert.rounds may change), or start fresh without resume"
+            )
+        scored, kept_total, before = saved["scored"], saved["kept"], saved["elapsed"]
+        first = saved["step"] + 1
+        log.truncate(saved["step"])
+        print(f"resuming expert iteration from {path} (round {saved['step']})")
+    else:
+        set_aside(ckpt_dir)
+    t_start = time.perf_counter() - before
+    bar = tqdm(range(first, cfg.rounds + 1), desc="expert", unit="round", disable=not progress)
     for r in bar:
         t0 = time.perf_counter()
         idx = round_prompts(len(train), cfg.prompts_per_round, seed, r)
@@ -177,6 +206,16 @@ def train_expert(
         if successes:
             metrics["reward/success"] = float(np.mean(successes))
         log.log(r, metrics)
+        counters = {
+            "scored": scored,
+            "kept": kept_total,
+            "elapsed": metrics["time/elapsed"],
+            "expert": settings,
+        }
+        # no optimizer state: each round's fine-tuning starts a fresh one
+        save_checkpoint(
+            ckpt_dir, r, model, None, None, counters, config_yaml, sft_cfg.keep_checkpoints, optim_state={}
+        )
         bar.set_postfix(kept=f"{metrics['expert/kept']:.2f}", r=f"{metrics['reward/total']:.2f}")
     return {
         "rounds": cfg.rounds,
@@ -187,7 +226,14 @@ def train_expert(
 
 
 def train_expert_config(
-    model, processor, train: Sequence[Example], cfg, out_dir: str | Path, progress: bool = True
+    model,
+    processor,
+    train: Sequence[Example],
+    cfg,
+    out_dir: str | Path,
+    progress: bool = True,
+    resume: str = "",
+    config_yaml: str = "",
 ) -> dict:
     """`train_expert` as a whole config (`embodied.config.Config`) asks: its `expert:` rounds, `sft:`
     optimizer settings, `video:`, seed, the routed reward (`rl.rewards.rewards_for`: physics for episodes,
@@ -206,6 +252,8 @@ def train_expert_config(
         rewards_for(cfg),
         cfg.grpo.max_new_tokens,
         cfg.grpo.reward_timeout_s,
+        resume,
+        config_yaml,
     )
 
 

@@ -48,7 +48,7 @@ from embodied.rl.ppo import (
 )
 from embodied.rl.rewards import RewardFn, mcq_rewards, mean_terms, overlong_shaping, score
 from embodied.rl.rollout import Rollout, dynamic_sample, sample_groups, sampling_seed
-from embodied.train.checkpoint import resolve_resume
+from embodied.train.checkpoint import resolve_resume, set_aside
 from embodied.train.common import (
     NonFiniteGuard,
     apply_gradients,
@@ -429,6 +429,8 @@ def train_grpo(
     order, start = index_batches(len(train), cfg.prompts_per_step, seed), 1
     if path := resolve_resume(resume, ckpt_dir):
         start, order = resume_state(path, procs, model, optimizer, guard, state, order, log, extra)
+    elif cfg.checkpoint_every:
+        set_aside(ckpt_dir, procs.main)
     sampling, critic_watch = sampling_args(cfg), CriticWatch(cfg.value_ev_patience)
     keep = keeps_prefix(net, model, cfg, procs, head, turns)
 

@@ -22,7 +22,7 @@ from embodied.envs import is_interactive, random_answer
 from embodied.eval.loop import evaluate
 from embodied.policy.model import completion_logprobs, encode_completions, encode_prompts
 from embodied.tasks import LETTERS, TASKS, sft_target
-from embodied.train.checkpoint import resolve_resume
+from embodied.train.checkpoint import resolve_resume, set_aside
 from embodied.train.common import (
     NonFiniteGuard,
     index_batches,
@@ -155,6 +155,8 @@ def train_sft(
     run = _Run(index_batches(len(train), cfg.batch_size, seed), NonFiniteGuard())
     if path := resolve_resume(resume, ckpt_dir):
         run.resume(path, model, cfg, cycle, procs, log)
+    elif cfg.checkpoint_every:
+        set_aside(ckpt_dir, procs.main)
     bar = tqdm(range(run.start, cfg.steps + 1), desc="sft", unit="step", disable=not progress)
     t_start = time.perf_counter()
     step = run.start - 1  # a run resumed at its last step trains no more
