@@ -1,5 +1,5 @@
-"""A second look (issue 22): GRPO with multi-turn episodes (`env.turns`) on one task, from existing
-format-only starts, evaluated as success after turn 1 and after turn 2 against single-turn best-of-2 at the
+"""A second look (issue 22): GRPO or expert iteration with multi-turn episodes (`env.turns`) on one task,
+from existing starts, evaluated as success after turn 1 and after turn 2 against single-turn best-of-2 at the
 same number of simulator calls.
 
     PYTHONPATH=. python scripts/env_multiturn.py STARTS OUT [--stages start,multiturn,single] key=value ...
@@ -10,8 +10,9 @@ STARTS holds `seed<S>/start/model` (the format-only starts of an env-feedback ru
 and evaluated on the held-out episodes: greedy turns (success after each turn, Wilson intervals over
 episodes), `env.feedback.test_time_samples` sampled trajectories per episode, and single-turn best-of-k from
 as many single-turn samples (pass@k, t intervals over episodes). STARTS' `seed<S>/sim/model`, when present,
-is evaluated the same way (`--stages single`: the single-turn-trained policy asked twice). Writes
-`OUT/seed<S>/<stage>/` (metrics, model, predictions) and `OUT/summary.json`.
+is evaluated the same way (`--stages single`: the single-turn-trained policy asked twice). `--stages
+expert` runs multi-turn expert iteration (`expert:`, `train.expert.select_turns`) from the start instead of
+GRPO. Writes `OUT/seed<S>/<stage>/` (metrics, model, predictions) and `OUT/summary.json`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from embodied.eval.stats import seed_interval
 from embodied.policy.model import load_policy, save_policy
 from embodied.rl.rewards import rewards_for
 from embodied.train.common import seed_everything
+from embodied.train.expert import train_expert_config
 from embodied.train.grpo import train_grpo
 
 
@@ -91,7 +93,7 @@ def main() -> None:
             key = f"seed{seed}/{stage}"
             if key in summary["runs"]:
                 continue
-            folder = {"start": "start", "multiturn": "start", "single": "sim"}[stage]
+            folder = {"start": "start", "multiturn": "start", "expert": "start", "single": "sim"}[stage]
             src = starts / f"seed{seed}" / folder / "model"
             if not src.exists():
                 print(f"{key}: no {src}, skipped")
@@ -120,6 +122,12 @@ def main() -> None:
                     turn_reward=cfg.env.turn_reward,
                     turn_words=cfg.env.turn_words,
                 )
+                row["train_s"] = round(time.perf_counter() - t, 1)
+                save_policy(model, processor, stage_dir / "model")
+            if stage == "expert":
+                (stage_dir / "metrics.jsonl").unlink(missing_ok=True)
+                t = time.perf_counter()
+                row["expert"] = train_expert_config(model, processor, train, c, stage_dir, True)
                 row["train_s"] = round(time.perf_counter() - t, 1)
                 save_policy(model, processor, stage_dir / "model")
             res = evaluate(model, processor, test, c)

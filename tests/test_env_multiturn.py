@@ -236,3 +236,62 @@ def test_evaluate_env_reports_success_after_each_turn(answering_policy, push_exa
     env = {k: v for k, v in res.items() if k != "predictions"}
     page = "\n".join(turns_markdown([{"seed": 0, "stages": {"sim": {"env": env}}}]))
     assert "| sim | push | " in page and "greedy, after turn 2" in page and "best-of-2" in page
+
+
+def test_expert_iteration_over_two_turns_keeps_the_answer_that_worked_after_a_miss(
+    answering_policy, push_examples, tmp_path
+):
+    """Multi-turn expert iteration (`train_expert(turns=2)`): a turn-2 answer that succeeded is kept with its
+    conversation (the failed turn-1 answer, the words and the clip of its outcome), and fine-tuning on a
+    batch of turn-1 and turn-2 examples encodes each with its own clips."""
+    import copy
+
+    from embodied.config import ExpertConfig, SFTConfig
+    from embodied.train.expert import select_turns, train_expert
+    from embodied.train.metrics import read_metrics
+    from embodied.train.sft import train_sft
+
+    model, processor = answering_policy
+    model = copy.deepcopy(model)  # fine-tuned below; the fixture is shared
+    video, reward = VideoConfig(), routed_rewards()
+    ro = sample_episodes(
+        model, processor, push_examples, video, reward, 2, 12, 2, temperature=0.2, seeds=[1, 2]
+    )
+    two = (ro.turn == 2).nonzero().flatten().tolist()
+    assert two, ro.texts
+    assert select_turns(ro) == []  # nothing succeeded: nothing kept
+    # the simulator's verdict on one turn-2 answer and one turn-1 answer of the other prompt, set by hand
+    i = two[0]
+    t = int(ro.owner[i])
+    j = [r for r in range(len(ro.texts)) if ro.turn[r] == 1 and int(ro.owner[r]) // 2 != t // 2][0]
+    for r in (i, j):
+        ro.terms[r] = ro.terms[r] | {"reward/success": 1.0, "reward/total": 1.2}
+    kept = select_turns(ro)
+    assert len(kept) == 2
+    (late, text) = [k for k in kept if k[0].history][0]
+    first = [r for r in range(len(ro.texts)) if ro.turn[r] == 1 and int(ro.owner[r]) == t][0]
+    assert text == ro.texts[i] and late.history == ((ro.texts[first], AGAIN),)
+    assert late.record["id"] == f"{ro.examples[t // 2].record['id']}/turn2"
+    assert len(late.outcomes) == 1 and np.array_equal(late.outcomes[0].frames, ro.clips[t][1].frames)
+    targets = {ex.record["id"]: txt for ex, txt in kept}
+    cfg = SFTConfig(steps=2, batch_size=2, eval_every=0, checkpoint_every=0, log_every=1)
+    before = [p.detach().clone() for p in model.parameters()]
+    train_sft(
+        model, processor, [k[0] for k in kept], cfg, video, tmp_path / "sft", progress=False,
+        target_fn=lambda rec: targets[rec["id"]],
+    )  # fmt: skip
+    losses = [r["loss/sft"] for r in read_metrics(tmp_path / "sft" / "metrics.jsonl") if "loss/sft" in r]
+    assert losses and all(np.isfinite(losses))
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    # the whole loop with two turns: runs, logs per-turn success and what it kept at each turn
+    ex = ExpertConfig(rounds=1, prompts_per_round=2, samples=2, sft_steps=1, batch_size=2)
+    info = train_expert(
+        model, processor, push_examples, ex, cfg, video, tmp_path / "ei", 0, False, reward, 12, turns=2
+    )
+    [row] = read_metrics(tmp_path / "ei" / "metrics.jsonl")
+    assert info["answers_scored"] == row["expert/answers_scored"] >= 4
+    assert "turns/success@2" in row and "expert/kept_turn2" in row
+    with pytest.raises(ValueError, match="keep=success"):
+        train_expert(
+            model, processor, push_examples, ExpertConfig(keep="best"), cfg, video, tmp_path, turns=2
+        )

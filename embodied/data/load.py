@@ -51,6 +51,11 @@ def load_records(root: str | Path, split: str) -> list[dict]:
 class Example:
     record: dict
     clip: Clip
+    history: tuple = ()
+    """A later turn of a multi-turn episode (`embodied.rl.episodes`): the earlier `(answer, words)` pairs;
+    empty for a plain prompt."""
+    outcomes: tuple = ()
+    """One outcome clip (`Clip`) per entry of `history`, shown after it."""
 
 
 def load_examples(

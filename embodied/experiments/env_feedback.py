@@ -278,11 +278,6 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
     unknown = [a for a in fb.arms if a not in ARMS]
     if unknown:
         raise ValueError(f"env.feedback.arms: unknown arm(s) {unknown}; choose from {list(ARMS)}")
-    if "expert" in fb.arms and cfg.env.turns > 1:
-        raise ValueError(
-            f"env.turns={cfg.env.turns}: the expert arm plays single-turn episodes (expert iteration keeps "
-            "one answer per prompt); run it with env.turns=1, or leave it out of env.feedback.arms"
-        )
     data = _load_data(cfg, progress)
     constant = _best_constant(cfg, data, progress)
     starts = _run_all(cfg, out, data, [(seed, "start") for seed in fb.seeds], progress)

@@ -255,6 +255,16 @@ def encode_conversations(
     return batch.to(device)
 
 
+def encode_examples(processor, examples: Sequence, video: VideoConfig, device="cpu"):
+    """`encode_prompts` of `Example`s; when one is a later turn (its `history` not empty), every row is
+    encoded as a conversation (`encode_conversations`: a plain prompt's conversation is its prompt)."""
+    records = [e.record for e in examples]
+    if not any(e.history for e in examples):
+        return encode_prompts(processor, records, [e.clip for e in examples], video, device)
+    clips = [[e.clip, *e.outcomes] for e in examples]
+    return encode_conversations(processor, records, clips, [e.history for e in examples], video, device)
+
+
 def concat_batches(batches: Sequence, pad_id: int) -> dict:
     """One left-padded batch holding the rows of `batches` in order (a `GroupedBatch` is materialised):
     prompt tensors left-padded to the longest, visual tensors concatenated."""

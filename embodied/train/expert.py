@@ -33,6 +33,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from embodied.data.load import Example
+from embodied.rl.episodes import again, sample_episodes
 from embodied.rl.rewards import RewardFn, mcq_rewards, rewards_for
 from embodied.rl.rollout import Rollout, sample_groups, sampling_seed
 from embodied.train.checkpoint import load_checkpoint, resolve_resume, save_checkpoint, set_aside
@@ -76,6 +77,35 @@ def select(ro: Rollout, keep: str) -> list[int | None]:
     return chosen
 
 
+def select_turns(ro: Rollout, words: bool = False) -> list[tuple[Example, str]]:
+    """Multi-turn rollouts (`rl.episodes.sample_episodes`): per prompt and turn, the highest-reward
+    untruncated answer that succeeded at that turn (ties to the first row), as `(example, answer)`. A turn-k
+    example is that trajectory's conversation: the clip and question, its k - 1 failed answers each with the
+    words and the clip of its outcome, so fine-tuning on it teaches the answer that worked after seeing them.
+    A turn-k record's id gets `/turn<k>` (one target per id)."""
+    rows: dict[int, dict[int, int]] = {}  # trajectory -> turn -> row
+    for i, (t, k) in enumerate(zip(ro.owner.tolist(), ro.turn.tolist())):
+        rows.setdefault(t, {})[k] = i
+    best: dict[tuple[int, int], int] = {}  # (prompt, turn) -> row
+    for t, turns in rows.items():
+        for k, i in turns.items():
+            if bool(ro.truncated[i]) or not succeeded(ro.terms[i]):
+                continue
+            key, total = (t // ro.group_size, k), float(ro.terms[i]["reward/total"])
+            if key not in best or total > float(ro.terms[best[key]]["reward/total"]):
+                best[key] = i
+    kept = []
+    for (p, k), i in sorted(best.items()):
+        ex, t = ro.examples[p], int(ro.owner[i])
+        if k > 1:
+            earlier = [rows[t][j] for j in range(1, k)]
+            history = tuple((ro.texts[j], again(ro.terms[j], words)) for j in earlier)
+            record = ex.record | {"id": f"{ex.record['id']}/turn{k}"}
+            ex = Example(record, ex.clip, history, tuple(ro.clips[t][1:k]))
+        kept.append((ex, ro.texts[i]))
+    return kept
+
+
 def round_prompts(n: int, per_round: int, seed: int, round_: int) -> list[int]:
     """Indices of the training prompts of round `round_`: `per_round` of `n` without replacement (all `n`
     when `per_round` is 0 or at least `n`), the same for a given (seed, round)."""
@@ -100,6 +130,9 @@ def train_expert(
     timeout_s: float | None = 60.0,
     resume: str = "",
     config_yaml: str = "",
+    turns: int = 1,
+    turn_reward: str = "last",
+    words: bool = False,
 ) -> dict:
     """Run `cfg.rounds` rounds of expert iteration (`cfg` is an `ExpertConfig`; `sft_cfg` an `SFTConfig`
     whose warmup, clip, weight decay and vision scale the fine-tuning uses) on `train`, scoring answers with
@@ -107,7 +140,16 @@ def train_expert(
     sampled answers' reward and success, the answers scored so far and the seconds spent sampling and
     fine-tuning; each round's fine-tuning logs under `out_dir/rounds/<r>/`. After each round a checkpoint
     goes to `out_dir/checkpoints/expert` (the newest `sft_cfg.keep_checkpoints`); `resume` ("", "auto" or a
-    checkpoint folder) continues from one, with the same `expert:` settings but any number of rounds."""
+    checkpoint folder) continues from one, with the same `expert:` settings but any number of rounds.
+
+    `turns` > 1 (`env.turns`) samples `cfg.samples` multi-turn trajectories per prompt (`rl.episodes`;
+    `words` is `env.turn_words`) and keeps, per prompt and turn, the best answer that succeeded at that turn
+    (`select_turns`, `keep=success` only): a turn-2 target is the answer that worked after the policy saw
+    its first answer fail. Every executed answer counts in `answers_scored`."""
+    if turns > 1 and cfg.keep != "success":
+        raise ValueError(
+            f"env.turns={turns}: expert iteration over turns keeps successes only; set expert.keep=success"
+        )
     if cfg.rounds < 1 or cfg.samples < 1 or cfg.sft_steps < 1 or cfg.sample_batch < 1:
         raise ValueError(
             "expert.rounds, expert.samples, expert.sft_steps and expert.sample_batch must be >= 1"
@@ -133,7 +175,7 @@ def train_expert(
     )
     # what a round's outcome depends on, besides the policy (sample_batch only groups the sampling)
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("rounds", "sample_batch")}
-    settings["seed"] = seed
+    settings |= {"seed": seed, "turns": turns, "turn_reward": turn_reward, "words": words}
     ckpt_dir, first, scored, kept_total, before = out_dir / "checkpoints" / "expert", 1, 0, 0, 0.0
     if path := resolve_resume(resume, ckpt_dir):
         saved = load_checkpoint(path, model)
@@ -156,29 +198,32 @@ def train_expert(
         idx = round_prompts(len(train), cfg.prompts_per_round, seed, r)
         kept: list[Example] = []
         targets: dict[str, str] = {}
-        rewards, successes = [], []
+        rewards, successes, turn_stats = [], [], {}
         for start in range(0, len(idx), cfg.sample_batch):
             chunk = idx[start : start + cfg.sample_batch]
-            ro = sample_groups(
-                model,
-                processor,
-                [train[i] for i in chunk],
-                video,
-                reward_fn,
-                cfg.samples,
-                max_new_tokens,
-                temperature=cfg.temperature,
-                seeds=[sampling_seed(seed, r, i) for i in chunk],
-                timeout_s=timeout_s,
-            )
+            examples, seeds = [train[i] for i in chunk], [sampling_seed(seed, r, i) for i in chunk]
+            if turns > 1:  # G trajectories per prompt; every turn's answer is executed
+                ro = sample_episodes(
+                    model, processor, examples, video, reward_fn, cfg.samples, max_new_tokens, turns,
+                    turn_reward, cfg.temperature, seeds=seeds, timeout_s=timeout_s, words=words,
+                )  # fmt: skip
+                by_turn = select_turns(ro, words)
+                for name, value in ro.stats.items():
+                    turn_stats.setdefault(name, []).append((value, len(chunk)))
+            else:
+                ro = sample_groups(
+                    model, processor, examples, video, reward_fn, cfg.samples, max_new_tokens,
+                    temperature=cfg.temperature, seeds=seeds, timeout_s=timeout_s,
+                )  # fmt: skip
+                by_turn = [
+                    (ro.examples[p], ro.texts[i]) for p, i in enumerate(select(ro, cfg.keep)) if i is not None
+                ]
             scored += len(ro.texts)
             rewards += ro.rewards.flatten().tolist()
             successes += [float(succeeded(t)) for t in ro.terms if _has_success(t)]
-            for p, row in enumerate(select(ro, cfg.keep)):
-                if row is not None:
-                    ex = ro.examples[p]
-                    kept.append(ex)
-                    targets[ex.record["id"]] = ro.texts[row]
+            for ex, text in by_turn:
+                kept.append(ex)
+                targets[ex.record["id"]] = text
         t_sample = time.perf_counter() - t0
         t1 = time.perf_counter()
         if kept:  # nothing verified this round: the policy is left as it is
@@ -205,6 +250,11 @@ def train_expert(
         }
         if successes:
             metrics["reward/success"] = float(np.mean(successes))
+        for name, parts in turn_stats.items():  # multi-turn: turns/success@k etc., weighted by prompts
+            metrics[name] = sum(v * n for v, n in parts) / sum(n for _, n in parts)
+        if turns > 1:
+            for k in range(1, turns + 1):
+                metrics[f"expert/kept_turn{k}"] = sum(len(e.history) == k - 1 for e in kept) / len(idx)
         log.log(r, metrics)
         counters = {
             "scored": scored,
@@ -254,6 +304,9 @@ def train_expert_config(
         cfg.grpo.reward_timeout_s,
         resume,
         config_yaml,
+        cfg.env.turns,
+        cfg.env.turn_reward,
+        cfg.env.turn_words,
     )
 
 

@@ -20,7 +20,7 @@ from embodied.data.load import Example
 from embodied.data.schema import kind
 from embodied.envs import is_interactive, random_answer
 from embodied.eval.loop import evaluate
-from embodied.policy.model import completion_logprobs, encode_completions, encode_prompts
+from embodied.policy.model import completion_logprobs, encode_completions, encode_examples
 from embodied.tasks import LETTERS, TASKS, sft_target
 from embodied.train.checkpoint import resolve_resume, set_aside
 from embodied.train.common import (
@@ -166,7 +166,7 @@ def train_sft(
             run.optimizer, run.schedule = _fresh_optimizer(model, cfg, cycle)
         chunk = [train[i] for i in procs.shard(next(run.order))]
         records = [e.record for e in chunk]
-        batch = encode_prompts(processor, records, [e.clip for e in chunk], video, device)
+        batch = encode_examples(processor, chunk, video, device)
         targets = [target_fn(r) for r in records] if target_fn else sft_targets(records, cfg, seed, step)
         ids, mask = encode_completions(processor, targets, device)
         logp = completion_logprobs(net, batch, ids, mask)
