@@ -235,7 +235,9 @@ class ExpertConfig:
     `samples` answers to each of `prompts_per_round` training prompts, score them with the reward (the
     simulator for interactive episodes), keep each prompt's verified best answer, then fine-tune on the kept
     answers. Answers scored in all: `rounds * prompts_per_round * samples` (the env-feedback `expert` arm's
-    defaults, 4 x 200 x 16 = 12,800, equal GRPO's 100 steps x 32 prompts x 4 answers)."""
+    defaults, 4 x 200 x 16 = 12,800, equal GRPO's 100 steps x 32 prompts x 4 answers). With `env.turns` > 1
+    it samples `samples` multi-turn trajectories per prompt and keeps, per prompt and turn, the answer that
+    succeeded at that turn with the conversation that led to it (`keep=success` only)."""
 
     rounds: int = 4
     prompts_per_round: int = 200
