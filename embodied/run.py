@@ -205,8 +205,6 @@ def expert(cfg: Config, progress: bool = True) -> dict:
     from embodied.train.expert import train_expert_config
 
     out = _setup(cfg, "expert")
-    if not cfg.resume:
-        (out / "metrics.jsonl").unlink(missing_ok=True)
     model, processor = load(cfg.policy)
     train = answer_examples(load_split(cfg.data.root, "train", cfg.video, progress), cfg.env.answer)
     info = train_expert_config(model, processor, train, cfg, out, progress, cfg.resume, to_yaml(cfg))

@@ -103,31 +103,28 @@ def main() -> None:
             stage_dir = out / f"seed{seed}" / stage
             stage_dir.mkdir(parents=True, exist_ok=True)
             row = {"model": str(src)}
-            if stage == "multiturn":
+            if stage in ("multiturn", "expert"):  # train from the start, then evaluate below
                 (stage_dir / "metrics.jsonl").unlink(missing_ok=True)
                 t = time.perf_counter()
-                grpo = dataclasses.replace(cfg.grpo, checkpoint_every=0)
-                train_grpo(
-                    model,
-                    processor,
-                    train,
-                    grpo,
-                    cfg.video,
-                    stage_dir,
-                    (),
-                    seed,
-                    True,
-                    reward_fn=rewards_for(cfg),
-                    turns=cfg.env.turns,
-                    turn_reward=cfg.env.turn_reward,
-                    turn_words=cfg.env.turn_words,
-                )
-                row["train_s"] = round(time.perf_counter() - t, 1)
-                save_policy(model, processor, stage_dir / "model")
-            if stage == "expert":
-                (stage_dir / "metrics.jsonl").unlink(missing_ok=True)
-                t = time.perf_counter()
-                row["expert"] = train_expert_config(model, processor, train, c, stage_dir, True)
+                if stage == "expert":
+                    row["expert"] = train_expert_config(model, processor, train, c, stage_dir, True)
+                else:
+                    grpo = dataclasses.replace(cfg.grpo, checkpoint_every=0)
+                    train_grpo(
+                        model,
+                        processor,
+                        train,
+                        grpo,
+                        cfg.video,
+                        stage_dir,
+                        (),
+                        seed,
+                        True,
+                        reward_fn=rewards_for(cfg),
+                        turns=cfg.env.turns,
+                        turn_reward=cfg.env.turn_reward,
+                        turn_words=cfg.env.turn_words,
+                    )
                 row["train_s"] = round(time.perf_counter() - t, 1)
                 save_policy(model, processor, stage_dir / "model")
             res = evaluate(model, processor, test, c)

@@ -117,6 +117,7 @@ def test_cli_expert_and_grpo_train_on_episodes_scored_by_the_simulator(tmp_path)
     assert main(["expert", "-q", *common, *expert, f"run_dir={tmp_path}/ei"]) == 0
     assert (tmp_path / "ei" / "checkpoints" / "expert.previous" / "step-00000002").is_dir()
     assert [p.name for p in (tmp_path / "ei" / "checkpoints" / "expert").iterdir()] == ["step-00000001"]
+    assert [r["step"] for r in read_metrics(tmp_path / "ei" / "metrics.jsonl")] == [1]  # its own rows only
 
 
 def test_expert_resumed_with_more_rounds_reproduces_the_uninterrupted_run(tmp_path):

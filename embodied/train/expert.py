@@ -189,8 +189,9 @@ def train_expert(
         first = saved["step"] + 1
         log.truncate(saved["step"])
         print(f"resuming expert iteration from {path} (round {saved['step']})")
-    else:
+    else:  # a fresh run: an earlier run's checkpoints and rows in out_dir are not continued
         set_aside(ckpt_dir)
+        log.truncate(0)
     t_start = time.perf_counter() - before
     bar = tqdm(range(first, cfg.rounds + 1), desc="expert", unit="round", disable=not progress)
     for r in bar:
@@ -207,7 +208,7 @@ def train_expert(
                     model, processor, examples, video, reward_fn, cfg.samples, max_new_tokens, turns,
                     turn_reward, cfg.temperature, seeds=seeds, timeout_s=timeout_s, words=words,
                 )  # fmt: skip
-                by_turn = select_turns(ro, words)
+                chosen = select_turns(ro, words)
                 for name, value in ro.stats.items():
                     turn_stats.setdefault(name, []).append((value, len(chunk)))
             else:
@@ -215,13 +216,13 @@ def train_expert(
                     model, processor, examples, video, reward_fn, cfg.samples, max_new_tokens,
                     temperature=cfg.temperature, seeds=seeds, timeout_s=timeout_s,
                 )  # fmt: skip
-                by_turn = [
+                chosen = [
                     (ro.examples[p], ro.texts[i]) for p, i in enumerate(select(ro, cfg.keep)) if i is not None
                 ]
             scored += len(ro.texts)
             rewards += ro.rewards.flatten().tolist()
             successes += [float(succeeded(t)) for t in ro.terms if _has_success(t)]
-            for ex, text in by_turn:
+            for ex, text in chosen:
                 kept.append(ex)
                 targets[ex.record["id"]] = text
         t_sample = time.perf_counter() - t0
