@@ -249,6 +249,12 @@ class ExpertConfig:
     """success: keep a prompt's highest-reward answer among those that succeeded (`reward/success`, or
     `reward/accuracy` for MCQs), none if none did | best: keep its highest-reward answer whenever the
     prompt's answers differ in reward (above-average, as GRPO's positive advantage), success or not."""
+    retry_targets: str = "own"
+    """Multi-turn (`env.turns` > 1) targets of a later turn. own: the answer that succeeded at that turn of
+    that trajectory | group: also, after each distinct run of failed answers in the prompt's group, the
+    group's best answer that succeeded at any turn (every answer is executed from the same reset, so it
+    succeeds at any turn): a retry is taught from its siblings' successes, at no extra simulator call, where
+    the policy's own retries rarely succeed (`train.expert.select_turns`)."""
     sft_steps: int = 50
     """Fine-tuning steps per round on that round's kept answers (fresh AdamW, warmup + cosine, as SFT)."""
     batch_size: int = 16

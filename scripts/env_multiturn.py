@@ -124,6 +124,8 @@ def main() -> None:
                         turns=cfg.env.turns,
                         turn_reward=cfg.env.turn_reward,
                         turn_words=cfg.env.turn_words,
+                        retry_temperature=cfg.env.retry_temperature,
+                        retry_min_p=cfg.env.retry_min_p,
                     )
                 row["train_s"] = round(time.perf_counter() - t, 1)
                 save_policy(model, processor, stage_dir / "model")

@@ -127,6 +127,25 @@ def test_trajectory_rewards_and_checks():
         check_turns(0, "last")
 
 
+def test_retry_temperature_draws_later_turns_hotter(answering_policy, push_examples):
+    """`env.retry_temperature`: turn 1 is drawn as without it, every later turn at the retry temperature (its
+    rows carry it, so GRPO's log-probs are taken at it); a negative one is refused."""
+    model, processor = answering_policy
+    video, reward = VideoConfig(), routed_rewards()
+    args = (model, processor, push_examples, video, reward, 4, 12, 2)
+    own = sample_episodes(*args, temperature=0.2, seeds=[1, 2])
+    hot = sample_episodes(*args, temperature=0.2, seeds=[1, 2], retry_temperature=3.0)
+    assert [hot.texts[i] for i in range(8)] == [own.texts[i] for i in range(8)]  # turn 1 unchanged
+    assert (hot.turn == 2).any(), hot.texts
+    assert torch.all(hot.temperature[hot.turn == 1] == 0.2)
+    assert torch.all(hot.temperature[hot.turn == 2] == 3.0)
+    assert torch.all(own.temperature == 0.2)
+    greedy = play(model, processor, push_examples, video, reward, 2, retry_temperature=3.0, max_new_tokens=12)
+    assert all(torch.all(t.temperature == 1.0) for t in greedy.turns)  # greedy play stays greedy
+    with pytest.raises(ValueError, match="env.retry_temperature"):
+        sample_episodes(*args, temperature=0.2, retry_temperature=-1.0)
+
+
 def test_two_turn_grpo_end_to_end(answering_policy, push_examples, tmp_path, monkeypatch):
     """A 2-turn rollout (turn 1 fails, turn 2 is its own prompt with both clips), its update, and train_grpo
     with turns=2 logging per-turn success and each turn's answer."""
@@ -295,3 +314,49 @@ def test_expert_iteration_over_two_turns_keeps_the_answer_that_worked_after_a_mi
         train_expert(
             model, processor, push_examples, ExpertConfig(keep="best"), cfg, video, tmp_path, turns=2
         )
+
+
+def test_group_retry_targets_teach_a_retry_from_a_siblings_success(push_examples):
+    """`expert.retry_targets=group`: after a run of failed answers that a trajectory did not recover from, the
+    group's best success (any turn) is the target, once per distinct run; `own` keeps per-turn successes."""
+    from embodied.rl.rollout import Rollout
+    from embodied.train.expert import select_turns
+
+    ok = {"reward/success": 1.0, "reward/total": 1.2}
+    miss = {"reward/success": 0.0, "reward/total": -0.2, "reward/short": -1.0}
+    # (trajectory, turn, text, terms); prompt 0 is trajectories 0-2, prompt 1 is 3-5 (G = 3)
+    rows = [
+        (0, 1, "A", miss), (1, 1, "A", miss), (2, 1, "D", miss), (3, 1, "C", ok), (4, 1, "A", miss),
+        (5, 1, "C", ok), (0, 2, "C", ok), (1, 2, "B", miss), (2, 2, "B", miss), (4, 2, "A", miss),
+    ]  # fmt: skip
+    clip = push_examples[0].clip
+    outcomes = {t: Clip(np.full_like(clip.frames, t), 2.0) for t in (0, 1, 2, 4)}
+    ro = Rollout(
+        examples=list(push_examples),
+        batch=None,
+        ids=None,
+        mask=None,
+        temperature=torch.ones(len(rows)),
+        texts=[r[2] for r in rows],
+        terms=[dict(r[3]) for r in rows],
+        rewards=torch.zeros(2, 3),
+        truncated=torch.zeros(len(rows), dtype=torch.bool),
+        owner=torch.tensor([r[0] for r in rows]),
+        turn=torch.tensor([r[1] for r in rows]),
+        clips=[[push_examples[t // 3].clip] + ([outcomes[t]] if t in outcomes else []) for t in range(6)],
+    )
+    own = select_turns(ro)
+    assert [(ex.record["id"], ex.history, text) for ex, text in own] == [
+        ("push-3/turn2", (("A", AGAIN),), "C"),
+        ("push-4", (), "C"),
+    ]
+    group = select_turns(ro, targets="group")
+    assert group[: len(own)] == own
+    extra = [
+        (ex.record["id"], ex.history, text, int(ex.outcomes[0].frames[0, 0, 0, 0])) for ex, text in group[2:]
+    ]
+    # prompt 0: trajectory 1 failed with A as trajectory 0 did (already taught), trajectory 2 with D: taught C
+    # prompt 1: trajectory 4 failed with A twice: taught C, the sibling's turn-1 success, after its first A
+    assert extra == [("push-3/turn2/2", (("D", AGAIN),), "C", 2), ("push-4/turn2/1", (("A", AGAIN),), "C", 4)]
+    with pytest.raises(ValueError, match="expert.retry_targets"):
+        select_turns(ro, targets="all")

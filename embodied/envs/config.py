@@ -93,6 +93,17 @@ class EnvConfig:
     turn_words: bool = False
     """Multi-turn episodes: also say the previous turn's outcome in words in the next turn's message
     ("The outcome: short." from the failure terms), beside its clip. False: the clip alone carries it."""
+    retry_temperature: float = 0.0
+    """Multi-turn training rollouts (GRPO and expert iteration): the sampling temperature of every turn after
+    the first (0: each trajectory keeps its own, `grpo.temperature(s)` or `expert.temperature`). A hotter
+    retry explores second answers that a peaked policy would not draw after its first one failed.
+    Evaluation is not changed (greedy turns stay greedy; test-time samples use `eval`'s temperature)."""
+    retry_min_p: float = 0.0
+    """Multi-turn training rollouts: before `retry_temperature`, drop every token below `retry_min_p`
+    times the most likely token's probability (min-p sampling; 0: none). A hot temperature alone spreads
+    mass over the whole vocabulary and breaks the answer format (push grid, tiny policy: at 2.0 about half
+    the second answers were unparseable, at 3.0 all); with min-p 0.01 none were. GRPO's log-probs stay
+    those of the untruncated distribution."""
     turn_reward: str = "last"
     """How a multi-turn trajectory's reward combines its turns' `reward/total`: last (the last turn's, i.e.
     where the episode ended; a solve at turn 1 and at turn 2 tie) | mean (the mean over the turns taken, so

@@ -9,6 +9,7 @@ on the right, and `completion_logprobs` scores the completion tokens.
 from __future__ import annotations
 
 import itertools
+import math
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -421,6 +422,21 @@ class _RowTemperature(LogitsProcessor):
         return scores / self.t.to(scores).unsqueeze(1)
 
 
+class _MinP(LogitsProcessor):
+    """Min-p truncation on the model's own distribution: only tokens whose probability is at least `min_p`
+    times the most likely token's stay possible. Applied before any temperature, so a hot temperature then
+    spreads the mass over the tokens the policy already considers (e.g. the option letters) and not over the
+    vocabulary's tail, which breaks the answer format."""
+
+    def __init__(self, min_p: float):
+        self.log_min_p = math.log(min_p)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        logp = torch.log_softmax(scores.float(), dim=-1)
+        drop = logp < logp.amax(-1, keepdim=True) + self.log_min_p
+        return scores.masked_fill(drop, -float("inf"))
+
+
 class _RowSeededSampler(LogitsProcessor):
     """Draws row r's next token from softmax(scores[r]) with its own generator, seeded `seeds[r]`, and
     leaves only that token possible, so the sampler that follows picks it.
@@ -454,25 +470,30 @@ def generate(
     do_sample: bool = True,
     seeds: Sequence[int] | None = None,
     share_prompt: bool = True,
+    min_p: float = 0.0,
 ):
     """Sample completions for a prompt batch: `(ids (B, T), mask (B, T))`, padding after the first eos.
 
-    `temperature` is one number, or a `(B,)` tensor giving each row its own. `seeds` (one int per row)
-    makes each row's sample a function of its seed and prompt alone, whatever else is in the batch. A
-    grouped batch sampled with seeds runs each prompt once (`share_prompt`; False: Hugging Face's `generate`
-    over every repeated row, the same tokens at more cost).
+    `temperature` is one number, or a `(B,)` tensor giving each row its own. `min_p` > 0 first drops
+    every token below `min_p` times the top token's probability (at temperature 1, `_MinP`). `seeds` (one
+    int per row) makes each row's sample a function of its seed and prompt alone, whatever else is in the
+    batch. A grouped batch sampled with seeds runs each prompt once (`share_prompt`; False: Hugging Face's
+    `generate` over every repeated row, the same tokens at more cost).
     """
     eos = eos_token_ids(model, processor)
     if seeds is not None and len(seeds) != batch["input_ids"].shape[0]:
         raise ValueError(f"{len(seeds)} seeds for a batch of {batch['input_ids'].shape[0]} rows")
-    if seeds is not None and not isinstance(temperature, torch.Tensor):
-        # the temperature must act before the seeded draw, so it goes in the processor list too
-        temperature = torch.full((len(seeds),), float(temperature))
+    if not 0.0 <= min_p < 1.0:
+        raise ValueError(f"min_p={min_p}: must be in [0, 1)")
+    if (seeds is not None or min_p > 0) and not isinstance(temperature, torch.Tensor):
+        # the temperature must act after min-p and before the seeded draw, so it goes in the processor list
+        temperature = torch.full((batch["input_ids"].shape[0],), float(temperature))
     per_row = isinstance(temperature, torch.Tensor)
     kwargs = {"do_sample": False}
     if do_sample:
         kwargs = {"do_sample": True, "temperature": 1.0 if per_row else temperature, "top_p": 1.0, "top_k": 0}
-        procs = [_RowTemperature(temperature)] if per_row else []
+        procs = [_MinP(min_p)] if min_p > 0 else []
+        procs += [_RowTemperature(temperature)] if per_row else []
         if seeds is not None:
             procs.append(_RowSeededSampler(seeds, batch["input_ids"].device))
         if procs:  # rows of the expanded batch, in the same order as the repeated one

@@ -71,6 +71,18 @@ def check_turns(turns: int, turn_reward: str) -> None:
         raise ValueError(f"env.turn_reward={turn_reward!r}; choose one of {list(TURN_REWARDS)}")
 
 
+def check_retry_sampling(temperature: float, min_p: float = 0.0) -> None:
+    """Fail at once on a bad `env.retry_temperature` (< 0) or `env.retry_min_p` (outside [0, 1))."""
+    number = lambda v: not isinstance(v, bool) and isinstance(v, (int, float))  # noqa: E731
+    if not number(temperature) or not temperature >= 0:
+        raise ValueError(
+            f"env.retry_temperature={temperature!r}: the sampling temperature of turns after the first must "
+            "be >= 0 (0: each trajectory keeps its own temperature)"
+        )
+    if not number(min_p) or not 0 <= min_p < 1:
+        raise ValueError(f"env.retry_min_p={min_p!r}: must be in [0, 1) (0: no truncation)")
+
+
 def trajectory_reward(totals: Sequence[float], turn_reward: str) -> float:
     """The reward of a trajectory from its turns' `reward/total` (see the module docstring)."""
     if turn_reward == "last":
@@ -177,6 +189,8 @@ def play(
     timeout_s: float | None = 60.0,
     first: tuple[list[str], list[dict]] | None = None,
     words: bool = False,
+    retry_temperature: float = 0.0,
+    retry_min_p: float = 0.0,
 ) -> Episodes:
     """`group_size` trajectories of up to `turns` turns per example (`Example`s with video records).
 
@@ -184,9 +198,13 @@ def play(
     turn 1 is drawn with `sampling_seed(seeds[i], g)`, as `rollout.sample_groups` draws it, and turn k > 1
     with `sampling_seed(seeds[i], g, k)`. `first` gives turn 1's texts and terms already answered (one
     trajectory per example), so only the later turns are generated. With `words` (`env.turn_words`) a
-    later turn's message also says the previous outcome in words (`again`).
+    later turn's message also says the previous outcome in words (`again`). With `retry_temperature` > 0
+    (`env.retry_temperature`) a sampled turn k > 1 is drawn at that temperature instead of its trajectory's,
+    and with `retry_min_p` > 0 (`env.retry_min_p`) only among the tokens of at least `retry_min_p` times the
+    top token's probability (greedy play stays greedy).
     """
     check_turns(turns, turn_reward)
+    check_retry_sampling(retry_temperature, retry_min_p)
     G, device = group_size, next(model.parameters()).device
     records = [e.record for e in examples]
     n = len(examples) * G
@@ -209,6 +227,8 @@ def play(
                 args = ([clips[t] for t in active], [history[t] for t in active])
                 batch = encode_conversations(processor, recs, *args, video, device)
             temps = None if temperature is None else temperature[active].to(device)
+            if temps is not None and k > 1 and retry_temperature > 0:
+                temps = torch.full_like(temps, float(retry_temperature))
             row_seeds = None
             if seeds is not None:
                 keys = [(seeds[t // G], t % G) + ((k,) if k > 1 else ()) for t in active]
@@ -217,7 +237,10 @@ def play(
                 ids, mask = generate(model, processor, batch, max_new_tokens, do_sample=False)
                 temps = torch.ones(len(active), device=device)
             else:
-                ids, mask = generate(model, processor, batch, max_new_tokens, temps, seeds=row_seeds)
+                min_p = retry_min_p if k > 1 else 0.0
+                ids, mask = generate(
+                    model, processor, batch, max_new_tokens, temps, seeds=row_seeds, min_p=min_p
+                )
             texts = decode(processor, ids, mask)
             terms = score(reward_fn, texts, recs, timeout_s)
             truncated = ~torch.isin(ids, eos).any(1)
@@ -256,10 +279,14 @@ def sample_episodes(
     shaping: Shaping | None = None,
     timeout_s: float | None = 60.0,
     words: bool = False,
+    retry_temperature: float = 0.0,
+    retry_min_p: float = 0.0,
 ) -> Rollout:
     """`rollout.sample_groups` for multi-turn episodes: G sampled trajectories per example, every turn a row
     (turn 1's rows first, prompt-major, then each later turn's), `rewards` the `(P, G)` trajectory rewards
-    and `owner` each row's trajectory, whose advantage its tokens get."""
+    and `owner` each row's trajectory, whose advantage its tokens get. Turns after the first sample at
+    `retry_temperature` when it is > 0 (among the tokens `retry_min_p` keeps); every row's log-probs are
+    taken at the temperature it was drawn at, over the whole vocabulary."""
     G = group_size
     temps = member_temperatures(temperature, list(temperatures), len(examples), G)
     model.eval()
@@ -278,6 +305,8 @@ def sample_episodes(
         shaping,
         timeout_s,
         words=words,
+        retry_temperature=retry_temperature,
+        retry_min_p=retry_min_p,
     )
     return to_rollout(ep, processor, turns)
 

@@ -33,7 +33,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from embodied.data.load import Example
-from embodied.rl.episodes import again, sample_episodes
+from embodied.rl.episodes import again, check_retry_sampling, sample_episodes
 from embodied.rl.rewards import RewardFn, mcq_rewards, rewards_for
 from embodied.rl.rollout import Rollout, sample_groups, sampling_seed
 from embodied.train.checkpoint import load_checkpoint, resolve_resume, save_checkpoint, set_aside
@@ -42,6 +42,7 @@ from embodied.train.sft import train_sft
 from embodied.video import VideoConfig
 
 KEEP = ("success", "best")
+RETRY_TARGETS = ("own", "group")
 
 
 def succeeded(terms: dict[str, float]) -> bool:
@@ -77,32 +78,55 @@ def select(ro: Rollout, keep: str) -> list[int | None]:
     return chosen
 
 
-def select_turns(ro: Rollout, words: bool = False) -> list[tuple[Example, str]]:
+def select_turns(ro: Rollout, words: bool = False, targets: str = "own") -> list[tuple[Example, str]]:
     """Multi-turn rollouts (`rl.episodes.sample_episodes`): per prompt and turn, the highest-reward
     untruncated answer that succeeded at that turn (ties to the first row), as `(example, answer)`. A turn-k
     example is that trajectory's conversation: the clip and question, its k - 1 failed answers each with the
     words and the clip of its outcome, so fine-tuning on it teaches the answer that worked after seeing them.
-    A turn-k record's id gets `/turn<k>` (one target per id)."""
+    A turn-k record's id gets `/turn<k>` (one target per id).
+
+    `targets="group"` (`expert.retry_targets`) also keeps, for every distinct sequence of failed answers
+    that some trajectory of the prompt ran into without then succeeding itself, that conversation with the
+    group's best success (any turn) as its target, id `/turn<k>/<j>`: every answer is executed from the
+    episode's reset, so the sibling's answer succeeds after those failures too."""
+    if targets not in RETRY_TARGETS:
+        raise ValueError(f"expert.retry_targets={targets!r}; choose one of {list(RETRY_TARGETS)}")
     rows: dict[int, dict[int, int]] = {}  # trajectory -> turn -> row
     for i, (t, k) in enumerate(zip(ro.owner.tolist(), ro.turn.tolist())):
         rows.setdefault(t, {})[k] = i
+    ok = lambda i: not bool(ro.truncated[i]) and succeeded(ro.terms[i])  # noqa: E731
+    total = lambda i: float(ro.terms[i]["reward/total"])  # noqa: E731
     best: dict[tuple[int, int], int] = {}  # (prompt, turn) -> row
     for t, turns in rows.items():
         for k, i in turns.items():
-            if bool(ro.truncated[i]) or not succeeded(ro.terms[i]):
-                continue
-            key, total = (t // ro.group_size, k), float(ro.terms[i]["reward/total"])
-            if key not in best or total > float(ro.terms[best[key]]["reward/total"]):
+            key = (t // ro.group_size, k)
+            if ok(i) and (key not in best or total(i) > total(best[key])):
                 best[key] = i
+
+    def conversation(ex: Example, t: int, k: int, suffix: str) -> Example:
+        history = tuple((ro.texts[rows[t][j]], again(ro.terms[rows[t][j]], words)) for j in range(1, k))
+        record = ex.record | {"id": f"{ex.record['id']}/turn{k}{suffix}"}
+        return Example(record, ex.clip, history, tuple(ro.clips[t][1:k]))
+
     kept = []
     for (p, k), i in sorted(best.items()):
         ex, t = ro.examples[p], int(ro.owner[i])
-        if k > 1:
-            earlier = [rows[t][j] for j in range(1, k)]
-            history = tuple((ro.texts[j], again(ro.terms[j], words)) for j in earlier)
-            record = ex.record | {"id": f"{ex.record['id']}/turn{k}"}
-            ex = Example(record, ex.clip, history, tuple(ro.clips[t][1:k]))
-        kept.append((ex, ro.texts[i]))
+        kept.append((conversation(ex, t, k, "") if k > 1 else ex, ro.texts[i]))
+    if targets == "group":
+        for p, ex in enumerate(ro.examples):
+            found = [i for (q, _), i in best.items() if q == p]
+            if not found:
+                continue
+            answer = ro.texts[max(found, key=lambda i: (total(i), -i))]
+            taught = [(int(ro.owner[i]), k) for (q, k), i in best.items() if q == p and k > 1]
+            seen = {tuple(ro.texts[rows[t][j]] for j in range(1, k)) for t, k in taught}
+            for t in range(p * ro.group_size, (p + 1) * ro.group_size):
+                for k in sorted(rows[t])[1:]:  # a later turn: every earlier answer of t failed
+                    failed = tuple(ro.texts[rows[t][j]] for j in range(1, k))
+                    if failed in seen or ok(rows[t][k]) or any(ok(rows[t][j]) for j in range(1, k)):
+                        continue
+                    seen.add(failed)
+                    kept.append((conversation(ex, t, k, f"/{len(seen)}"), answer))
     return kept
 
 
@@ -133,6 +157,8 @@ def train_expert(
     turns: int = 1,
     turn_reward: str = "last",
     words: bool = False,
+    retry_temperature: float = 0.0,
+    retry_min_p: float = 0.0,
 ) -> dict:
     """Run `cfg.rounds` rounds of expert iteration (`cfg` is an `ExpertConfig`; `sft_cfg` an `SFTConfig`
     whose warmup, clip, weight decay and vision scale the fine-tuning uses) on `train`, scoring answers with
@@ -145,7 +171,9 @@ def train_expert(
     `turns` > 1 (`env.turns`) samples `cfg.samples` multi-turn trajectories per prompt (`rl.episodes`;
     `words` is `env.turn_words`) and keeps, per prompt and turn, the best answer that succeeded at that turn
     (`select_turns`, `keep=success` only): a turn-2 target is the answer that worked after the policy saw
-    its first answer fail. Every executed answer counts in `answers_scored`."""
+    its first answer fail; turns after the first sample at `retry_temperature` (when > 0) among the tokens
+    `retry_min_p` keeps (`env.retry_*`). Every executed answer counts in `answers_scored`."""
+    check_retry_sampling(retry_temperature, retry_min_p)
     if turns > 1 and cfg.keep != "success":
         raise ValueError(
             f"env.turns={turns}: expert iteration over turns keeps successes only; set expert.keep=success"
@@ -176,6 +204,7 @@ def train_expert(
     # what a round's outcome depends on, besides the policy (sample_batch only groups the sampling)
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("rounds", "sample_batch")}
     settings |= {"seed": seed, "turns": turns, "turn_reward": turn_reward, "words": words}
+    settings |= {"retry_temperature": float(retry_temperature), "retry_min_p": float(retry_min_p)}
     ckpt_dir, first, scored, kept_total, before = out_dir / "checkpoints" / "expert", 1, 0, 0, 0.0
     if path := resolve_resume(resume, ckpt_dir):
         saved = load_checkpoint(path, model)
@@ -207,8 +236,9 @@ def train_expert(
                 ro = sample_episodes(
                     model, processor, examples, video, reward_fn, cfg.samples, max_new_tokens, turns,
                     turn_reward, cfg.temperature, seeds=seeds, timeout_s=timeout_s, words=words,
+                    retry_temperature=retry_temperature, retry_min_p=retry_min_p,
                 )  # fmt: skip
-                chosen = select_turns(ro, words)
+                chosen = select_turns(ro, words, cfg.retry_targets)
                 for name, value in ro.stats.items():
                     turn_stats.setdefault(name, []).append((value, len(chunk)))
             else:
@@ -308,6 +338,8 @@ def train_expert_config(
         cfg.env.turns,
         cfg.env.turn_reward,
         cfg.env.turn_words,
+        cfg.env.retry_temperature,
+        cfg.env.retry_min_p,
     )
 
 

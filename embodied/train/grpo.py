@@ -25,7 +25,7 @@ from embodied.data.load import Example
 from embodied.eval.loop import evaluate
 from embodied.policy.model import completion_logprobs, decode, generate, select_rows
 from embodied.rl.advantages import ESTIMATORS, compute_advantages
-from embodied.rl.episodes import check_turns, sample_episodes
+from embodied.rl.episodes import check_retry_sampling, check_turns, sample_episodes
 from embodied.rl.losses import (
     COV_MODES,
     LOSS_AGGREGATIONS,
@@ -396,6 +396,8 @@ def train_grpo(
     turns: int = 1,
     turn_reward: str = "last",
     turn_words: bool = False,
+    retry_temperature: float = 0.0,
+    retry_min_p: float = 0.0,
 ) -> dict:
     """Run `cfg.steps` GRPO steps (`cfg` is a `GRPOConfig`): rollout -> advantages -> loss -> step ->
     log/eval/checkpoint; metrics go to `out_dir/metrics.jsonl`, checkpoints to `out_dir/checkpoints/grpo`
@@ -404,10 +406,12 @@ def train_grpo(
     samples and trains on its share of every step's prompts (whole groups, so advantages are exact); only
     the first logs, evaluates and writes checkpoints. `turns` > 1 plays multi-turn episodes (`env.turns`,
     `embodied.rl.episodes`): a group is G whole trajectories, rewarded by `turn_reward`
-    (`env.turn_reward`), the outcome also said in words with `turn_words` (`env.turn_words`)."""
+    (`env.turn_reward`), the outcome also said in words with `turn_words` (`env.turn_words`), turns after
+    the first sampled at `retry_temperature` among the tokens `retry_min_p` keeps (`env.retry_*`)."""
     procs = procs or Processes()
     check_config(cfg, procs.world)
     check_turns(turns, turn_reward)
+    check_retry_sampling(retry_temperature, retry_min_p)
     if turns > 1 and (cfg.dynamic_sampling or cfg.advantage == "gae" or procs.world > 1):
         raise ValueError(
             f"env.turns={turns} runs with the group estimators in one process: not with "
@@ -450,6 +454,8 @@ def train_grpo(
                 turns=turns,
                 turn_reward=turn_reward,
                 words=turn_words,
+                retry_temperature=retry_temperature,
+                retry_min_p=retry_min_p,
                 seeds=seeds,
                 **sampling,
             )
