@@ -9,10 +9,13 @@ STARTS holds `seed<S>/start/model` (the format-only starts of an env-feedback ru
 `env.tasks` with `env.turns` turns (`configs/experiment_env_feedback.yaml` underneath, then the overrides)
 and evaluated on the held-out episodes: greedy turns (success after each turn, Wilson intervals over
 episodes), `env.feedback.test_time_samples` sampled trajectories per episode, and single-turn best-of-k from
-as many single-turn samples (pass@k, t intervals over episodes). STARTS' `seed<S>/sim/model`, when present,
-is evaluated the same way (`--stages single`: the single-turn-trained policy asked twice). `--stages
-expert` runs multi-turn expert iteration (`expert:`, `train.expert.select_turns`) from the start instead of
-GRPO. Writes `OUT/seed<S>/<stage>/` (metrics, model, predictions) and `OUT/summary.json`.
+as many single-turn samples (pass@k, t intervals over episodes), with the paired differences per seed:
+sampled turn 2 minus turn 1 and minus best-of-2 (`paired`, t intervals over episodes). STARTS'
+`seed<S>/sim/model`, when present, is evaluated the same way (`--stages single`: the single-turn-trained
+policy asked twice). `--stages expert` runs multi-turn expert iteration (`expert:`,
+`train.expert.select_turns`) from the start instead of GRPO. `--stages start` on a STARTS folder whose
+`seed<S>/start/model` links to trained policies evaluates them (e.g. on a larger held-out set: `env.root`).
+Writes `OUT/seed<S>/<stage>/` (metrics, model, predictions) and `OUT/summary.json`.
 """
 
 from __future__ import annotations
@@ -23,13 +26,14 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from embodied.config import load_config
 from embodied.data.load import load_examples
 from embodied.envs import answer_examples
 from embodied.eval.envs import evaluate_env
-from embodied.eval.stats import seed_interval
+from embodied.eval.stats import pass_at_k, seed_interval
 from embodied.policy.model import load_policy, save_policy
 from embodied.rl.rewards import rewards_for
 from embodied.train.common import seed_everything
@@ -58,6 +62,25 @@ def evaluate(model, processor, test, cfg) -> dict:
     )
     res["eval_s"] = round(time.perf_counter() - t, 1)
     return res
+
+
+def paired(res: dict) -> dict:
+    """Per held-out episode: the share of its sampled trajectories solved within two turns, minus the share
+    solved at turn 1, and minus single-turn pass@2 of as many single-turn samples (the same simulator calls);
+    mean with a 95% t interval over episodes."""
+    t1, t2, bo2 = [], [], []
+    for p in res["predictions"]:
+        trajs, singles = p.get("sampled_turns"), p.get("sampled")
+        if not trajs or not singles:
+            return {}
+        t1.append(np.mean([tr[0]["success"] for tr in trajs]))
+        t2.append(np.mean([max(x["success"] for x in tr[:2]) for tr in trajs]))
+        wins = int(sum(x["success"] for x in singles))
+        bo2.append(pass_at_k(len(singles), wins, 2))
+    return {
+        "sampled_turn2_minus_turn1": list(seed_interval(np.subtract(t2, t1).tolist())),
+        "sampled_turn2_minus_best_of_2": list(seed_interval(np.subtract(t2, bo2).tolist())),
+    }
 
 
 def main() -> None:
@@ -132,6 +155,8 @@ def main() -> None:
             res = evaluate(model, processor, test, c)
             (stage_dir / "predictions.json").write_text(json.dumps(res, indent=1, default=float))
             row |= {"turns": res["turns"], "eval_s": res["eval_s"], "success": res["success"]}
+            if cfg.env.turns >= 2:
+                row["paired"] = paired(res)
             summary["runs"][key] = row
             summary_path.write_text(json.dumps(summary, indent=1, default=float))
             g = res["turns"]["greedy"]
@@ -151,6 +176,9 @@ def main() -> None:
                     continue
                 vals = [r["turns"][part][name]["rate"] for r in rows]
                 figs[f"{part}/{name}"] = {"per_seed": vals, "mean_ci95": list(seed_interval(vals))}
+        for name in rows[0].get("paired", {}):
+            vals = [r["paired"][name][0] for r in rows]
+            figs[f"paired/{name}"] = {"per_seed": vals, "mean_ci95": list(seed_interval(vals))}
         over[stage] = {"seeds": len(rows), **figs}
     summary["over_seeds"] = over
     summary_path.write_text(json.dumps(summary, indent=1, default=float))
