@@ -88,6 +88,9 @@ def main() -> None:
     ap.add_argument("starts")
     ap.add_argument("out")
     ap.add_argument("--stages", default="start,multiturn,single")
+    ap.add_argument(
+        "--resume", action="store_true", help="expert: continue OUT/seed<S>/expert from its last round"
+    )
     ap.add_argument("overrides", nargs="*")
     a, rest = ap.parse_known_args()
     a.overrides = a.overrides + rest
@@ -127,11 +130,12 @@ def main() -> None:
             stage_dir.mkdir(parents=True, exist_ok=True)
             row = {"model": str(src)}
             if stage in ("multiturn", "expert"):  # train from the start, then evaluate below
-                (stage_dir / "metrics.jsonl").unlink(missing_ok=True)
                 t = time.perf_counter()
-                if stage == "expert":
-                    row["expert"] = train_expert_config(model, processor, train, c, stage_dir, True)
+                if stage == "expert":  # a fresh run drops the folder's earlier rows and checkpoints itself
+                    resume = "auto" if a.resume else ""
+                    row["expert"] = train_expert_config(model, processor, train, c, stage_dir, True, resume)
                 else:
+                    (stage_dir / "metrics.jsonl").unlink(missing_ok=True)
                     grpo = dataclasses.replace(cfg.grpo, checkpoint_every=0)
                     train_grpo(
                         model,

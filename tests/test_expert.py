@@ -4,6 +4,7 @@ MuJoCo episodes with the tiny policy."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -110,6 +111,14 @@ def test_cli_expert_and_grpo_train_on_episodes_scored_by_the_simulator(tmp_path)
         "step-00000001",
         "step-00000002",
     ]
+    # a checkpoint written before the retry settings existed resumes as if they had their defaults
+    state_file = tmp_path / "ei" / "checkpoints" / "expert" / "step-00000002" / "state.json"
+    state = json.loads(state_file.read_text())
+    assert state["expert"]["retry_targets"] == "own"
+    state["expert"] = {k: v for k, v in state["expert"].items() if not k.startswith("retry_")}
+    state_file.write_text(json.dumps(state))
+    assert main(["expert", "-q", *two, "resume=auto", f"run_dir={tmp_path}/ei"]) == 0
+    assert [r["step"] for r in read_metrics(tmp_path / "ei" / "metrics.jsonl")] == [1, 2]
     # other expert settings than the rounds: a clear error, nothing overwritten
     assert main(["expert", "-q", *two, "expert.samples=3", "resume=auto", f"run_dir={tmp_path}/ei"]) == 1
     assert len(read_metrics(tmp_path / "ei" / "metrics.jsonl")) == 2

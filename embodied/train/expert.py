@@ -43,6 +43,8 @@ from embodied.video import VideoConfig
 
 KEEP = ("success", "best")
 RETRY_TARGETS = ("own", "group")
+LATER_SETTINGS = {"retry_targets": "own", "retry_temperature": 0.0, "retry_min_p": 0.0}
+"""Expert settings added after checkpoints were first written, with the value older runs used."""
 
 
 def succeeded(terms: dict[str, float]) -> bool:
@@ -208,8 +210,10 @@ def train_expert(
     ckpt_dir, first, scored, kept_total, before = out_dir / "checkpoints" / "expert", 1, 0, 0, 0.0
     if path := resolve_resume(resume, ckpt_dir):
         saved = load_checkpoint(path, model)
-        if saved["expert"] != settings:
-            changed = sorted(k for k in settings if saved["expert"].get(k) != settings[k])
+        # a setting added after the checkpoint was written had its default value then
+        old = LATER_SETTINGS | saved["expert"]
+        if old != settings:
+            changed = sorted(k for k in settings.keys() | old.keys() if old.get(k) != settings.get(k))
             raise ValueError(
                 f"checkpoint {path} was written with other expert settings ({', '.join(changed)}): resume "
                 "with the same expert.* (only expert.rounds may change), or start fresh without resume"
