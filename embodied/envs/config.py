@@ -88,8 +88,10 @@ class EnvConfig:
     from the reset; the episode ends at a success, at an unparseable answer (the unparseable penalty) or
     after `turns` turns (`embodied.rl.episodes`). GRPO's groups are then whole trajectories, every turn a row
     with its trajectory's advantage; evaluation reports success after each turn beside best-of-N. Measured
-    on push with the tiny policy, 3 seeds (docs/environments.md, "A second look"): no policy read the
-    outcome clip, and turn 2 did not beat single-turn best-of-2 at the same simulator calls."""
+    on push grid with the tiny policy, 3 seeds (docs/environments.md, "A second look"): from format-only
+    starts no policy read the outcome clip; from policies that read push, multi-turn expert iteration beat
+    single-turn best-of-2 at the same simulator calls on 2 seeds of 3 (by up to +0.095 on 300 held-out
+    episodes), and on no seed did the greedy second answer separate from the first."""
     turn_words: bool = False
     """Multi-turn episodes: also say the previous turn's outcome in words in the next turn's message
     ("The outcome: short." from the failure terms), beside its clip. False: the clip alone carries it."""
