@@ -310,6 +310,10 @@ def test_expert_iteration_over_two_turns_keeps_the_answer_that_worked_after_a_mi
     [row] = read_metrics(tmp_path / "ei" / "metrics.jsonl")
     assert info["answers_scored"] == row["expert/answers_scored"] >= 4
     assert "turns/success@2" in row and "expert/kept_turn2" in row
+    with pytest.raises(ValueError, match="env.turns > 1"):
+        train_expert(
+            model, processor, push_examples, ExpertConfig(retry_targets="group"), cfg, video, tmp_path
+        )
     with pytest.raises(ValueError, match="keep=success"):
         train_expert(
             model, processor, push_examples, ExpertConfig(keep="best"), cfg, video, tmp_path, turns=2

@@ -186,6 +186,12 @@ def train_expert(
         )
     if cfg.keep not in KEEP:
         raise ValueError(f"expert.keep={cfg.keep!r}; choose one of {list(KEEP)}")
+    if cfg.retry_targets not in RETRY_TARGETS:
+        raise ValueError(f"expert.retry_targets={cfg.retry_targets!r}; choose one of {list(RETRY_TARGETS)}")
+    if cfg.retry_targets != "own" and turns < 2:
+        raise ValueError(
+            f"expert.retry_targets={cfg.retry_targets!r} sets the targets of later turns: set env.turns > 1"
+        )
     if not train:
         raise ValueError("expert iteration: no training prompts")
     out_dir = Path(out_dir)
