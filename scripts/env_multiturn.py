@@ -10,7 +10,8 @@ STARTS holds `seed<S>/start/model` (the format-only starts of an env-feedback ru
 and evaluated on the held-out episodes: greedy turns (success after each turn, Wilson intervals over
 episodes), `env.feedback.test_time_samples` sampled trajectories per episode, and single-turn best-of-k from
 as many single-turn samples (pass@k, t intervals over episodes), with the paired differences per seed:
-sampled turn 2 minus turn 1 and minus best-of-2 (`paired`, t intervals over episodes). STARTS'
+sampled turn 2 minus turn 1 and minus best-of-2 (`eval.envs.turn_summary`'s `paired`, t intervals over
+episodes). STARTS'
 `seed<S>/sim/model`, when present, is evaluated the same way (`--stages single`: the single-turn-trained
 policy asked twice). `--stages expert` runs multi-turn expert iteration (`expert:`,
 `train.expert.select_turns`) from the start instead of GRPO. `--stages start` on a STARTS folder whose
@@ -26,14 +27,13 @@ import json
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from embodied.config import load_config
 from embodied.data.load import load_examples
 from embodied.envs import answer_examples
 from embodied.eval.envs import evaluate_env
-from embodied.eval.stats import pass_at_k, seed_interval
+from embodied.eval.stats import seed_interval
 from embodied.policy.model import load_policy, save_policy
 from embodied.rl.rewards import rewards_for
 from embodied.train.common import seed_everything
@@ -62,25 +62,6 @@ def evaluate(model, processor, test, cfg) -> dict:
     )
     res["eval_s"] = round(time.perf_counter() - t, 1)
     return res
-
-
-def paired(res: dict) -> dict:
-    """Per held-out episode: the share of its sampled trajectories solved within two turns, minus the share
-    solved at turn 1, and minus single-turn pass@2 of as many single-turn samples (the same simulator calls);
-    mean with a 95% t interval over episodes."""
-    t1, t2, bo2 = [], [], []
-    for p in res["predictions"]:
-        trajs, singles = p.get("sampled_turns"), p.get("sampled")
-        if not trajs or not singles:
-            return {}
-        t1.append(np.mean([tr[0]["success"] for tr in trajs]))
-        t2.append(np.mean([max(x["success"] for x in tr[:2]) for tr in trajs]))
-        wins = int(sum(x["success"] for x in singles))
-        bo2.append(pass_at_k(len(singles), wins, 2))
-    return {
-        "sampled_turn2_minus_turn1": list(seed_interval(np.subtract(t2, t1).tolist())),
-        "sampled_turn2_minus_best_of_2": list(seed_interval(np.subtract(t2, bo2).tolist())),
-    }
 
 
 def main() -> None:
@@ -159,8 +140,8 @@ def main() -> None:
             res = evaluate(model, processor, test, c)
             (stage_dir / "predictions.json").write_text(json.dumps(res, indent=1, default=float))
             row |= {"turns": res["turns"], "eval_s": res["eval_s"], "success": res["success"]}
-            if cfg.env.turns >= 2:
-                row["paired"] = paired(res)
+            if "paired" in res["turns"]:
+                row["paired"] = res["turns"]["paired"]
             summary["runs"][key] = row
             summary_path.write_text(json.dumps(summary, indent=1, default=float))
             g = res["turns"]["greedy"]

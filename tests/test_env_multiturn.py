@@ -250,6 +250,15 @@ def test_evaluate_env_reports_success_after_each_turn(answering_policy, push_exa
         len(p["turns"]) in (1, 2) and p["turns"][0]["response"] == p["response"] for p in res["predictions"]
     )
     assert all(len(p["sampled_turns"]) == 2 for p in res["predictions"])
+    # the paired differences are per episode, so their means are the differences of the means
+    s, paired = res["turns"]["sampled"], res["turns"]["paired"]
+    assert set(paired) == {"sampled_turn2_minus_turn1", "sampled_turn2_minus_best_of_2"}
+    assert paired["sampled_turn2_minus_turn1"][0] == pytest.approx(
+        s["success@2"]["rate"] - s["success@1"]["rate"]
+    )
+    best = res["turns"]["best_of"]["best_of@2"]["rate"]
+    assert paired["sampled_turn2_minus_best_of_2"][0] == pytest.approx(s["success@2"]["rate"] - best)
+    assert paired["sampled_turn2_minus_turn1"][0] >= 0  # a trajectory solved at turn 1 stays solved
     from embodied.experiments.env_report import turns_markdown
 
     env = {k: v for k, v in res.items() if k != "predictions"}

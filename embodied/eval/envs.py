@@ -144,7 +144,10 @@ def turn_summary(predictions: Sequence[dict], turns: int) -> dict:
     * with sampled trajectories: ``sampled``: ``success@k`` (mean over episodes of the share of sampled
       trajectories solved within k turns, 95% t interval over episodes) and its ``calls``; ``best_of@k``:
       single-turn best-of-k (the unbiased pass@k of the single-turn samples, same interval), the control
-      with the same number of simulator calls (k per episode).
+      with the same number of simulator calls (k per episode); ``paired``, for k >= 2, the per-episode
+      differences ``sampled_turn<k>_minus_turn1`` (sampled success@k minus success@1) and
+      ``sampled_turn<k>_minus_best_of_<k>`` (sampled success@k minus best-of-k): ``[mean, low, high]``, 95%
+      t interval over episodes (`seed_interval`, not clipped).
     """
 
     def block(rows: list[dict]) -> dict:
@@ -155,23 +158,26 @@ def turn_summary(predictions: Sequence[dict], turns: int) -> dict:
             out["greedy"][f"success@{k}"] = {"rate": wins / n, "ci95": list(wilson_interval(wins, n))}
         out["greedy"]["calls"] = float(np.mean([_executed(r["turns"]) for r in rows]))
         if rows and "sampled_turns" in rows[0]:
-            out["sampled"] = {}
+            sampled, best = {}, {}  # k -> per-episode value
             for k in range(1, turns + 1):
-                per = [
+                sampled[k] = [
                     np.mean([any(t["success"] for t in traj[:k]) for traj in r["sampled_turns"]])
                     for r in rows
                 ]
-                out["sampled"][f"success@{k}"] = _mean_ci(per)
-            out["sampled"]["calls"] = float(
-                np.mean([_executed(tr) for r in rows for tr in r["sampled_turns"]])
-            )
-            out["best_of"] = {}
-            for k in range(1, turns + 1):
-                per = [
+                best[k] = [
                     pass_at_k(len(r["sampled"]), int(sum(s["success"] for s in r["sampled"])), k)
                     for r in rows
                 ]
-                out["best_of"][f"best_of@{k}"] = _mean_ci(per) | {"calls": float(k)}
+            out["sampled"] = {f"success@{k}": _mean_ci(v) for k, v in sampled.items()}
+            out["sampled"]["calls"] = float(
+                np.mean([_executed(tr) for r in rows for tr in r["sampled_turns"]])
+            )
+            out["best_of"] = {f"best_of@{k}": _mean_ci(v) | {"calls": float(k)} for k, v in best.items()}
+            diff = lambda a, b: list(seed_interval(np.subtract(a, b).tolist()))  # noqa: E731
+            out["paired"] = {}
+            for k in range(2, turns + 1):
+                out["paired"][f"sampled_turn{k}_minus_turn1"] = diff(sampled[k], sampled[1])
+                out["paired"][f"sampled_turn{k}_minus_best_of_{k}"] = diff(sampled[k], best[k])
         return out
 
     tasks = sorted({r["task"] for r in predictions})
