@@ -35,6 +35,7 @@ from embodied.envs import answer_examples
 from embodied.eval.envs import evaluate_env
 from embodied.eval.stats import seed_interval
 from embodied.policy.model import load_policy, save_policy
+from embodied.rl.episodes import check_env_turns
 from embodied.rl.rewards import rewards_for
 from embodied.train.common import seed_everything
 from embodied.train.expert import train_expert_config
@@ -59,6 +60,7 @@ def evaluate(model, processor, test, cfg) -> dict:
         turns=cfg.env.turns,
         turn_reward=cfg.env.turn_reward,
         turn_words=cfg.env.turn_words,
+        turn_clip=cfg.env.turn_clip,
     )
     res["eval_s"] = round(time.perf_counter() - t, 1)
     return res
@@ -76,6 +78,7 @@ def main() -> None:
     a, rest = ap.parse_known_args()
     a.overrides = a.overrides + rest
     cfg = load_config("configs/experiment_env_feedback.yaml", a.overrides)
+    check_env_turns(cfg.env)
     torch.set_num_threads(cfg.threads)
     out, starts, stages = Path(a.out), Path(a.starts), a.stages.split(",")
     fps, mf = cfg.video.fps, cfg.video.max_frames
@@ -134,6 +137,7 @@ def main() -> None:
                         turn_words=cfg.env.turn_words,
                         retry_temperature=cfg.env.retry_temperature,
                         retry_min_p=cfg.env.retry_min_p,
+                        turn_clip=cfg.env.turn_clip,
                     )
                 row["train_s"] = round(time.perf_counter() - t, 1)
                 save_policy(model, processor, stage_dir / "model")

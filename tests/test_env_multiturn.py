@@ -23,6 +23,7 @@ from embodied.policy.model import (
 from embodied.rl.episodes import (
     AGAIN,
     again,
+    check_env_turns,
     check_turns,
     outcome_clip,
     play,
@@ -76,6 +77,38 @@ def test_outcome_clip_is_the_executed_answer_at_video_fps(push_examples):
     assert np.abs(clip.frames[0].astype(int) - clip.frames[-1].astype(int)).sum() > 0  # the puck moved
     with pytest.raises(ValueError, match="unparseable"):
         outcome_clip(ex.record, "no answer", VideoConfig(), ex.clip)
+
+
+def test_frozen_turn_clip_holds_the_reset_for_as_many_frames(tiny_policy, push_examples):
+    """`env.turn_clip=frozen`, the control for a second look: the outcome clip's first frame held, the same
+    size and length, nothing of what the answer did; `play` shows it at turn 2."""
+    ex, video = push_examples[0], VideoConfig(fps=2.0)
+    moving = outcome_clip(ex.record, SHORT, video, ex.clip)
+    frozen = outcome_clip(ex.record, SHORT, video, ex.clip, "frozen")
+    assert frozen.frames.shape == moving.frames.shape and frozen.fps == moving.fps
+    assert all(np.array_equal(f, moving.frames[0]) for f in frozen.frames)
+    model, processor = tiny_policy
+    first = ([SHORT], routed_rewards()([SHORT], [ex.record]))
+    args = (model, processor, [ex], video, routed_rewards(), 2)
+    ep = play(*args, max_new_tokens=4, first=first, turn_clip="frozen")
+    assert np.array_equal(ep.clips[0][1].frames, frozen.frames)
+    ep = play(*args, max_new_tokens=4, first=first)
+    assert np.array_equal(ep.clips[0][1].frames, moving.frames)
+    with pytest.raises(ValueError, match="env.turn_clip"):
+        outcome_clip(ex.record, SHORT, video, ex.clip, "blank")
+
+
+def test_later_turn_settings_are_refused_with_one_turn():
+    """A setting of the turns after the first is an error with env.turns=1, where it would be ignored."""
+    from embodied.envs.config import EnvConfig
+
+    check_env_turns(EnvConfig(turns=2, turn_clip="frozen", retry_temperature=2.0, retry_min_p=0.01))
+    check_env_turns(EnvConfig())
+    for bad in ({"turn_clip": "frozen"}, {"retry_temperature": 2.0}, {"turn_words": True}):
+        with pytest.raises(ValueError, match=f"env.{next(iter(bad))}=.*env.turns=1"):
+            check_env_turns(EnvConfig(**bad))
+    with pytest.raises(ValueError, match="env.turn_clip"):
+        check_env_turns(EnvConfig(turns=2, turn_clip="blank"))
 
 
 def test_turn_two_rows_carry_both_clips_pixels(tiny_policy, push_examples):

@@ -95,6 +95,12 @@ class EnvConfig:
     turn_words: bool = False
     """Multi-turn episodes: also say the previous turn's outcome in words in the next turn's message
     ("The outcome: short." from the failure terms), beside its clip. False: the clip alone carries it."""
+    turn_clip: str = "outcome"
+    """Multi-turn episodes: what a later turn's video shows. outcome: the clip of the previous answer's
+    simulation | frozen: that clip's first frame (the scene at the reset) held for as many frames, so the
+    later turn sees the same scene, size and length but nothing of what the answer did. `frozen` is the
+    control for a second look: it spends the same simulator calls and tokens, and tells whether the
+    policy's second answer uses what it saw (training and evaluation both follow it)."""
     retry_temperature: float = 0.0
     """Multi-turn training rollouts (GRPO and expert iteration): the sampling temperature of every turn after
     the first (0: each trajectory keeps its own, `grpo.temperature(s)` or `expert.temperature`). A hotter

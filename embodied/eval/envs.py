@@ -36,7 +36,7 @@ from embodied.envs.reward import env_reward
 from embodied.eval.loop import sampled_responses
 from embodied.eval.stats import majority_vote, pass_at_k, resolve_k, seed_interval, wilson_interval
 from embodied.policy.model import decode, encode_prompts, generate
-from embodied.rl.episodes import check_turns, play
+from embodied.rl.episodes import check_turn_clip, check_turns, play
 from embodied.rl.rollout import sampling_seed
 from embodied.tasks import LETTERS, parse_answer
 
@@ -61,6 +61,7 @@ def evaluate_env(
     turns: int = 1,
     turn_reward: str = "last",
     turn_words: bool = False,
+    turn_clip: str = "outcome",
 ) -> dict:
     """Greedy answers to ``examples`` (``embodied.data.load.Example``), scored by simulation; with
     ``samples`` > 0 also best-of-N and majority vote for each N in ``k`` (see the module docstring).
@@ -68,9 +69,11 @@ def evaluate_env(
     With ``turns`` > 1 every episode is also played as a multi-turn episode (`embodied.rl.episodes`): the
     greedy answer is turn 1, a failed one is followed by greedy later turns, each row keeping its turns in
     ``row["turns"]``; with ``samples``, also ``samples`` sampled trajectories per episode. ``result["turns"]``
-    (`turn_summary`) holds the success after each turn beside best-of-N at the same simulator calls."""
+    (`turn_summary`) holds the success after each turn beside best-of-N at the same simulator calls.
+    ``turn_words`` and ``turn_clip`` are `env.turn_words` and `env.turn_clip`."""
     ks = resolve_k(samples, k)
     check_turns(turns, turn_reward)
+    check_turn_clip(turn_clip)
 
     def reward_fn(texts, recs):
         return env_reward(texts, recs, backend, format_weight)
@@ -94,13 +97,14 @@ def evaluate_env(
         ]
         if turns > 1:
             args = (model, processor, chunk, video, reward_fn, turns, turn_reward)
-            ep = play(*args, max_new_tokens=max_new_tokens, first=(texts, terms), words=turn_words)
+            later = {"words": turn_words, "turn_clip": turn_clip}
+            ep = play(*args, max_new_tokens=max_new_tokens, first=(texts, terms), **later)
             for row, traj in zip(rows, ep.per_trajectory()):
                 row["turns"] = [{"response": x, "terms": t} for x, t in traj]
             if samples:
                 temps = torch.full((len(chunk) * samples,), float(temperature))
                 seeds = [sampling_seed(seed, start + i) for i in range(len(chunk))]
-                ep = play(*args, samples, max_new_tokens, temps, seeds, words=turn_words)
+                ep = play(*args, samples, max_new_tokens, temps, seeds, **later)
                 trajs = ep.per_trajectory()
                 for i, row in enumerate(rows):
                     row["sampled_turns"] = [

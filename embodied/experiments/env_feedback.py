@@ -45,6 +45,7 @@ from embodied.eval.loop import evaluate_free
 from embodied.experiments.env_report import write_env_report
 from embodied.experiments.reuse import process_data, provenance, reuse_or_run, run_jobs
 from embodied.policy.model import load, load_policy, save_policy
+from embodied.rl.episodes import check_env_turns
 from embodied.rl.rewards import rewards_for
 from embodied.train.common import seed_everything
 from embodied.train.expert import train_expert_config
@@ -127,6 +128,7 @@ def evaluate_stage(model, processor, data: dict, cfg, test_time: bool) -> dict:
         turns=cfg.env.turns,
         turn_reward=cfg.env.turn_reward,
         turn_words=cfg.env.turn_words,
+        turn_clip=cfg.env.turn_clip,
     )
     return result
 
@@ -190,6 +192,7 @@ def run_arm(cfg, data: dict, out: Path, arm: str, progress: bool) -> dict:
         env = cfg.env  # env.turns: multi-turn episodes
         turns = {"turns": env.turns, "turn_reward": env.turn_reward, "turn_words": env.turn_words}
         turns |= {"retry_temperature": env.retry_temperature, "retry_min_p": env.retry_min_p}
+        turns |= {"turn_clip": env.turn_clip}
         reward = rewards_for(cfg)
         train_grpo(model, processor, train, grpo, cfg.video, arm_dir, (), cfg.seed, progress, reward, **turns)
         answers = cfg.grpo.steps * cfg.grpo.prompts_per_step * cfg.grpo.group_size
@@ -279,6 +282,7 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
     unknown = [a for a in fb.arms if a not in ARMS]
     if unknown:
         raise ValueError(f"env.feedback.arms: unknown arm(s) {unknown}; choose from {list(ARMS)}")
+    check_env_turns(cfg.env)
     data = _load_data(cfg, progress)
     constant = _best_constant(cfg, data, progress)
     starts = _run_all(cfg, out, data, [(seed, "start") for seed in fb.seeds], progress)

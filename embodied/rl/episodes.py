@@ -52,6 +52,11 @@ AGAIN = (
 )
 """The words of a later turn's user message (its video is the outcome of the previous answer)."""
 TURN_REWARDS = ("last", "mean")
+TURN_CLIPS = ("outcome", "frozen")
+"""What a later turn's video shows (`env.turn_clip`): ``outcome``, the previous answer's simulation;
+``frozen``, that simulation's first frame (the scene at the reset) held for as many frames: the same
+scene, size and length with nothing of what the answer did, the control that tells whether a second look
+uses what it sees."""
 
 
 def again(terms: dict, words: bool) -> str:
@@ -69,6 +74,28 @@ def check_turns(turns: int, turn_reward: str) -> None:
         raise ValueError(f"env.turns={turns!r}: the number of turns per episode must be an integer >= 1")
     if turn_reward not in TURN_REWARDS:
         raise ValueError(f"env.turn_reward={turn_reward!r}; choose one of {list(TURN_REWARDS)}")
+
+
+def check_turn_clip(turn_clip: str) -> None:
+    """Fail at once on an unknown `env.turn_clip`."""
+    if turn_clip not in TURN_CLIPS:
+        raise ValueError(f"env.turn_clip={turn_clip!r}; choose one of {list(TURN_CLIPS)}")
+
+
+def check_env_turns(env) -> None:
+    """Check the multi-turn settings of an `EnvConfig` up front: `turns`, `turn_reward`, `turn_clip` and
+    `retry_*` must be valid, and the settings of later turns are refused with `turns` = 1 (they would be
+    ignored)."""
+    check_turns(env.turns, env.turn_reward)
+    check_turn_clip(env.turn_clip)
+    check_retry_sampling(env.retry_temperature, env.retry_min_p)
+    if env.turns == 1:
+        later = {"turn_words": False, "turn_clip": "outcome", "retry_temperature": 0.0, "retry_min_p": 0.0}
+        if given := [f"env.{k}={getattr(env, k)!r}" for k, v in later.items() if getattr(env, k) != v]:
+            raise ValueError(
+                f"{', '.join(given)}: set(s) the turns after the first, and env.turns=1 plays none: set "
+                "env.turns > 1, or leave them at their defaults"
+            )
 
 
 def check_retry_sampling(temperature: float, min_p: float = 0.0) -> None:
@@ -98,9 +125,10 @@ def continues(record: dict, terms: dict) -> bool:
     return is_interactive(record) and not terms.get("reward/unparseable") and not terms.get("reward/success")
 
 
-def outcome_clip(record: dict, text: str, video: VideoConfig, like: Clip) -> Clip:
+def outcome_clip(record: dict, text: str, video: VideoConfig, like: Clip, turn_clip: str = "outcome") -> Clip:
     """The clip of executing the answer `text` from the reset, the size of the episode's clip `like`: as
     many frames of its height and width, at `video.fps` from 0 s (fewer if the execution ends sooner).
+    `turn_clip="frozen"` holds its first frame for as many frames (`TURN_CLIPS`).
 
     The same frame count keeps a later turn's visual tokens at twice the first's, not more (GRPO's update
     runs every later-turn prompt's clips through the vision tower); at 2 fps the 4 frames of the shipped
@@ -112,6 +140,10 @@ def outcome_clip(record: dict, text: str, video: VideoConfig, like: Clip) -> Cli
     n = min(len(like.frames), math.floor(seconds * video.fps + 1e-6) + 1)
     height, width = like.frames.shape[1:3]
     _, frames = render_action(record, action, np.arange(n) / video.fps, width, height)
+    if turn_clip == "frozen":
+        frames = np.repeat(frames[:1], len(frames), axis=0)
+    elif turn_clip != "outcome":
+        check_turn_clip(turn_clip)
     return Clip(frames, video.fps)
 
 
@@ -191,6 +223,7 @@ def play(
     words: bool = False,
     retry_temperature: float = 0.0,
     retry_min_p: float = 0.0,
+    turn_clip: str = "outcome",
 ) -> Episodes:
     """`group_size` trajectories of up to `turns` turns per example (`Example`s with video records).
 
@@ -201,9 +234,11 @@ def play(
     later turn's message also says the previous outcome in words (`again`). With `retry_temperature` > 0
     (`env.retry_temperature`) a sampled turn k > 1 is drawn at that temperature instead of its trajectory's,
     and with `retry_min_p` > 0 (`env.retry_min_p`) only among the tokens of at least `retry_min_p` times the
-    top token's probability (greedy play stays greedy).
+    top token's probability (greedy play stays greedy). `turn_clip` (`env.turn_clip`, `TURN_CLIPS`) is what a
+    later turn's video shows.
     """
     check_turns(turns, turn_reward)
+    check_turn_clip(turn_clip)
     check_retry_sampling(retry_temperature, retry_min_p)
     G, device = group_size, next(model.parameters()).device
     records = [e.record for e in examples]
@@ -253,7 +288,7 @@ def play(
             totals[t].append(float(terms["reward/total"]))
             rec = records[t // G]
             if k < turns and continues(rec, terms):
-                clips[t].append(outcome_clip(rec, text, video, clips[t][0]))
+                clips[t].append(outcome_clip(rec, text, video, clips[t][0], turn_clip))
                 history[t].append((text, again(terms, words)))
                 going.append(t)
         active = going
@@ -281,6 +316,7 @@ def sample_episodes(
     words: bool = False,
     retry_temperature: float = 0.0,
     retry_min_p: float = 0.0,
+    turn_clip: str = "outcome",
 ) -> Rollout:
     """`rollout.sample_groups` for multi-turn episodes: G sampled trajectories per example, every turn a row
     (turn 1's rows first, prompt-major, then each later turn's), `rewards` the `(P, G)` trajectory rewards
@@ -307,6 +343,7 @@ def sample_episodes(
         words=words,
         retry_temperature=retry_temperature,
         retry_min_p=retry_min_p,
+        turn_clip=turn_clip,
     )
     return to_rollout(ep, processor, turns)
 

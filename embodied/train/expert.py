@@ -33,7 +33,13 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from embodied.data.load import Example
-from embodied.rl.episodes import again, check_retry_sampling, sample_episodes
+from embodied.rl.episodes import (
+    again,
+    check_env_turns,
+    check_retry_sampling,
+    check_turn_clip,
+    sample_episodes,
+)
 from embodied.rl.rewards import RewardFn, mcq_rewards, rewards_for
 from embodied.rl.rollout import Rollout, sample_groups, sampling_seed
 from embodied.train.checkpoint import load_checkpoint, resolve_resume, save_checkpoint, set_aside
@@ -43,7 +49,12 @@ from embodied.video import VideoConfig
 
 KEEP = ("success", "best")
 RETRY_TARGETS = ("own", "group")
-LATER_SETTINGS = {"retry_targets": "own", "retry_temperature": 0.0, "retry_min_p": 0.0}
+LATER_SETTINGS = {
+    "retry_targets": "own",
+    "retry_temperature": 0.0,
+    "retry_min_p": 0.0,
+    "turn_clip": "outcome",
+}
 """Expert settings added after checkpoints were first written, with the value older runs used."""
 
 
@@ -161,6 +172,7 @@ def train_expert(
     words: bool = False,
     retry_temperature: float = 0.0,
     retry_min_p: float = 0.0,
+    turn_clip: str = "outcome",
 ) -> dict:
     """Run `cfg.rounds` rounds of expert iteration (`cfg` is an `ExpertConfig`; `sft_cfg` an `SFTConfig`
     whose warmup, clip, weight decay and vision scale the fine-tuning uses) on `train`, scoring answers with
@@ -174,8 +186,10 @@ def train_expert(
     `words` is `env.turn_words`) and keeps, per prompt and turn, the best answer that succeeded at that turn
     (`select_turns`, `keep=success` only): a turn-2 target is the answer that worked after the policy saw
     its first answer fail; turns after the first sample at `retry_temperature` (when > 0) among the tokens
-    `retry_min_p` keeps (`env.retry_*`). Every executed answer counts in `answers_scored`."""
+    `retry_min_p` keeps (`env.retry_*`), and a later turn's video is chosen by `turn_clip` (`env.turn_clip`).
+    Every executed answer counts in `answers_scored`."""
     check_retry_sampling(retry_temperature, retry_min_p)
+    check_turn_clip(turn_clip)
     if turns > 1 and cfg.keep != "success":
         raise ValueError(
             f"env.turns={turns}: expert iteration over turns keeps successes only; set expert.keep=success"
@@ -213,6 +227,7 @@ def train_expert(
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("rounds", "sample_batch")}
     settings |= {"seed": seed, "turns": turns, "turn_reward": turn_reward, "words": words}
     settings |= {"retry_temperature": float(retry_temperature), "retry_min_p": float(retry_min_p)}
+    settings |= {"turn_clip": turn_clip}
     ckpt_dir, first, scored, kept_total, before = out_dir / "checkpoints" / "expert", 1, 0, 0, 0.0
     if path := resolve_resume(resume, ckpt_dir):
         saved = load_checkpoint(path, model)
@@ -246,7 +261,7 @@ def train_expert(
                 ro = sample_episodes(
                     model, processor, examples, video, reward_fn, cfg.samples, max_new_tokens, turns,
                     turn_reward, cfg.temperature, seeds=seeds, timeout_s=timeout_s, words=words,
-                    retry_temperature=retry_temperature, retry_min_p=retry_min_p,
+                    retry_temperature=retry_temperature, retry_min_p=retry_min_p, turn_clip=turn_clip,
                 )  # fmt: skip
                 chosen = select_turns(ro, words, cfg.retry_targets)
                 for name, value in ro.stats.items():
@@ -330,6 +345,7 @@ def train_expert_config(
     optimizer settings, `video:`, seed, the routed reward (`rl.rewards.rewards_for`: physics for episodes,
     rules for questions) and GRPO's token budget and reward timeout. `embodied expert` and the
     env-feedback arm both run it."""
+    check_env_turns(cfg.env)
     return train_expert(
         model,
         processor,
@@ -350,6 +366,7 @@ def train_expert_config(
         cfg.env.turn_words,
         cfg.env.retry_temperature,
         cfg.env.retry_min_p,
+        cfg.env.turn_clip,
     )
 
 

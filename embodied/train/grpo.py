@@ -25,7 +25,7 @@ from embodied.data.load import Example
 from embodied.eval.loop import evaluate
 from embodied.policy.model import completion_logprobs, decode, generate, select_rows
 from embodied.rl.advantages import ESTIMATORS, compute_advantages
-from embodied.rl.episodes import check_retry_sampling, check_turns, sample_episodes
+from embodied.rl.episodes import check_retry_sampling, check_turn_clip, check_turns, sample_episodes
 from embodied.rl.losses import (
     COV_MODES,
     LOSS_AGGREGATIONS,
@@ -398,6 +398,7 @@ def train_grpo(
     turn_words: bool = False,
     retry_temperature: float = 0.0,
     retry_min_p: float = 0.0,
+    turn_clip: str = "outcome",
 ) -> dict:
     """Run `cfg.steps` GRPO steps (`cfg` is a `GRPOConfig`): rollout -> advantages -> loss -> step ->
     log/eval/checkpoint; metrics go to `out_dir/metrics.jsonl`, checkpoints to `out_dir/checkpoints/grpo`
@@ -407,11 +408,13 @@ def train_grpo(
     the first logs, evaluates and writes checkpoints. `turns` > 1 plays multi-turn episodes (`env.turns`,
     `embodied.rl.episodes`): a group is G whole trajectories, rewarded by `turn_reward`
     (`env.turn_reward`), the outcome also said in words with `turn_words` (`env.turn_words`), turns after
-    the first sampled at `retry_temperature` among the tokens `retry_min_p` keeps (`env.retry_*`)."""
+    the first sampled at `retry_temperature` among the tokens `retry_min_p` keeps (`env.retry_*`), a later
+    turn's video chosen by `turn_clip` (`env.turn_clip`)."""
     procs = procs or Processes()
     check_config(cfg, procs.world)
     check_turns(turns, turn_reward)
     check_retry_sampling(retry_temperature, retry_min_p)
+    check_turn_clip(turn_clip)
     if turns > 1 and (cfg.dynamic_sampling or cfg.advantage == "gae" or procs.world > 1):
         raise ValueError(
             f"env.turns={turns} runs with the group estimators in one process: not with "
@@ -456,6 +459,7 @@ def train_grpo(
                 words=turn_words,
                 retry_temperature=retry_temperature,
                 retry_min_p=retry_min_p,
+                turn_clip=turn_clip,
                 seeds=seeds,
                 **sampling,
             )
