@@ -1,0 +1,126 @@
+"""Does a second look use what it sees? (issue 22) The same policies evaluated twice on the same episodes
+by `scripts/env_multiturn.py --stages start`: once with `env.turn_clip=outcome` (a failed answer's turn 2
+shows its simulation) and once with `env.turn_clip=frozen` (the same scene, size and length, held at the
+reset). Turn 1 is the same in both; only what turn 2 sees differs.
+
+    python scripts/second_look_control.py OUTCOME_DIR FROZEN_DIR [--out summary.json]
+
+Each DIR holds `seed<S>/start/predictions.json`. Per seed, with 95% t intervals over episodes (paired):
+
+- greedy and sampled success within two turns, outcome minus frozen;
+- the direction of the greedy correction on push: after a first answer that fell short (overshot), the
+  share of second answers with a larger (smaller) option letter; the lettered options of `env.answer=grid`
+  are ascending impulses. `balanced` is the mean of the two shares: a policy that ignores the outcome and
+  always moves one way scores 0.5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+
+from embodied.eval.stats import seed_interval, wilson_interval
+
+LETTER = re.compile(r"<answer>\s*([A-Z])\s*</answer>")
+
+
+def _letter(text: str) -> str | None:
+    m = LETTER.search(text)
+    return m.group(1) if m else None
+
+
+def _within_two(row: dict) -> float:
+    return float(any(t["terms"]["reward/success"] > 0 for t in row["turns"][:2]))
+
+
+def _sampled_within_two(row: dict) -> float:
+    return float(np.mean([any(t["success"] > 0 for t in traj[:2]) for traj in row["sampled_turns"]]))
+
+
+def corrections(rows: list[dict]) -> dict:
+    """Greedy turn-2 moves after a turn-1 failure that fell short or overshot (push grid)."""
+    out = {}
+    for term, way in (("short", 1), ("overshoot", -1)):
+        moves = []
+        for row in rows:
+            turns = row["turns"]
+            if len(turns) < 2 or turns[0]["terms"].get(f"reward/{term}", 0) >= 0:
+                continue
+            a, b = _letter(turns[0]["response"]), _letter(turns[1]["response"])
+            if a and b:
+                moves.append(np.sign(ord(b) - ord(a)) * way)
+        n, right = len(moves), sum(1 for m in moves if m > 0)
+        same = sum(1 for m in moves if m == 0)
+        out[term] = {"n": n, "right_direction": right / max(n, 1), "ci95": wilson_interval(right, n)}
+        out[term]["repeated"] = same / max(n, 1)
+    out["balanced"] = float(np.mean([out[t]["right_direction"] for t in ("short", "overshoot")]))
+    return out
+
+
+def paired(a: list[float], b: list[float]) -> list[float]:
+    return [round(float(x), 4) for x in seed_interval([x - y for x, y in zip(a, b)])]
+
+
+def compare(outcome: Path, frozen: Path) -> dict:
+    result = {}
+    for seed_dir in sorted(outcome.glob("seed*")):
+        pa, pb = seed_dir / "start/predictions.json", frozen / seed_dir.name / "start/predictions.json"
+        if not pb.exists():
+            continue
+        ra, rb = (json.loads(p.read_text())["predictions"] for p in (pa, pb))
+        rb_by_id = {r["id"]: r for r in rb}
+        ra = [r for r in ra if r["id"] in rb_by_id]
+        rb = [rb_by_id[r["id"]] for r in ra]
+        assert all(x["turns"][0]["response"] == y["turns"][0]["response"] for x, y in zip(ra, rb)), (
+            "turn 1 differs between the two evaluations: not the same policy and episodes"
+        )
+        row = {"n": len(ra)}
+        for name, rows in (("outcome", ra), ("frozen", rb)):
+            greedy = [_within_two(r) for r in rows]
+            row[name] = {
+                "greedy_success@1": float(
+                    np.mean([r["turns"][0]["terms"]["reward/success"] > 0 for r in rows])
+                ),
+                "greedy_success@2": float(np.mean(greedy)),
+                "sampled_success@2": float(np.mean([_sampled_within_two(r) for r in rows])),
+                "corrections": corrections(rows),
+            }
+        row["outcome_minus_frozen"] = {
+            "greedy_success@2": paired([_within_two(r) for r in ra], [_within_two(r) for r in rb]),
+            "sampled_success@2": paired(
+                [_sampled_within_two(r) for r in ra], [_sampled_within_two(r) for r in rb]
+            ),
+            "balanced_correction": round(
+                row["outcome"]["corrections"]["balanced"] - row["frozen"]["corrections"]["balanced"], 4
+            ),
+        }
+        result[seed_dir.name] = row
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("outcome", type=Path)
+    ap.add_argument("frozen", type=Path)
+    ap.add_argument("--out", type=Path)
+    a = ap.parse_args()
+    result = compare(a.outcome, a.frozen)
+    text = json.dumps(result, indent=1)
+    if a.out:
+        a.out.write_text(text + "\n")
+    for seed, row in result.items():
+        o, f, d = row["outcome"], row["frozen"], row["outcome_minus_frozen"]
+        print(
+            f"{seed}: greedy@2 {o['greedy_success@2']:.3f} vs {f['greedy_success@2']:.3f} "
+            f"(diff {d['greedy_success@2']}), sampled@2 {o['sampled_success@2']:.3f} vs "
+            f"{f['sampled_success@2']:.3f} (diff {d['sampled_success@2']}), balanced correction "
+            f"{o['corrections']['balanced']:.3f} vs {f['corrections']['balanced']:.3f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
