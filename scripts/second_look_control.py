@@ -3,34 +3,28 @@ by `scripts/env_multiturn.py --stages start`: once with `env.turn_clip=outcome` 
 shows its simulation) and once with `env.turn_clip=frozen` (the same scene, size and length, held at the
 reset). Turn 1 is the same in both; only what turn 2 sees differs.
 
-    python scripts/second_look_control.py OUTCOME_DIR FROZEN_DIR [--out summary.json]
+    PYTHONPATH=. python scripts/second_look_control.py OUTCOME_DIR FROZEN_DIR --root EPISODES [--out F]
 
 Each DIR holds `seed<S>/start/predictions.json`. Per seed, with 95% t intervals over episodes (paired):
 
 - greedy and sampled success within two turns, outcome minus frozen;
-- the direction of the greedy correction on push: after a first answer that fell short (overshot), the
-  share of second answers with a larger (smaller) option letter; the lettered options of `env.answer=grid`
-  are ascending impulses. `balanced` is the mean of the two shares: a policy that ignores the outcome and
-  always moves one way scores 0.5.
+- the direction of the greedy correction (`eval.envs.correction_summary`): after a first strike that fell
+  short (overshot), the share of second answers with a larger (smaller) impulse; `balanced` is the mean of
+  the two shares: a policy that ignores the outcome and always moves one way scores 0.5.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 from pathlib import Path
 
 import numpy as np
 
-from embodied.eval.stats import seed_interval, wilson_interval
-
-LETTER = re.compile(r"<answer>\s*([A-Z])\s*</answer>")
-
-
-def _letter(text: str) -> str | None:
-    m = LETTER.search(text)
-    return m.group(1) if m else None
+from embodied.data.load import load_examples
+from embodied.envs import answer_examples
+from embodied.eval.envs import correction_summary
+from embodied.eval.stats import seed_interval
 
 
 def _within_two(row: dict) -> float:
@@ -41,31 +35,11 @@ def _sampled_within_two(row: dict) -> float:
     return float(np.mean([any(t["success"] > 0 for t in traj[:2]) for traj in row["sampled_turns"]]))
 
 
-def corrections(rows: list[dict]) -> dict:
-    """Greedy turn-2 moves after a turn-1 failure that fell short or overshot (push grid)."""
-    out = {}
-    for term, way in (("short", 1), ("overshoot", -1)):
-        moves = []
-        for row in rows:
-            turns = row["turns"]
-            if len(turns) < 2 or turns[0]["terms"].get(f"reward/{term}", 0) >= 0:
-                continue
-            a, b = _letter(turns[0]["response"]), _letter(turns[1]["response"])
-            if a and b:
-                moves.append(np.sign(ord(b) - ord(a)) * way)
-        n, right = len(moves), sum(1 for m in moves if m > 0)
-        same = sum(1 for m in moves if m == 0)
-        out[term] = {"n": n, "right_direction": right / max(n, 1), "ci95": wilson_interval(right, n)}
-        out[term]["repeated"] = same / max(n, 1)
-    out["balanced"] = float(np.mean([out[t]["right_direction"] for t in ("short", "overshoot")]))
-    return out
-
-
 def paired(a: list[float], b: list[float]) -> list[float]:
     return [round(float(x), 4) for x in seed_interval([x - y for x, y in zip(a, b)])]
 
 
-def compare(outcome: Path, frozen: Path) -> dict:
+def compare(outcome: Path, frozen: Path, by_id: dict[str, dict]) -> dict:
     result = {}
     for seed_dir in sorted(outcome.glob("seed*")):
         pa, pb = seed_dir / "start/predictions.json", frozen / seed_dir.name / "start/predictions.json"
@@ -87,16 +61,17 @@ def compare(outcome: Path, frozen: Path) -> dict:
                 ),
                 "greedy_success@2": float(np.mean(greedy)),
                 "sampled_success@2": float(np.mean([_sampled_within_two(r) for r in rows])),
-                "corrections": corrections(rows),
+                "corrections": correction_summary(rows, by_id),
             }
         row["outcome_minus_frozen"] = {
             "greedy_success@2": paired([_within_two(r) for r in ra], [_within_two(r) for r in rb]),
             "sampled_success@2": paired(
                 [_sampled_within_two(r) for r in ra], [_sampled_within_two(r) for r in rb]
             ),
-            "balanced_correction": round(
-                row["outcome"]["corrections"]["balanced"] - row["frozen"]["corrections"]["balanced"], 4
-            ),
+            "balanced_correction": {
+                t: round(c["balanced"] - row["frozen"]["corrections"][t]["balanced"], 4)
+                for t, c in row["outcome"]["corrections"].items()
+            },
         }
         result[seed_dir.name] = row
     return result
@@ -106,9 +81,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("outcome", type=Path)
     ap.add_argument("frozen", type=Path)
+    ap.add_argument("--root", required=True, help="the evaluated episodes (env.root), for their records")
+    ap.add_argument("--answer", default="grid", help="env.answer the policies were evaluated with")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
-    result = compare(a.outcome, a.frozen)
+    examples = answer_examples(load_examples(a.root, "test", 2.0, 16)[0], a.answer)
+    result = compare(a.outcome, a.frozen, {e.record["id"]: e.record for e in examples})
     text = json.dumps(result, indent=1)
     if a.out:
         a.out.write_text(text + "\n")
@@ -118,7 +96,8 @@ def main() -> None:
             f"{seed}: greedy@2 {o['greedy_success@2']:.3f} vs {f['greedy_success@2']:.3f} "
             f"(diff {d['greedy_success@2']}), sampled@2 {o['sampled_success@2']:.3f} vs "
             f"{f['sampled_success@2']:.3f} (diff {d['sampled_success@2']}), balanced correction "
-            f"{o['corrections']['balanced']:.3f} vs {f['corrections']['balanced']:.3f}"
+            f"{ {t: round(c['balanced'], 3) for t, c in o['corrections'].items()} } vs "
+            f"{ {t: round(c['balanced'], 3) for t, c in f['corrections'].items()} }"
         )
 
 

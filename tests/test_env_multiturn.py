@@ -292,11 +292,47 @@ def test_evaluate_env_reports_success_after_each_turn(answering_policy, push_exa
     best = res["turns"]["best_of"]["best_of@2"]["rate"]
     assert paired["sampled_turn2_minus_best_of_2"][0] == pytest.approx(s["success@2"]["rate"] - best)
     assert paired["sampled_turn2_minus_turn1"][0] >= 0  # a trajectory solved at turn 1 stays solved
+    assert set(res["turns"]["corrections"]) == {"push"}  # push declares CORRECTIONS
     from embodied.experiments.env_report import turns_markdown
 
     env = {k: v for k, v in res.items() if k != "predictions"}
     page = "\n".join(turns_markdown([{"seed": 0, "stages": {"sim": {"env": env}}}]))
     assert "| sim | push | " in page and "greedy, after turn 2" in page and "best-of-2" in page
+
+
+def test_correction_summary_scores_the_direction_of_the_second_answer(push_examples):
+    """After a short strike the right second answer is harder; after an overshoot, softer; a repeat
+    moves nothing. Hand-built greedy trajectories with push's numeric answers."""
+    from embodied.eval.envs import correction_summary
+
+    rec = push_examples[0].record
+    ans = lambda j: f"<think></think><answer>{j}</answer>"  # noqa: E731
+    short, over = (
+        {"reward/short": -1.0, "reward/success": 0.0},
+        {"reward/overshoot": -1.0, "reward/success": 0.0},
+    )
+    rows = [
+        {"id": rec["id"], "task": "push", "turns": [{"response": ans(a), "terms": t}, {"response": ans(b)}]}
+        for a, t, b in [
+            (0.1, short, 0.2),  # right
+            (0.1, short, 0.1),  # repeated
+            (0.1, short, 0.05),  # wrong
+            (0.9, over, 0.5),  # right
+            (0.9, over, "none"),  # turn 2 does not parse: not counted
+        ]
+    ] + [{"id": rec["id"], "task": "push", "turns": [{"response": ans(0.3), "terms": short}]}]  # one turn
+    got = correction_summary(rows, {rec["id"]: rec})["push"]
+    assert got["terms"]["short"]["n"] == 3 and got["terms"]["short"]["right"] == pytest.approx(1 / 3)
+    assert got["terms"]["short"]["repeated"] == pytest.approx(1 / 3)
+    assert got["terms"]["overshoot"] == {
+        "n": 1,
+        "right": 1.0,
+        "ci95": got["terms"]["overshoot"]["ci95"],
+        "repeated": 0.0,
+    }
+    assert got["balanced"] == pytest.approx((1 / 3 + 1) / 2)
+    place = {"id": "p", "task": "place", "turns": []}
+    assert "place" not in correction_summary([place], {})  # place declares no CORRECTIONS
 
 
 def test_expert_iteration_over_two_turns_keeps_the_answer_that_worked_after_a_miss(

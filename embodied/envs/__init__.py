@@ -22,8 +22,11 @@ A task is one module, and that module declares everything the rest of the code n
   that decides the outcome as one number each, for the spread of a policy's answers) and ``DECIDED_BY``
   (that parameter in words, for reports).
 
-Optional: ``SCENE``, the MJCF file of a task kept outside this package (shipped tasks keep theirs in
-``sim/<NAME>/scene.xml``); ``answer_grid(record) -> (question, [(action, text), ...])``, the lettered
+Optional: ``CORRECTIONS``, ``{failure term: (action coordinate, sign)}``, the way an action should move
+after that failure (push: a short strike wants a larger impulse), which multi-turn evaluation uses to
+score the direction of a second answer (`embodied.eval.envs.correction_summary`); ``SCENE``, the MJCF
+file of a task kept outside this package (shipped tasks keep theirs in ``sim/<NAME>/scene.xml``);
+``answer_grid(record) -> (question, [(action, text), ...])``, the lettered
 options a numeric task offers under ``env.answer=grid`` (see :func:`answer_form`).
 
 Answer forms (``env.answer``): ``number`` (the default) asks a numeric task for its numbers as text;

@@ -39,6 +39,9 @@ SLIP_TOL = 0.03  # m: the object may lag the hand by this much before it counts 
 WARP_SIZES = (32, 96)  # peak on CPU: see core.Job.warp_sizes
 WEIGHTS = {"reward/success": 1.0, "reward/dropped": 0.5, "reward/crushed": 0.5, "reward/too_low": 0.25}
 FAILURES = ("reward/dropped", "reward/crushed", "reward/too_low")
+CORRECTIONS = {"reward/dropped": (0, 1), "reward/crushed": (0, -1), "reward/too_low": (1, 1)}
+"""After each failure, the action's coordinate that should move and its sign: grip harder (dropped), softer
+(crushed), lift faster (too low)."""
 WORST_OUTCOME = -1.25
 """The lowest reward/total of an executed action: dropped, crushed and too low at once."""
 CONSTANT_GRID = [

@@ -33,6 +33,8 @@ REST_SPEED = 0.02  # m/s
 WARP_SIZES = (16, 32)  # peak on CPU: see core.Job.warp_sizes
 WEIGHTS = {"reward/success": 1.0, "reward/closeness": 0.5, "reward/overshoot": 0.25, "reward/short": 0.25}
 FAILURES = ("reward/short", "reward/overshoot")
+CORRECTIONS = {"reward/short": (0, 1), "reward/overshoot": (0, -1)}
+"""After each failure, the action's coordinate that should move and its sign: a harder or softer strike."""
 WORST_OUTCOME = -0.25
 """The lowest reward/total of an executed action: short or past the zone (never both), closeness 0."""
 CONSTANT_GRID = [round(0.05 * i, 2) for i in range(1, 21)]

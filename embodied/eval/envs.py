@@ -132,6 +132,7 @@ def evaluate_env(
         result["settings"] = {"samples": samples, "k": ks, "temperature": temperature, "seed": seed}
     if turns > 1:
         result["turns"] = turn_summary(predictions, turns)
+        result["turns"]["corrections"] = correction_summary(predictions, by_id)
     return result | {"predictions": predictions}
 
 
@@ -188,6 +189,46 @@ def turn_summary(predictions: Sequence[dict], turns: int) -> dict:
     return block(list(predictions)) | {
         "per_task": {t: block([r for r in predictions if r["task"] == t]) for t in tasks}
     }
+
+
+def correction_summary(predictions: Sequence[dict], by_id: dict[str, dict]) -> dict:
+    """Per task with ``CORRECTIONS`` (`embodied.envs`): does the greedy second answer move the way the first
+    answer's failure asks? For every greedy trajectory whose turn 1 failed with a term of ``CORRECTIONS``
+    and whose turn 2 parsed, the action coordinate of that term is compared across the two turns (parsed
+    from the answers, lettered options included). Per term: ``n``, ``right`` (share that moved the right
+    way, with its 95% Wilson interval ``ci95``) and ``repeated`` (share that did not move it). ``balanced``
+    is the mean of ``right`` over the terms seen: a policy that ignores what happened and always moves one
+    way scores 0.5 on a task with two opposite failures, one that repeats its answer 0."""
+    out: dict = {}
+    for name in sorted({r["task"] for r in predictions}):
+        corrections = getattr(task(name), "CORRECTIONS", None)
+        if not corrections:
+            continue
+        moves: dict[str, list[int]] = {term: [] for term in corrections}
+        for row in predictions:
+            turns = row.get("turns", [])
+            if row["task"] != name or len(turns) < 2:
+                continue
+            record = by_id[row["id"]]
+            first, second = (parse(record, t["response"]) for t in turns[:2])
+            if first is None or second is None:
+                continue
+            for term, (coord, sign) in corrections.items():
+                if turns[0]["terms"].get(term, 0.0) < 0:
+                    a, b = (np.atleast_1d(np.asarray(x, dtype=float))[coord] for x in (first, second))
+                    moves[term].append(int(np.sign(b - a) * sign))
+        block: dict = {}
+        for term, m in moves.items():
+            right, n = sum(1 for v in m if v > 0), len(m)
+            block[term.split("/", 1)[1]] = {
+                "n": n,
+                "right": right / n if n else None,
+                "ci95": list(wilson_interval(right, n)) if n else None,
+                "repeated": sum(1 for v in m if v == 0) / n if n else None,
+            }
+        seen = [b["right"] for b in block.values() if b["n"]]
+        out[name] = {"terms": block, "balanced": float(np.mean(seen)) if seen else None}
+    return out
 
 
 def _mean_ci(values: Sequence[float]) -> dict:
