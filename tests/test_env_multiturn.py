@@ -398,6 +398,45 @@ def test_expert_iteration_over_two_turns_keeps_the_answer_that_worked_after_a_mi
         )
 
 
+def test_better_retry_targets_teach_the_nearest_answer_that_did_better(push_examples):
+    """`expert.retry_targets=better`: after a failed run, the target is the group's answer nearest to the last
+    failed one among those the simulator scored higher (success or not), once per distinct run."""
+    from embodied.rl.rollout import Rollout
+    from embodied.train.expert import select_turns
+
+    a = lambda j: f"<think></think><answer>{j}</answer>"  # noqa: E731
+    short = lambda total: {"reward/success": 0.0, "reward/total": total, "reward/short": -1.0}  # noqa: E731
+    over = lambda total: {"reward/success": 0.0, "reward/total": total, "reward/overshoot": -1.0}  # noqa: E731
+    ok = {"reward/success": 1.0, "reward/total": 1.2}
+    # (trajectory, turn, text, terms); prompt 0 is trajectories 0-2, prompt 1 is 3-5 (G = 3)
+    rows = [
+        (0, 1, a(0.1), short(-0.2)), (1, 1, a(0.1), short(-0.2)), (2, 1, a(0.5), ok),
+        (3, 1, a(0.9), over(-0.2)), (4, 1, a(0.9), over(-0.2)), (5, 1, a(0.95), over(-0.3)),
+        (0, 2, a(0.3), short(0.1)), (1, 2, a(0.8), over(0.0)), (3, 2, a(0.95), over(-0.3)),
+        (4, 2, a(0.9), over(-0.2)),
+    ]  # fmt: skip
+    ro = Rollout(
+        examples=list(push_examples),
+        batch=None,
+        ids=None,
+        mask=None,
+        temperature=torch.ones(len(rows)),
+        texts=[r[2] for r in rows],
+        terms=[dict(r[3]) for r in rows],
+        rewards=torch.zeros(2, 3),
+        truncated=torch.zeros(len(rows), dtype=torch.bool),
+        owner=torch.tensor([r[0] for r in rows]),
+        turn=torch.tensor([r[1] for r in rows]),
+        clips=[[push_examples[t // 3].clip, push_examples[t // 3].clip] for t in range(6)],
+    )
+    got = [(ex.record["id"], ex.history, text) for ex, text in select_turns(ro, targets="better")]
+    # prompt 0: after 0.1 fell short, 0.3 (short, but scored better) is nearer than 0.8 and the success 0.5;
+    # trajectory 1 failed with the same 0.1: not taught twice. Prompt 1: nothing scored above 0.9's -0.2.
+    assert got == [("push-3", (), a(0.5)), ("push-3/turn2/1", ((a(0.1), AGAIN),), a(0.3))]
+    group = [text for _, text in select_turns(ro, targets="group")]
+    assert group == [a(0.5), a(0.5)]  # group targets teach the success whatever the failure
+
+
 def test_group_retry_targets_teach_a_retry_from_a_siblings_success(push_examples):
     """`expert.retry_targets=group`: after a run of failed answers that a trajectory did not recover from, the
     group's best success (any turn) is the target, once per distinct run; `own` keeps per-turn successes."""

@@ -33,6 +33,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from embodied.data.load import Example
+from embodied.envs import parse, task
 from embodied.rl.episodes import (
     again,
     check_env_turns,
@@ -48,7 +49,7 @@ from embodied.train.sft import train_sft
 from embodied.video import VideoConfig
 
 KEEP = ("success", "best")
-RETRY_TARGETS = ("own", "group")
+RETRY_TARGETS = ("own", "group", "better")
 LATER_SETTINGS = {
     "retry_targets": "own",
     "retry_temperature": 0.0,
@@ -101,7 +102,12 @@ def select_turns(ro: Rollout, words: bool = False, targets: str = "own") -> list
     `targets="group"` (`expert.retry_targets`) also keeps, for every distinct sequence of failed answers
     that some trajectory of the prompt ran into without then succeeding itself, that conversation with the
     group's best success (any turn) as its target, id `/turn<k>/<j>`: every answer is executed from the
-    episode's reset, so the sibling's answer succeeds after those failures too."""
+    episode's reset, so the sibling's answer succeeds after those failures too. `targets="better"` keeps the
+    same conversations with a nearer target: among the group's executed answers (any turn, untruncated)
+    that scored a higher `reward/total` than the last failed answer and are not one of the failed answers,
+    the nearest to it by the task's `action_value` (ties: the higher total), success or not. A retry is
+    then taught the smallest move that the simulator scored better, a correction of the failed answer,
+    where `group` teaches the right answer whatever the failure was."""
     if targets not in RETRY_TARGETS:
         raise ValueError(f"expert.retry_targets={targets!r}; choose one of {list(RETRY_TARGETS)}")
     rows: dict[int, dict[int, int]] = {}  # trajectory -> turn -> row
@@ -125,12 +131,13 @@ def select_turns(ro: Rollout, words: bool = False, targets: str = "own") -> list
     for (p, k), i in sorted(best.items()):
         ex, t = ro.examples[p], int(ro.owner[i])
         kept.append((conversation(ex, t, k, "") if k > 1 else ex, ro.texts[i]))
-    if targets == "group":
+    if targets in ("group", "better"):
         for p, ex in enumerate(ro.examples):
             found = [i for (q, _), i in best.items() if q == p]
-            if not found:
+            if targets == "group" and not found:
                 continue
-            answer = ro.texts[max(found, key=lambda i: (total(i), -i))]
+            answer = ro.texts[max(found, key=lambda i: (total(i), -i))] if found else ""
+            members = [i for t in range(p * ro.group_size, (p + 1) * ro.group_size) for i in rows[t].values()]
             taught = [(int(ro.owner[i]), k) for (q, k), i in best.items() if q == p and k > 1]
             seen = {tuple(ro.texts[rows[t][j]] for j in range(1, k)) for t, k in taught}
             for t in range(p * ro.group_size, (p + 1) * ro.group_size):
@@ -138,9 +145,33 @@ def select_turns(ro: Rollout, words: bool = False, targets: str = "own") -> list
                     failed = tuple(ro.texts[rows[t][j]] for j in range(1, k))
                     if failed in seen or ok(rows[t][k]) or any(ok(rows[t][j]) for j in range(1, k)):
                         continue
+                    if targets == "better":
+                        answer = _nearer_better(ro, ex.record, members, rows[t][k - 1], set(failed))
+                        if answer is None:
+                            continue
                     seen.add(failed)
                     kept.append((conversation(ex, t, k, f"/{len(seen)}"), answer))
     return kept
+
+
+def _nearer_better(ro: Rollout, record: dict, members: list[int], last: int, failed: set[str]) -> str | None:
+    """`select_turns(targets="better")`: among rows `members` of one prompt, the answer nearest to row
+    `last`'s (by the task's `action_value`) that scored a higher `reward/total`, is untruncated, parses and
+    is not in `failed`; ties to the higher total. None if there is none."""
+    value = task(record["task"]).action_value
+    action = parse(record, ro.texts[last])
+    if action is None:
+        return None
+    score = lambda i: float(ro.terms[i]["reward/total"])  # noqa: E731
+    options = {}
+    for i in members:
+        text = ro.texts[i]
+        if bool(ro.truncated[i]) or text in failed or score(i) <= score(last):
+            continue
+        other = parse(record, text)
+        if other is not None:
+            options[text] = (abs(value(other) - value(action)), -score(i))
+    return min(options, key=options.get) if options else None
 
 
 def round_prompts(n: int, per_round: int, seed: int, round_: int) -> list[int]:
