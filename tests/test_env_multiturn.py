@@ -298,6 +298,7 @@ def test_evaluate_env_reports_success_after_each_turn(answering_policy, push_exa
     env = {k: v for k, v in res.items() if k != "predictions"}
     page = "\n".join(turns_markdown([{"seed": 0, "stages": {"sim": {"env": env}}}]))
     assert "| sim | push | " in page and "greedy, after turn 2" in page and "best-of-2" in page
+    assert "right-way retries" in page
 
 
 def test_correction_summary_scores_the_direction_of_the_second_answer(push_examples):

@@ -182,7 +182,7 @@ def turns_markdown(rows: list[dict]) -> list[str]:
             continue
         first = next(iter(stages.values()))
         ks = [k.split("@")[1] for k in first["greedy"] if k.startswith("success@")]
-        head = ["stage", "task", *(f"greedy, after turn {k}" for k in ks), "calls"]
+        head = ["stage", "task", *(f"greedy, after turn {k}" for k in ks), "calls", "right-way retries"]
         sampled = "sampled" in first
         if sampled:
             head += [*(f"sampled, after turn {k}" for k in ks), "calls", *(f"best-of-{k}" for k in ks)]
@@ -194,6 +194,7 @@ def turns_markdown(rows: list[dict]) -> list[str]:
                     name,
                     *(cell(c["greedy"][f"success@{k}"]) for k in ks),
                     f"{c['greedy']['calls']:.2f}",
+                    _balanced(t.get("corrections", {}).get(name)),
                 ]
                 if sampled:
                     row += [*(cell(c["sampled"][f"success@{k}"]) for k in ks), f"{c['sampled']['calls']:.2f}"]
@@ -205,9 +206,20 @@ def turns_markdown(rows: list[dict]) -> list[str]:
             "",
             "Greedy: 95% Wilson interval over episodes. Sampled trajectories and single-turn best-of-k "
             "(k simulator calls per episode): 95% t interval over episodes. Calls: simulator calls per "
-            "episode (an episode ends at a success or an unparseable answer).",
+            "episode (an episode ends at a success or an unparseable answer). Right-way retries: after a "
+            "greedy first answer that failed, the share of second answers that moved the way the failure "
+            "asks, averaged over the task's failure kinds (`eval.envs.correction_summary`; 0.5 for a policy "
+            "that always moves one way, 0 for one that repeats itself; - where the task declares no "
+            "CORRECTIONS).",
         ]
     return lines
+
+
+def _balanced(c: dict | None) -> str:
+    """A `correction_summary` task block as a cell: balanced share and the failures it was counted on."""
+    if not c or c["balanced"] is None:
+        return "-"
+    return f"{c['balanced']:.2f} (n = {sum(v['n'] for v in c['terms'].values())})"
 
 
 def success_markdown(figures: dict, constant: dict, n_seeds: int) -> list[str]:
