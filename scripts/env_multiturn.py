@@ -72,7 +72,10 @@ def main() -> None:
     ap.add_argument("out")
     ap.add_argument("--stages", default="start,multiturn,single")
     ap.add_argument(
-        "--resume", action="store_true", help="expert: continue OUT/seed<S>/expert from its last round"
+        "--resume",
+        action="store_true",
+        help="expert: continue OUT/seed<S>/expert from its last round (a finished expert stage too, e.g. "
+        "with more expert.rounds); without it a stage already in OUT/summary.json is skipped",
     )
     ap.add_argument("overrides", nargs="*")
     a, rest = ap.parse_known_args()
@@ -101,7 +104,7 @@ def main() -> None:
         c = dataclasses.replace(cfg, seed=seed)
         for stage in stages:
             key = f"seed{seed}/{stage}"
-            if key in summary["runs"]:
+            if key in summary["runs"] and not (a.resume and stage == "expert"):
                 continue
             folder = {"start": "start", "multiturn": "start", "expert": "start", "single": "sim"}[stage]
             src = starts / f"seed{seed}" / folder / "model"
