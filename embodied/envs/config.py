@@ -91,9 +91,9 @@ class EnvConfig:
     on push grid with the tiny policy, 3 seeds (docs/environments.md, "A second look"): from format-only
     starts no policy read the outcome clip; from policies that read push, multi-turn expert iteration beat
     single-turn best-of-2 at the same simulator calls on 2 seeds of 3 (by up to +0.095 on 300 held-out
-    episodes); with `expert.retry_targets=better` the greedy second answer separated from the first on 1 seed
-    of 3 (seed 2: 0.297 -> 0.423). The outcome is in the visual tokens (a linear probe reads it at 0.98-1.00)
-    and a labelled ceiling learns to use it; what training lacks is a signal that teaches every seed to."""
+    episodes); with `expert.retry_targets=better` (8 rounds) every seed beat best-of-2, seeds 0 and 2 read the
+    outcome clip, and the greedy second answer separated from the first on seed 2 (0.350 -> 0.490). The
+    outcome is in the visual tokens (a linear probe reads it at 0.98-1.00)."""
     turn_words: bool = False
     """Multi-turn episodes: also say the previous turn's outcome in words in the next turn's message
     ("The outcome: short." from the failure terms), beside its clip. False: the clip alone carries it."""
