@@ -21,7 +21,6 @@ Writes `OUT/model`, `OUT/metrics.jsonl` and `OUT/targets.json`; evaluate it with
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from pathlib import Path
 
@@ -30,19 +29,21 @@ import torch
 
 from embodied.config import load_config
 from embodied.data.load import Example, load_examples
-from embodied.envs import answer_examples, parse, task
+from embodied.envs import answer_examples, task
+from embodied.envs.core import parse_letter
 from embodied.policy.model import load_policy, save_policy
 from embodied.rl.episodes import again, play
 from embodied.rl.rewards import rewards_for
 from embodied.tasks import LETTERS
 from embodied.train.common import seed_everything
+from embodied.train.expert import round_sft
 from embodied.train.sft import train_sft
 
 
 def correction(record: dict, text: str, terms: dict) -> str | None:
     """The one-step corrected answer to a failed lettered `text`, or None when no option lies that way."""
     grid = record["meta"]["answer_grid"]
-    index = grid.index(next(g for g in grid if np.allclose(g, parse(record, text))))
+    index = parse_letter(text, len(grid))
     for term, (coord, sign) in task(record["task"]).CORRECTIONS.items():
         if terms.get(term, 0.0) < 0:
             values = [np.atleast_1d(g)[coord] for g in grid]
@@ -101,17 +102,7 @@ def main() -> None:
         print(f"played {start + len(chunk)} / {len(examples)}: {counts}", flush=True)
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "targets.json").write_text(json.dumps({"counts": counts, "targets": targets}, indent=1) + "\n")
-    tune = dataclasses.replace(
-        cfg.sft,
-        steps=a.steps,
-        batch_size=cfg.expert.batch_size,
-        lr=a.lr,
-        restart_every=0,
-        eval_every=0,
-        stop_at=0.0,
-        max_seconds=0.0,
-        checkpoint_every=0,
-    )
+    tune = round_sft(cfg.sft, a.steps, cfg.expert.batch_size, a.lr)
     train_sft(
         model, processor, kept, tune, cfg.video, a.out, seed=a.seed, target_fn=lambda rec: targets[rec["id"]]
     )

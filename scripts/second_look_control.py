@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from embodied.data.load import load_examples
-from embodied.envs import answer_examples
+from embodied.data.load import load_records
+from embodied.envs import answer_form, is_interactive
 from embodied.eval.envs import correction_summary
 from embodied.eval.stats import seed_interval
 
@@ -85,8 +85,8 @@ def main() -> None:
     ap.add_argument("--answer", default="grid", help="env.answer the policies were evaluated with")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
-    examples = answer_examples(load_examples(a.root, "test", 2.0, 16)[0], a.answer)
-    result = compare(a.outcome, a.frozen, {e.record["id"]: e.record for e in examples})
+    records = [answer_form(r, a.answer) for r in load_records(a.root, "test") if is_interactive(r)]
+    result = compare(a.outcome, a.frozen, {r["id"]: r for r in records})
     text = json.dumps(result, indent=1)
     if a.out:
         a.out.write_text(text + "\n")

@@ -399,10 +399,30 @@ def test_expert_iteration_over_two_turns_keeps_the_answer_that_worked_after_a_mi
         )
 
 
+def _hand_rollout(examples, rows, clips):
+    """A multi-turn `Rollout` of 2 prompts x 3 trajectories from `(trajectory, turn, text, terms)` rows, for
+    `select_turns`: no token tensors, every row untruncated."""
+    from embodied.rl.rollout import Rollout
+
+    return Rollout(
+        examples=list(examples),
+        batch=None,
+        ids=None,
+        mask=None,
+        temperature=torch.ones(len(rows)),
+        texts=[r[2] for r in rows],
+        terms=[dict(r[3]) for r in rows],
+        rewards=torch.zeros(2, 3),
+        truncated=torch.zeros(len(rows), dtype=torch.bool),
+        owner=torch.tensor([r[0] for r in rows]),
+        turn=torch.tensor([r[1] for r in rows]),
+        clips=clips,
+    )
+
+
 def test_better_retry_targets_teach_the_nearest_answer_that_did_better(push_examples):
     """`expert.retry_targets=better`: after a failed run, the target is the group's answer nearest to the last
     failed one among those the simulator scored higher (success or not), once per distinct run."""
-    from embodied.rl.rollout import Rollout
     from embodied.train.expert import select_turns
 
     a = lambda j: f"<think></think><answer>{j}</answer>"  # noqa: E731
@@ -416,20 +436,7 @@ def test_better_retry_targets_teach_the_nearest_answer_that_did_better(push_exam
         (0, 2, a(0.3), short(0.1)), (1, 2, a(0.8), over(0.0)), (3, 2, a(0.95), over(-0.3)),
         (4, 2, a(0.9), over(-0.2)),
     ]  # fmt: skip
-    ro = Rollout(
-        examples=list(push_examples),
-        batch=None,
-        ids=None,
-        mask=None,
-        temperature=torch.ones(len(rows)),
-        texts=[r[2] for r in rows],
-        terms=[dict(r[3]) for r in rows],
-        rewards=torch.zeros(2, 3),
-        truncated=torch.zeros(len(rows), dtype=torch.bool),
-        owner=torch.tensor([r[0] for r in rows]),
-        turn=torch.tensor([r[1] for r in rows]),
-        clips=[[push_examples[t // 3].clip, push_examples[t // 3].clip] for t in range(6)],
-    )
+    ro = _hand_rollout(push_examples, rows, [[push_examples[t // 3].clip] * 2 for t in range(6)])
     got = [(ex.record["id"], ex.history, text) for ex, text in select_turns(ro, targets="better")]
     # prompt 0: after 0.1 fell short, 0.3 (short, but scored better) is nearer than 0.8 and the success 0.5;
     # trajectory 1 failed with the same 0.1: not taught twice. Prompt 1: nothing scored above 0.9's -0.2.
@@ -441,7 +448,6 @@ def test_better_retry_targets_teach_the_nearest_answer_that_did_better(push_exam
 def test_group_retry_targets_teach_a_retry_from_a_siblings_success(push_examples):
     """`expert.retry_targets=group`: after a run of failed answers that a trajectory did not recover from, the
     group's best success (any turn) is the target, once per distinct run; `own` keeps per-turn successes."""
-    from embodied.rl.rollout import Rollout
     from embodied.train.expert import select_turns
 
     ok = {"reward/success": 1.0, "reward/total": 1.2}
@@ -453,20 +459,8 @@ def test_group_retry_targets_teach_a_retry_from_a_siblings_success(push_examples
     ]  # fmt: skip
     clip = push_examples[0].clip
     outcomes = {t: Clip(np.full_like(clip.frames, t), 2.0) for t in (0, 1, 2, 4)}
-    ro = Rollout(
-        examples=list(push_examples),
-        batch=None,
-        ids=None,
-        mask=None,
-        temperature=torch.ones(len(rows)),
-        texts=[r[2] for r in rows],
-        terms=[dict(r[3]) for r in rows],
-        rewards=torch.zeros(2, 3),
-        truncated=torch.zeros(len(rows), dtype=torch.bool),
-        owner=torch.tensor([r[0] for r in rows]),
-        turn=torch.tensor([r[1] for r in rows]),
-        clips=[[push_examples[t // 3].clip] + ([outcomes[t]] if t in outcomes else []) for t in range(6)],
-    )
+    clips = [[push_examples[t // 3].clip] + ([outcomes[t]] if t in outcomes else []) for t in range(6)]
+    ro = _hand_rollout(push_examples, rows, clips)
     own = select_turns(ro)
     assert [(ex.record["id"], ex.history, text) for ex, text in own] == [
         ("push-3/turn2", (("A", AGAIN),), "C"),

@@ -134,9 +134,7 @@ def select_turns(ro: Rollout, words: bool = False, targets: str = "own") -> list
     if targets in ("group", "better"):
         for p, ex in enumerate(ro.examples):
             found = [i for (q, _), i in best.items() if q == p]
-            if targets == "group" and not found:
-                continue
-            answer = ro.texts[max(found, key=lambda i: (total(i), -i))] if found else ""
+            success = ro.texts[max(found, key=lambda i: (total(i), -i))] if found else None
             members = [i for t in range(p * ro.group_size, (p + 1) * ro.group_size) for i in rows[t].values()]
             taught = [(int(ro.owner[i]), k) for (q, k), i in best.items() if q == p and k > 1]
             seen = {tuple(ro.texts[rows[t][j]] for j in range(1, k)) for t, k in taught}
@@ -145,10 +143,13 @@ def select_turns(ro: Rollout, words: bool = False, targets: str = "own") -> list
                     failed = tuple(ro.texts[rows[t][j]] for j in range(1, k))
                     if failed in seen or ok(rows[t][k]) or any(ok(rows[t][j]) for j in range(1, k)):
                         continue
-                    if targets == "better":
-                        answer = _nearer_better(ro, ex.record, members, rows[t][k - 1], set(failed))
-                        if answer is None:
-                            continue
+                    answer = (
+                        _nearer_better(ro, ex.record, members, rows[t][k - 1], set(failed))
+                        if targets == "better"
+                        else success
+                    )
+                    if answer is None:
+                        continue
                     seen.add(failed)
                     kept.append((conversation(ex, t, k, f"/{len(seen)}"), answer))
     return kept
@@ -172,6 +173,24 @@ def _nearer_better(ro: Rollout, record: dict, members: list[int], last: int, fai
         if other is not None:
             options[text] = (abs(value(other) - value(action)), -score(i))
     return min(options, key=options.get) if options else None
+
+
+def round_sft(sft_cfg, steps: int, batch_size: int, lr: float):
+    """The `SFTConfig` of one fine-tuning pass on selected targets (an expert round): `steps` steps of
+    `batch_size` at peak `lr`, with `sft_cfg`'s warmup, clip, weight decay and vision scale, and no
+    restarts, validation, early stop, time limit or checkpoints of its own."""
+    return dataclasses.replace(
+        sft_cfg,
+        steps=steps,
+        batch_size=batch_size,
+        lr=lr,
+        restart_every=0,
+        eval_every=0,
+        stop_at=0.0,
+        max_seconds=0.0,
+        checkpoint_every=0,
+        log_every=max(1, steps // 5),
+    )
 
 
 def round_prompts(n: int, per_round: int, seed: int, round_: int) -> list[int]:
@@ -242,18 +261,7 @@ def train_expert(
     out_dir = Path(out_dir)
     reward_fn = reward_fn or mcq_rewards()
     log = MetricsLog(out_dir / "metrics.jsonl", "expert")
-    tune = dataclasses.replace(
-        sft_cfg,
-        steps=cfg.sft_steps,
-        batch_size=cfg.batch_size,
-        lr=cfg.lr,
-        restart_every=0,
-        eval_every=0,
-        stop_at=0.0,
-        max_seconds=0.0,
-        checkpoint_every=0,
-        log_every=max(1, cfg.sft_steps // 5),
-    )
+    tune = round_sft(sft_cfg, cfg.sft_steps, cfg.batch_size, cfg.lr)
     # what a round's outcome depends on, besides the policy (sample_batch only groups the sampling)
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("rounds", "sample_batch")}
     settings |= {"seed": seed, "turns": turns, "turn_reward": turn_reward, "words": words}
