@@ -264,6 +264,10 @@ class ExpertConfig:
     """Peak learning rate of each round's fine-tuning (`sft.*` gives the rest: warmup, clip, vision scale)."""
     sample_batch: int = 32
     """Prompts sampled together (each with `samples` answers) in one generate call."""
+    replay: bool = False
+    """false: a round fine-tunes on that round's kept answers only | true: on every training prompt's latest
+    kept answer from this round and every earlier one (a verified answer stays a valid target; the data grow
+    as ReST's do, the steps per round stay `sft_steps`). Single-turn only (`env.turns=1`)."""
 
 
 # --- the commands' own sections: bench and the experiments (they sit above this module) -------------

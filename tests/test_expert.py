@@ -129,9 +129,11 @@ def test_cli_expert_and_grpo_train_on_episodes_scored_by_the_simulator(tmp_path)
     assert [r["step"] for r in read_metrics(tmp_path / "ei" / "metrics.jsonl")] == [1]  # its own rows only
 
 
-def test_expert_resumed_with_more_rounds_reproduces_the_uninterrupted_run(tmp_path):
+@pytest.mark.parametrize("replay", [False, True])
+def test_expert_resumed_with_more_rounds_reproduces_the_uninterrupted_run(tmp_path, replay):
     """One round, then resumed to two, gives the same weights and metrics as two rounds at once: a round
-    depends only on the policy it starts from and on (seed, round)."""
+    depends only on the policy it starts from, on (seed, round) and, with `replay`, on the earlier rounds'
+    kept answers, which the checkpoint carries."""
     import copy
 
     from embodied.rl.rewards import mcq_rewards
@@ -140,7 +142,9 @@ def test_expert_resumed_with_more_rounds_reproduces_the_uninterrupted_run(tmp_pa
 
     model, processor, train, _, video, fmt, _ = format_only_start(tmp_path)
     start = copy.deepcopy(model)
-    cfg = ExpertConfig(rounds=2, prompts_per_round=16, samples=4, sft_steps=5, batch_size=8, lr=1e-3)
+    cfg = ExpertConfig(
+        rounds=2, prompts_per_round=16, samples=4, sft_steps=5, batch_size=8, lr=1e-3, replay=replay
+    )
     run = lambda m, c, d, resume="": train_expert(  # noqa: E731
         m, processor, train, c, fmt, video, tmp_path / d, 3, False, mcq_rewards(), resume=resume
     )
@@ -152,6 +156,15 @@ def test_expert_resumed_with_more_rounds_reproduces_the_uninterrupted_run(tmp_pa
     rows = [read_metrics(tmp_path / d / "metrics.jsonl") for d in ("whole", "resumed")]
     untimed = [[{k: v for k, v in r.items() if not k.startswith("time/")} for r in rs] for rs in rows]
     assert untimed[0] == untimed[1] and len(untimed[0]) == 2 and rows[0][1]["expert/kept"] > 0
+    if replay:  # the tuned set holds every prompt kept so far: round 2's plus round 1's others
+        first, second = (round(r["expert/kept"] * 16) for r in rows[0])
+        replayed = [r["expert/replayed"] for r in rows[0]]
+        assert replayed[0] == first and max(first, second) <= replayed[1] <= first + second
+        assert replayed[1] > second  # the two rounds' prompts differ, so some earlier answers stay
+        with pytest.raises(ValueError, match="expert.replay"):
+            train_expert(model, processor, train, cfg, fmt, video, tmp_path / "mt", 3, False, turns=2)
+    else:
+        assert "expert/replayed" not in rows[0][0]
     moved = sum(
         not torch.equal(a, b) for a, b in zip(model.state_dict().values(), start.state_dict().values())
     )

@@ -11,11 +11,15 @@ MuJoCo executes every sampled answer and the physical outcome decides which one 
 3. fine-tune the current policy for `sft_steps` steps on the kept (prompt, answer) pairs (`train.sft`, a fresh
    optimizer per round; the answer text is the target).
 
-A round depends only on the policy it starts from and on (run seed, round): its prompts, samples and
-fine-tuning are seeded by them, and nothing else carries over. So the checkpoint written after each round
-(`out_dir/checkpoints/expert/step-<round>`: weights, counters and the `expert:` settings) is all a resumed run
-needs, and a run resumed with more `expert.rounds` continues the shorter run as if it had been asked for more
-from the start.
+With `replay=true`, step 3 fine-tunes on every prompt's latest kept answer so far, from this round and the
+earlier ones (each was verified by the reward, so it stays a valid target): the data grow round by round, as
+ReST's do, at the same `sft_steps` per round.
+
+A round depends only on the policy it starts from, on (run seed, round) and, with `replay`, on the kept
+answers of earlier rounds: its prompts, samples and fine-tuning are seeded by them. So the checkpoint written
+after each round (`out_dir/checkpoints/expert/step-<round>`: weights, counters with the replayed answers, and
+the `expert:` settings) is all a resumed run needs, and a run resumed with more `expert.rounds` continues the
+shorter run as if it had been asked for more from the start.
 
 Unlike GRPO, nothing is learned from the answers that lost, and no reference policy or KL term is involved.
 The answers scored in all are `rounds * prompts_per_round * samples`, which is how it is compared with GRPO at
@@ -55,6 +59,7 @@ LATER_SETTINGS = {
     "retry_temperature": 0.0,
     "retry_min_p": 0.0,
     "turn_clip": "outcome",
+    "replay": False,
 }
 """Expert settings added after checkpoints were first written, with the value older runs used."""
 
@@ -256,6 +261,10 @@ def train_expert(
         raise ValueError(
             f"expert.retry_targets={cfg.retry_targets!r} sets the targets of later turns: set env.turns > 1"
         )
+    if cfg.replay and turns > 1:
+        raise ValueError(
+            f"expert.replay keeps single-turn targets, env.turns={turns}: set expert.replay=false or env.turns=1"
+        )
     if not train:
         raise ValueError("expert iteration: no training prompts")
     out_dir = Path(out_dir)
@@ -268,6 +277,8 @@ def train_expert(
     settings |= {"retry_temperature": float(retry_temperature), "retry_min_p": float(retry_min_p)}
     settings |= {"turn_clip": turn_clip}
     ckpt_dir, first, scored, kept_total, before = out_dir / "checkpoints" / "expert", 1, 0, 0, 0.0
+    by_id = {ex.record["id"]: ex for ex in train} if cfg.replay else {}
+    replayed: dict[str, str] = {}  # replay: prompt id -> its latest kept answer, in the order first kept
     if path := resolve_resume(resume, ckpt_dir):
         saved = load_checkpoint(path, model)
         # a setting added after the checkpoint was written had its default value then
@@ -279,6 +290,12 @@ def train_expert(
                 "with the same expert.* (only expert.rounds may change), or start fresh without resume"
             )
         scored, kept_total, before = saved["scored"], saved["kept"], saved["elapsed"]
+        replayed = dict(saved.get("replay", {}))
+        if missing := [i for i in replayed if i not in by_id]:
+            raise ValueError(
+                f"checkpoint {path} replays answers to {len(missing)} prompts not in this training set "
+                f"(e.g. {missing[0]!r}): resume on the same data, or start fresh without resume"
+            )
         first = saved["step"] + 1
         log.truncate(saved["step"])
         print(f"resuming expert iteration from {path} (round {saved['step']})")
@@ -321,17 +338,21 @@ def train_expert(
                 targets[ex.record["id"]] = text
         t_sample = time.perf_counter() - t0
         t1 = time.perf_counter()
-        if kept:  # nothing verified this round: the policy is left as it is
+        tune_on, tune_targets = kept, targets
+        if cfg.replay:  # this round's answers replace a prompt's earlier one; the others stay
+            replayed.update(targets)
+            tune_on, tune_targets = [by_id[i] for i in replayed], dict(replayed)
+        if tune_on:  # nothing verified yet: the policy is left as it is
             train_sft(
                 model,
                 processor,
-                kept,
+                tune_on,
                 tune,
                 video,
                 out_dir / "rounds" / str(r),
                 seed=seed * 1000 + r,
                 progress=False,
-                target_fn=lambda rec, kept_text=targets: kept_text[rec["id"]],
+                target_fn=lambda rec, kept_text=tune_targets: kept_text[rec["id"]],
             )
         model.eval()
         kept_total += len(kept)
@@ -345,6 +366,8 @@ def train_expert(
         }
         if successes:
             metrics["reward/success"] = float(np.mean(successes))
+        if cfg.replay:
+            metrics["expert/replayed"] = len(replayed)
         for name, parts in turn_stats.items():  # multi-turn: turns/success@k etc., weighted by prompts
             metrics[name] = sum(v * n for v, n in parts) / sum(n for _, n in parts)
         if turns > 1:
@@ -357,6 +380,8 @@ def train_expert(
             "elapsed": metrics["time/elapsed"],
             "expert": settings,
         }
+        if cfg.replay:
+            counters["replay"] = replayed
         # no optimizer state: each round's fine-tuning starts a fresh one
         save_checkpoint(
             ckpt_dir, r, model, None, None, counters, config_yaml, sft_cfg.keep_checkpoints, optim_state={}
