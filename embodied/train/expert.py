@@ -263,7 +263,8 @@ def train_expert(
         )
     if cfg.replay and turns > 1:
         raise ValueError(
-            f"expert.replay keeps single-turn targets, env.turns={turns}: set expert.replay=false or env.turns=1"
+            f"expert.replay keeps single-turn targets, env.turns={turns}: "
+            "set expert.replay=false or env.turns=1"
         )
     if not train:
         raise ValueError("expert iteration: no training prompts")
