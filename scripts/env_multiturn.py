@@ -16,6 +16,8 @@ episodes). STARTS'
 policy asked twice). `--stages expert` runs multi-turn expert iteration (`expert:`,
 `train.expert.select_turns`) from the start instead of GRPO. `--stages start` on a STARTS folder whose
 `seed<S>/start/model` links to trained policies evaluates them (e.g. on a larger held-out set: `env.root`).
+With `env.turns=1` the stages train and evaluate single-turn (greedy success is `success@1`; e.g. `--stages
+expert` measures an `expert.*` setting from the same starts).
 Writes `OUT/seed<S>/<stage>/` (metrics, model, predictions) and `OUT/summary.json`.
 """
 
@@ -63,6 +65,8 @@ def evaluate(model, processor, test, cfg) -> dict:
         turn_clip=cfg.env.turn_clip,
     )
     res["eval_s"] = round(time.perf_counter() - t, 1)
+    if "turns" not in res:  # env.turns=1 (single-turn expert or GRPO): the greedy success is turn 1's
+        res["turns"] = {"greedy": {"success@1": {"rate": res["success"], "ci95": res["ci95"]}, "calls": 1.0}}
     return res
 
 
