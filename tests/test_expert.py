@@ -163,6 +163,12 @@ def test_expert_resumed_with_more_rounds_reproduces_the_uninterrupted_run(tmp_pa
         assert replayed[1] > second  # the two rounds' prompts differ, so some earlier answers stay
         with pytest.raises(ValueError, match="expert.replay"):
             train_expert(model, processor, train, cfg, fmt, video, tmp_path / "mt", 3, False, turns=2)
+        three = dataclasses.replace(cfg, rounds=3)  # resumed on one prompt: the replayed others are missing
+        with pytest.raises(ValueError, match="not in this training set"):
+            train_expert(
+                copy.deepcopy(start), processor, train[:1], three, fmt, video, tmp_path / "resumed", 3, False,
+                mcq_rewards(), resume="auto",
+            )  # fmt: skip
     else:
         assert "expert/replayed" not in rows[0][0]
     moved = sum(
