@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from embodied.data.episodes import generate_episodes, matches
-from embodied.data.load import load_examples
+from embodied.data.load import Example, load_examples
 from embodied.envs import push
 from embodied.envs.config import EnvConfig
 from embodied.eval.envs import evaluate_env, rollout_video
@@ -259,3 +259,21 @@ def test_embodied_eval_on_episodes_runs_the_simulator(tmp_path):
     assert "best-of-2" in (tmp_path / "run" / "eval_test.md").read_text()
     with pytest.raises(ValueError, match="interactive episodes"):
         eval_cmd(load_config(None, over + ["eval.baseline=blind"]), progress=False)
+
+
+def test_mixed_arm_pairs_as_many_mcqs_as_episodes_and_keeps_every_task():
+    from embodied.experiments.env_feedback import _train_set
+
+    def ex(**record):
+        return Example(record, None)
+
+    mcq = [ex(id=f"q{i}", family="arrow_of_time") for i in range(10)]
+    env = [ex(id=f"{t}{i}", task=t) for t in ("carry", "place", "push") for i in range(20)]  # task by task
+    data = {"mcq_train": mcq, "env_train": env}
+    mixed = _train_set("mixed", data, seed=0)
+    episodes = [e.record["task"] for e in mixed if "task" in e.record]
+    assert len(mixed) == 20 and len(episodes) == 10  # half questions, half episodes
+    assert set(episodes) == {"carry", "place", "push"}  # not the first 10 episodes (all carry)
+    assert [e.record["id"] for e in _train_set("mixed", data, seed=0)] == [e.record["id"] for e in mixed]
+    few = {"mcq_train": mcq, "env_train": env[:6]}  # fewer episodes than MCQs: every episode, in order
+    assert [e.record["id"] for e in _train_set("mixed", few, seed=1)][6:] == [e.record["id"] for e in env[:6]]

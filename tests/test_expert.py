@@ -12,7 +12,7 @@ import torch
 from embodied.config import ExpertConfig, SFTConfig
 from embodied.data.load import Example
 from embodied.rl.rollout import Rollout
-from embodied.train.expert import answers_scored, round_prompts, select, train_expert
+from embodied.train.expert import answers_scored, round_prompts, select, task_successes, train_expert
 from embodied.video import VideoConfig
 
 
@@ -49,6 +49,16 @@ def test_select_keeps_the_best_verified_untruncated_answer():
     assert select(ro, "best") == [1, None, 9, 13]
     with pytest.raises(ValueError, match="expert.keep"):
         select(ro, "all")
+
+
+def test_task_successes_name_each_row_by_its_prompt_task():
+    ro = _rollout(rewards=[[1.0, 0.0], [0.0, 1.0]], success=[[1, 0], [0, 1]], truncated=[[False] * 2] * 2)
+    ro.examples = [Example({"id": "a", "task": "push"}, None), Example({"id": "b", "family": "arrow"}, None)]
+    assert task_successes(ro) == [("push", 1.0), ("push", 0.0), ("arrow", 0.0), ("arrow", 1.0)]
+    # multi-turn: turn 2's rows (after the 4 first-turn rows) belong to trajectories 1 and 2 (`owner`)
+    ro.terms = ro.terms + [{"reward/success": 1.0}, {"reward/success": 0.0}, {"reward/total": 0.0}]
+    ro.owner = torch.tensor([0, 1, 2, 3, 1, 2, 3])
+    assert task_successes(ro)[4:] == [("push", 1.0), ("arrow", 0.0)]  # a row without success is left out
 
 
 def test_round_prompts_are_seeded_and_cover_the_set():

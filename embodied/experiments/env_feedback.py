@@ -96,9 +96,12 @@ def _train_set(arm: str, data: dict, seed: int) -> list:
         return data["env_train"]
     if arm == "mixed":  # as many MCQs as episodes, so a step draws half of each on average
         rng = np.random.default_rng([seed, 7])
-        n = min(len(data["mcq_train"]), len(data["env_train"]))
-        pick = rng.choice(len(data["mcq_train"]), size=n, replace=False)
-        return [data["mcq_train"][i] for i in pick] + list(data["env_train"][:n])
+        mcq, env = data["mcq_train"], data["env_train"]
+        n = min(len(mcq), len(env))
+        pick = rng.choice(len(mcq), size=n, replace=False)
+        if n < len(env):  # more episodes than MCQs: a random n of them, so every task keeps its share
+            env = [env[i] for i in sorted(rng.choice(len(env), size=n, replace=False))]
+        return [mcq[i] for i in pick] + list(env)
     raise ValueError(f"env.feedback.arms: unknown arm {arm!r}; choose from {ARMS}")
 
 

@@ -79,6 +79,20 @@ def _has_success(terms: dict[str, float]) -> bool:
     return "reward/success" in terms or "reward/accuracy" in terms
 
 
+def task_successes(ro: Rollout) -> list[tuple[str, float]]:
+    """Per scored row of `ro` that says whether it succeeded, its prompt's task (`record["task"]`, an MCQ's
+    `family`) and 1.0 / 0.0: the training success per task that `expert/success_<task>` logs, so a round on
+    several tasks shows which one moves. A multi-turn row is its trajectory's prompt's (`ro.owner`)."""
+    G = ro.group_size
+    owners = ro.owner.tolist() if ro.owner is not None else range(len(ro.terms))
+    out = []
+    for row, owner in enumerate(owners):
+        if _has_success(ro.terms[row]):
+            record = ro.examples[owner // G].record
+            out.append((record.get("task") or record.get("family", "mcq"), float(succeeded(ro.terms[row]))))
+    return out
+
+
 def select(ro: Rollout, keep: str) -> list[int | None]:
     """Per prompt of `ro`, the row of the answer to keep, or None: the highest `reward/total` among its
     untruncated answers that succeeded (`keep="success"`), or among all its untruncated answers when their
@@ -310,7 +324,7 @@ def train_expert(
         idx = round_prompts(len(train), cfg.prompts_per_round, seed, r)
         kept: list[Example] = []
         targets: dict[str, str] = {}
-        rewards, successes, turn_stats = [], [], {}
+        rewards, successes, turn_stats, by_task = [], [], {}, {}
         for start in range(0, len(idx), cfg.sample_batch):
             chunk = idx[start : start + cfg.sample_batch]
             examples, seeds = [train[i] for i in chunk], [sampling_seed(seed, r, i) for i in chunk]
@@ -334,6 +348,8 @@ def train_expert(
             scored += len(ro.texts)
             rewards += ro.rewards.flatten().tolist()
             successes += [float(succeeded(t)) for t in ro.terms if _has_success(t)]
+            for name, ok in task_successes(ro):
+                by_task.setdefault(name, []).append(ok)
             for ex, text in chosen:
                 kept.append(ex)
                 targets[ex.record["id"]] = text
@@ -367,6 +383,8 @@ def train_expert(
         }
         if successes:
             metrics["reward/success"] = float(np.mean(successes))
+        if len(by_task) > 1:  # several tasks in the pool: each one's share of sampled answers that succeeded
+            metrics |= {f"expert/success_{name}": float(np.mean(v)) for name, v in sorted(by_task.items())}
         if cfg.replay:
             metrics["expert/replayed"] = len(replayed)
         for name, parts in turn_stats.items():  # multi-turn: turns/success@k etc., weighted by prompts
