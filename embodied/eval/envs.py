@@ -42,6 +42,13 @@ from embodied.tasks import LETTERS, parse_answer
 
 
 @torch.no_grad()
+def turn_settings(env) -> dict:
+    """The multi-turn keywords of :func:`evaluate_env` as set in an `EnvConfig` (`env.turns`, ...): one place
+    for every caller that evaluates with the run's turn settings."""
+    return {"turns": env.turns, "turn_reward": env.turn_reward, "turn_words": env.turn_words,
+            "turn_clip": env.turn_clip}  # fmt: skip
+
+
 def evaluate_env(
     model,
     processor,

@@ -40,7 +40,7 @@ from embodied.data.build import ensure_dataset
 from embodied.data.episodes import generate_episodes, matches
 from embodied.data.load import load_examples
 from embodied.envs import answer_examples
-from embodied.eval.envs import best_constant, evaluate_env, rollout_video
+from embodied.eval.envs import best_constant, evaluate_env, rollout_video, turn_settings
 from embodied.eval.loop import evaluate_free
 from embodied.experiments.env_report import write_env_report
 from embodied.experiments.reuse import process_data, provenance, reuse_or_run, run_jobs
@@ -128,10 +128,7 @@ def evaluate_stage(model, processor, data: dict, cfg, test_time: bool) -> dict:
         samples=samples,
         k=ks,
         seed=cfg.seed,
-        turns=cfg.env.turns,
-        turn_reward=cfg.env.turn_reward,
-        turn_words=cfg.env.turn_words,
-        turn_clip=cfg.env.turn_clip,
+        **turn_settings(cfg.env),
     )
     return result
 
