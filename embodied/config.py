@@ -268,6 +268,11 @@ class ExpertConfig:
     """false: a round fine-tunes on that round's kept answers only | true: on every training prompt's latest
     kept answer from this round and every earlier one (a verified answer stays a valid target; the data grow
     as ReST's do, the steps per round stay `sft_steps`). Single-turn only (`env.turns=1`)."""
+    balance: str = "none"
+    """none: a round fine-tunes on its kept answers as they come | failures: on `sft_steps * batch_size`
+    examples drawn from them so that each task's share follows its share of the round's failed samples
+    (plus 0.1): on a pool of several tasks, one the policy has solved does not crowd out one it has not
+    (`train.expert.balanced`, logged as `expert/tuned_<task>`)."""
 
 
 # --- the commands' own sections: bench and the experiments (they sit above this module) -------------

@@ -78,7 +78,8 @@ def test_env_feedback_experiment_end_to_end(tmp_path):
         f"env.root={tmp_path}/env", "env.n_train=6", "env.n_test=4", "env.feedback.seeds=[0,1]",
         "env.feedback.eval_mcq=20", "env.feedback.benchmark_n_test=16", "env.feedback.test_time_samples=2",
         "env.feedback.test_time_k=[1,2]", "expert.rounds=1", "expert.prompts_per_round=4", "expert.samples=2",
-        "expert.sft_steps=2", "expert.batch_size=4",
+        "expert.sft_steps=2", "expert.batch_size=4", "env.workers=0",
+        "env.feedback.arms=[mcq,sim,mixed,expert]",
     ]  # fmt: skip
     cfg = load_config("configs/experiment_env_feedback.yaml", overrides)
     cfg.env.feedback.benchmark = str(tmp_path / "bench.yaml")

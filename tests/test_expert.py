@@ -12,7 +12,14 @@ import torch
 from embodied.config import ExpertConfig, SFTConfig
 from embodied.data.load import Example
 from embodied.rl.rollout import Rollout
-from embodied.train.expert import answers_scored, round_prompts, select, task_successes, train_expert
+from embodied.train.expert import (
+    answers_scored,
+    balanced,
+    round_prompts,
+    select,
+    task_successes,
+    train_expert,
+)
 from embodied.video import VideoConfig
 
 
@@ -59,6 +66,21 @@ def test_task_successes_name_each_row_by_its_prompt_task():
     ro.terms = ro.terms + [{"reward/success": 1.0}, {"reward/success": 0.0}, {"reward/total": 0.0}]
     ro.owner = torch.tensor([0, 1, 2, 3, 1, 2, 3])
     assert task_successes(ro)[4:] == [("push", 1.0), ("arrow", 0.0)]  # a row without success is left out
+
+
+def test_balanced_fine_tuning_follows_each_task_s_failures():
+    pool = [Example({"id": f"p{i}", "task": "place"}, None) for i in range(30)]
+    pool += [Example({"id": f"u{i}", "task": "push"}, None) for i in range(5)]
+    success = {"place": [1.0] * 8, "push": [0.0] * 6 + [1.0] * 2}  # push fails 3 times in 4: weight 0.85
+    out = balanced(pool, success, 95, seed=3)
+    names = [e.record["task"] for e in out]
+    assert len(out) == 95 and names.count("push") == 85 and names.count("place") == 10  # 0.85 : 0.1
+    pushes = [e.record["id"] for e in out if e.record["task"] == "push"]
+    assert sorted(pushes[:5]) == [f"u{i}" for i in range(5)]  # a whole pass before any repeats
+    assert [e.record["id"] for e in balanced(pool, success, 95, seed=3)] == [e.record["id"] for e in out]
+    assert balanced(pool[:30], success, 7, seed=0) == pool[:30]  # one task: as it is
+    with pytest.raises(ValueError, match="expert.balance"):
+        train_expert(None, None, [None], ExpertConfig(balance="tasks"), SFTConfig(), VideoConfig(), "unused")
 
 
 def test_round_prompts_are_seeded_and_cover_the_set():

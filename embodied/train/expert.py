@@ -54,7 +54,12 @@ from embodied.video import VideoConfig
 
 KEEP = ("success", "best")
 RETRY_TARGETS = ("own", "group", "better")
+BALANCE = ("none", "failures")
+BALANCE_FLOOR = 0.1
+"""`expert.balance=failures`: a task's weight is its share of failed samples this round plus this floor, so a
+task the policy has solved keeps a little of every round's fine-tuning."""
 LATER_SETTINGS = {
+    "balance": "none",
     "retry_targets": "own",
     "retry_temperature": 0.0,
     "retry_min_p": 0.0,
@@ -79,6 +84,31 @@ def _has_success(terms: dict[str, float]) -> bool:
     return "reward/success" in terms or "reward/accuracy" in terms
 
 
+def task_name(record: dict) -> str:
+    """What `expert/success_<task>` and `expert.balance` group by: an episode's task, an MCQ's family."""
+    return record.get("task") or record.get("family", "mcq")
+
+
+def balanced(examples: Sequence[Example], success: dict[str, list[float]], size: int, seed: int) -> list:
+    """`expert.balance=failures`: `size` fine-tuning examples drawn from `examples` so that each task's share
+    is proportional to its share of this round's samples that failed (`success`: task -> 0/1 per sampled
+    answer; a task not sampled this round counts as solved), plus `BALANCE_FLOOR`. A task's examples are
+    drawn in shuffled passes (every one before any repeats), seeded by `seed`. One task: `examples` as
+    they are."""
+    groups: dict[str, list] = {}
+    for ex in examples:
+        groups.setdefault(task_name(ex.record), []).append(ex)
+    if len(groups) < 2:
+        return list(examples)
+    weight = {t: 1.0 - float(np.mean(success.get(t) or [1.0])) + BALANCE_FLOOR for t in groups}
+    total, rng, out = sum(weight.values()), np.random.default_rng(seed), []
+    for t in sorted(groups):
+        n, group = max(1, round(size * weight[t] / total)), groups[t]
+        passes = np.concatenate([rng.permutation(len(group)) for _ in range(-(-n // len(group)))])
+        out += [group[i] for i in passes[:n]]
+    return out
+
+
 def task_successes(ro: Rollout) -> list[tuple[str, float]]:
     """Per scored row of `ro` that says whether it succeeded, its prompt's task (`record["task"]`, an MCQ's
     `family`) and 1.0 / 0.0: the training success per task that `expert/success_<task>` logs, so a round on
@@ -88,8 +118,7 @@ def task_successes(ro: Rollout) -> list[tuple[str, float]]:
     out = []
     for row, owner in enumerate(owners):
         if _has_success(ro.terms[row]):
-            record = ro.examples[owner // G].record
-            out.append((record.get("task") or record.get("family", "mcq"), float(succeeded(ro.terms[row]))))
+            out.append((task_name(ro.examples[owner // G].record), float(succeeded(ro.terms[row]))))
     return out
 
 
@@ -269,6 +298,8 @@ def train_expert(
         )
     if cfg.keep not in KEEP:
         raise ValueError(f"expert.keep={cfg.keep!r}; choose one of {list(KEEP)}")
+    if cfg.balance not in BALANCE:
+        raise ValueError(f"expert.balance={cfg.balance!r}; choose one of {list(BALANCE)}")
     if cfg.retry_targets not in RETRY_TARGETS:
         raise ValueError(f"expert.retry_targets={cfg.retry_targets!r}; choose one of {list(RETRY_TARGETS)}")
     if cfg.retry_targets != "own" and turns < 2:
@@ -359,6 +390,8 @@ def train_expert(
         if cfg.replay:  # this round's answers replace a prompt's earlier one; the others stay
             replayed.update(targets)
             tune_on, tune_targets = [by_id[i] for i in replayed], dict(replayed)
+        if cfg.balance == "failures" and tune_on:
+            tune_on = balanced(tune_on, by_task, cfg.sft_steps * cfg.batch_size, seed * 1000 + r)
         if tune_on:  # nothing verified yet: the policy is left as it is
             train_sft(
                 model,
@@ -385,6 +418,9 @@ def train_expert(
             metrics["reward/success"] = float(np.mean(successes))
         if len(by_task) > 1:  # several tasks in the pool: each one's share of sampled answers that succeeded
             metrics |= {f"expert/success_{name}": float(np.mean(v)) for name, v in sorted(by_task.items())}
+        if cfg.balance != "none" and tune_on:  # the share of each task in the round's fine-tuning examples
+            names = [task_name(ex.record) for ex in tune_on]
+            metrics |= {f"expert/tuned_{t}": names.count(t) / len(names) for t in sorted(set(names))}
         if cfg.replay:
             metrics["expert/replayed"] = len(replayed)
         for name, parts in turn_stats.items():  # multi-turn: turns/success@k etc., weighted by prompts
