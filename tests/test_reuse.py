@@ -4,6 +4,7 @@ match: `embodied.experiments.reuse`."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from embodied.experiments.reuse import (
     folder_weights_hash,
     provenance,
     reuse_or_run,
+    run_jobs,
     source_hash,
     weights_hash,
 )
@@ -127,3 +129,31 @@ def test_the_code_hash_is_the_python_source_only(tmp_path: Path):
     (pkg / "rl" / "rewards.py").rename(pkg / "rl" / "losses.py")
     assert source_hash(pkg) != before
     assert code_hash() == code_hash() and len(code_hash()) == 16  # computed once per process
+
+
+def _mark(folder: str, name: str, need: str | None, seconds: float) -> tuple[str, bool]:
+    """A job for `run_jobs`: whether its need's mark was there when it started; then it leaves its own."""
+    ready = need is None or (Path(folder) / need).exists()
+    time.sleep(seconds)
+    (Path(folder) / name).write_text("done")
+    return name, ready
+
+
+def test_run_jobs_starts_a_job_only_after_its_need(tmp_path: Path):
+    d = str(tmp_path)
+    # "slow" holds a worker; "quick" finishes first, so "after_quick" may start before "slow" ends, and
+    # "after_slow", listed before it, must still wait for "slow"
+    jobs = [
+        (d, "slow", None, 1.5),
+        (d, "quick", None, 0.1),
+        (d, "after_slow", "slow", 0),
+        (d, "after_quick", "quick", 0),
+    ]
+    needs = [None, None, 0, 1]
+    out = run_jobs(_mark, jobs, 2, needs=needs)
+    assert out == [("slow", True), ("quick", True), ("after_slow", True), ("after_quick", True)]
+    for f in tmp_path.iterdir():
+        f.unlink()
+    assert run_jobs(_mark, jobs, 1, needs=needs) == out  # in order, here
+    with pytest.raises(ValueError, match="earlier job"):
+        run_jobs(_mark, jobs, 2, needs=[None, None, 3, 1])

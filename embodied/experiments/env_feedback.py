@@ -255,9 +255,20 @@ def run_stage(
     )
 
 
-def _run_all(cfg, out: Path, data: dict, jobs: list[tuple[int, str]], progress: bool) -> list[dict]:
+LONGEST_FIRST = ("expert", "sim", "mixed", "mcq")
+"""The arms by their training seconds in the shipped config, longest first: the order workers take them."""
+
+
+def _run_all(cfg, out: Path, data: dict, progress: bool) -> dict[tuple[int, str], dict]:
+    """Every seed's start and arms, `(seed, stage) -> result`, in `env.feedback.workers` processes. A seed's
+    arms start as soon as its start is done, the longest arms first (`LONGEST_FIRST`), so no worker waits for
+    another seed's start and the long arms do not come last."""
+    fb = cfg.env.feedback
+    jobs = [(seed, "start") for seed in fb.seeds]
+    jobs += [(seed, arm) for arm in sorted(fb.arms, key=LONGEST_FIRST.index) for seed in fb.seeds]
+    needs = [None if stage == "start" else fb.seeds.index(seed) for seed, stage in jobs]
     args = [(cfg, out, seed, stage) for seed, stage in jobs]
-    return run_jobs(run_stage, args, cfg.env.feedback.workers, (progress, data))
+    return dict(zip(jobs, run_jobs(run_stage, args, fb.workers, (progress, data), needs)))
 
 
 def _best_constant(cfg, data: dict, progress: bool) -> dict:
@@ -285,12 +296,10 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
     check_env_turns(cfg.env)
     data = _load_data(cfg, progress)
     constant = _best_constant(cfg, data, progress)
-    starts = _run_all(cfg, out, data, [(seed, "start") for seed in fb.seeds], progress)
-    jobs = [(seed, arm) for seed in fb.seeds for arm in fb.arms]
-    arms = iter(_run_all(cfg, out, data, jobs, progress))
+    results = _run_all(cfg, out, data, progress)
     rows = []
-    for seed, start in zip(fb.seeds, starts):
-        stages = {"start": start} | {arm: next(arms) for arm in fb.arms}
+    for seed in fb.seeds:
+        stages = {stage: results[(seed, stage)] for stage in ("start", *fb.arms)}
         rows.append(
             {
                 "seed": seed,

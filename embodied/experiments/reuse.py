@@ -12,7 +12,8 @@ import functools
 import hashlib
 import json
 import multiprocessing as mp
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -149,10 +150,37 @@ def process_data(key: dict, load: Callable[[], dict], threads: int) -> dict:
     return _DATA[name]
 
 
-def run_jobs(func: Callable, jobs: list[tuple], workers: int, serial: tuple = ()) -> list:
+def run_jobs(
+    func: Callable,
+    jobs: list[tuple],
+    workers: int,
+    serial: tuple = (),
+    needs: Sequence[int | None] | None = None,
+) -> list:
     """`func(*job)` for every job, in `workers` fresh processes when more than one (spawned: torch and GL
-    state do not survive fork), else here as `func(*job, *serial)`; results in the order of `jobs`."""
-    if workers > 1 and len(jobs) > 1:
+    state do not survive fork), else here as `func(*job, *serial)`; results in the order of `jobs`.
+
+    `needs[i]`, when given, is the index of an earlier job that must finish before job `i` starts (None: no
+    need), e.g. an arm and its seed's start. Whenever a worker is free it takes the first job in `jobs` whose
+    need is done, so list the jobs in priority order: the ones others need, then the longest. A job's need
+    finishing unblocks it at once, so no worker waits for a whole stage of jobs."""
+    if needs is not None and any(n is not None and not 0 <= n < i for i, n in enumerate(needs)):
+        raise ValueError(f"run_jobs: each need must be an earlier job's index, got {list(needs)}")
+    if workers <= 1 or len(jobs) <= 1:
+        return [func(*job, *serial) for job in jobs]  # in order: every need comes first
+    if needs is None:
         with mp.get_context("spawn").Pool(min(workers, len(jobs))) as pool:
             return pool.starmap(func, jobs, chunksize=1)  # jobs differ in length: hand them out one by one
-    return [func(*job, *serial) for job in jobs]
+    results: list = [None] * len(jobs)
+    waiting, done, running = list(range(len(jobs))), set(), {}
+    with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as pool:
+        while waiting or running:
+            for i in [i for i in waiting if needs[i] is None or needs[i] in done][: workers - len(running)]:
+                running[pool.submit(func, *jobs[i])] = i
+                waiting.remove(i)
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                i = running.pop(future)
+                results[i] = future.result()
+                done.add(i)
+    return results
