@@ -41,7 +41,6 @@ from embodied.rl.rollout import sampling_seed
 from embodied.tasks import LETTERS, parse_answer
 
 
-@torch.no_grad()
 def turn_settings(env) -> dict:
     """The multi-turn keywords of :func:`evaluate_env` as set in an `EnvConfig` (`env.turns`, ...): one place
     for every caller that evaluates with the run's turn settings."""
@@ -49,6 +48,7 @@ def turn_settings(env) -> dict:
             "turn_clip": env.turn_clip}  # fmt: skip
 
 
+@torch.no_grad()
 def evaluate_env(
     model,
     processor,

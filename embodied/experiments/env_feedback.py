@@ -190,9 +190,8 @@ def run_arm(cfg, data: dict, out: Path, arm: str, progress: bool) -> dict:
     else:
         grpo = dataclasses.replace(cfg.grpo, checkpoint_every=0)
         env = cfg.env  # env.turns: multi-turn episodes
-        turns = {"turns": env.turns, "turn_reward": env.turn_reward, "turn_words": env.turn_words}
-        turns |= {"retry_temperature": env.retry_temperature, "retry_min_p": env.retry_min_p}
-        turns |= {"turn_clip": env.turn_clip}
+        turns = turn_settings(env) | {"retry_temperature": env.retry_temperature}
+        turns |= {"retry_min_p": env.retry_min_p}
         reward = rewards_for(cfg)
         train_grpo(model, processor, train, grpo, cfg.video, arm_dir, (), cfg.seed, progress, reward, **turns)
         answers = cfg.grpo.steps * cfg.grpo.prompts_per_step * cfg.grpo.group_size

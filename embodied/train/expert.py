@@ -378,8 +378,8 @@ def train_expert(
                 ]
             scored += len(ro.texts)
             rewards += ro.rewards.flatten().tolist()
-            successes += [float(succeeded(t)) for t in ro.terms if _has_success(t)]
-            for name, ok in task_successes(ro):
+            for name, ok in task_successes(ro):  # the same rows `reward/success` averages over
+                successes.append(ok)
                 by_task.setdefault(name, []).append(ok)
             for ex, text in chosen:
                 kept.append(ex)
