@@ -345,7 +345,7 @@ def test_expert_iteration_over_two_turns_keeps_the_answer_that_worked_after_a_mi
     import copy
 
     from embodied.config import ExpertConfig, SFTConfig
-    from embodied.train.expert import select_turns, train_expert
+    from embodied.train.expert import _prompt_id, select_turns, train_expert
     from embodied.train.metrics import read_metrics
     from embodied.train.sft import train_sft
 
@@ -389,6 +389,10 @@ def test_expert_iteration_over_two_turns_keeps_the_answer_that_worked_after_a_mi
     [row] = read_metrics(tmp_path / "ei" / "metrics.jsonl")
     assert info["answers_scored"] == row["expert/answers_scored"] >= 4
     assert "turns/success@2" in row and "expert/kept_turn2" in row
+    # kept: the share of prompts with any kept answer; kept_examples: every turn's examples per prompt
+    assert row["expert/kept_examples"] == pytest.approx(row["expert/kept_turn1"] + row["expert/kept_turn2"])
+    assert row["expert/kept"] <= min(1.0, row["expert/kept_examples"])
+    assert _prompt_id("push-0003/turn2/4") == _prompt_id("push-0003/turn2") == "push-0003"
     with pytest.raises(ValueError, match="env.turns > 1"):
         train_expert(
             model, processor, push_examples, ExpertConfig(retry_targets="group"), cfg, video, tmp_path

@@ -161,11 +161,13 @@ def test_cli_expert_and_grpo_train_on_episodes_scored_by_the_simulator(tmp_path)
     assert [r["step"] for r in read_metrics(tmp_path / "ei" / "metrics.jsonl")] == [1]  # its own rows only
 
 
-@pytest.mark.parametrize("replay", [False, True])
-def test_expert_resumed_with_more_rounds_reproduces_the_uninterrupted_run(tmp_path, replay):
+@pytest.mark.parametrize("replay,balance", [(False, "none"), (True, "none"), (True, "failures")])
+def test_expert_resumed_with_more_rounds_reproduces_the_uninterrupted_run(tmp_path, replay, balance):
     """One round, then resumed to two, gives the same weights and metrics as two rounds at once: a round
     depends only on the policy it starts from, on (seed, round) and, with `replay`, on the earlier rounds'
-    kept answers, which the checkpoint carries."""
+    kept answers, which the checkpoint carries. With `balance=failures` the pool holds two groups (half the
+    questions relabelled to a second family), so each round's draw per group is exercised across the
+    resume too."""
     import copy
 
     from embodied.rl.rewards import mcq_rewards
@@ -173,10 +175,16 @@ def test_expert_resumed_with_more_rounds_reproduces_the_uninterrupted_run(tmp_pa
     from tests.test_rl_learns import format_only_start
 
     model, processor, train, _, video, fmt, _ = format_only_start(tmp_path)
+    if balance != "none":
+        train = [
+            dataclasses.replace(ex, record=ex.record | {"family": "second"}) if i % 2 else ex
+            for i, ex in enumerate(train)
+        ]
     start = copy.deepcopy(model)
     cfg = ExpertConfig(
-        rounds=2, prompts_per_round=16, samples=4, sft_steps=5, batch_size=8, lr=1e-3, replay=replay
-    )
+        rounds=2, prompts_per_round=16, samples=4, sft_steps=5, batch_size=8, lr=1e-3, replay=replay,
+        balance=balance,
+    )  # fmt: skip
     run = lambda m, c, d, resume="": train_expert(  # noqa: E731
         m, processor, train, c, fmt, video, tmp_path / d, 3, False, mcq_rewards(), resume=resume
     )
@@ -188,6 +196,9 @@ def test_expert_resumed_with_more_rounds_reproduces_the_uninterrupted_run(tmp_pa
     rows = [read_metrics(tmp_path / d / "metrics.jsonl") for d in ("whole", "resumed")]
     untimed = [[{k: v for k, v in r.items() if not k.startswith("time/")} for r in rs] for rs in rows]
     assert untimed[0] == untimed[1] and len(untimed[0]) == 2 and rows[0][1]["expert/kept"] > 0
+    if balance != "none":  # both groups were sampled, and both got fine-tuning examples
+        assert {"expert/success_second", "expert/tuned_second"} <= rows[0][1].keys()
+        assert len([k for k in rows[0][1] if k.startswith("expert/tuned_")]) == 2
     if replay:  # the tuned set holds every prompt kept so far: round 2's plus round 1's others
         first, second = (round(r["expert/kept"] * 16) for r in rows[0])
         replayed = [r["expert/replayed"] for r in rows[0]]

@@ -223,6 +223,11 @@ def _nearer_better(ro: Rollout, record: dict, members: list[int], last: int, fai
     return min(options, key=options.get) if options else None
 
 
+def _prompt_id(example_id: str) -> str:
+    """The training prompt's id of a kept example: a later turn's conversation adds `/turn<k>[/<j>]`."""
+    return example_id.split("/turn", 1)[0]
+
+
 def round_sft(sft_cfg, steps: int, batch_size: int, lr: float):
     """The `SFTConfig` of one fine-tuning pass on selected targets (an expert round): `steps` steps of
     `batch_size` at peak `lr`, with `sft_cfg`'s warmup, clip, weight decay and vision scale, and no
@@ -407,7 +412,9 @@ def train_expert(
         model.eval()
         kept_total += len(kept)
         metrics = {
-            "expert/kept": len(kept) / len(idx),
+            # the share of this round's prompts with a kept answer (at most 1); with turns, also the kept
+            # examples per prompt: every turn and, with group or better targets, every failed run has one
+            "expert/kept": len({_prompt_id(ex.record["id"]) for ex in kept}) / len(idx),
             "expert/answers_scored": scored,
             "reward/total": float(np.mean(rewards)),
             "time/sample": t_sample,
@@ -426,6 +433,7 @@ def train_expert(
         for name, parts in turn_stats.items():  # multi-turn: turns/success@k etc., weighted by prompts
             metrics[name] = sum(v * n for v, n in parts) / sum(n for _, n in parts)
         if turns > 1:
+            metrics["expert/kept_examples"] = len(kept) / len(idx)
             for k in range(1, turns + 1):
                 metrics[f"expert/kept_turn{k}"] = sum(len(e.history) == k - 1 for e in kept) / len(idx)
         log.log(r, metrics)
