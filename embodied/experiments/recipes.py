@@ -184,6 +184,13 @@ def build_start(cfg, out: Path, seed: int, progress: bool = False) -> dict:
     return reuse_or_run(folder / "result.json", key, compute, f"start seed {seed}", rc.start or cfg.policy)
 
 
+def start_or_arm(cfg, out: Path, seed: int, arm_path: str | None, progress: bool = False) -> dict:
+    """One job of `run`: seed `seed`'s start (`arm_path` None), or one arm from that start, whose saved row
+    `build_start` reads back (the start job ran first)."""
+    start = build_start(cfg, out, seed, progress)
+    return start if arm_path is None else run_arm(cfg, out, seed, arm_path, start, progress)
+
+
 def run_arm(cfg, out: Path, seed: int, arm_path: str, start: dict, progress: bool = False) -> dict:
     """`recipes.steps` RL steps of one preset from one seed's start (or the saved row)."""
     from embodied.config import load_config
@@ -278,9 +285,13 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
     ensure_dataset(cfg.data, progress)
     data = _load_data(cfg, progress)
     serial = (progress,)  # runs in this process show their bars; worker processes stay quiet
-    starts = run_jobs(build_start, [(cfg, out, seed) for seed in rc.seeds], rc.workers, serial)
-    jobs = [(cfg, out, s["seed"], arm, s) for arm in rc.arms for s in starts]
-    rows = run_jobs(run_arm, jobs, rc.workers, serial)
+    # a seed's arms start as soon as its start is saved, so no worker waits for the other seeds' starts
+    jobs = [(cfg, out, seed, None) for seed in rc.seeds] + [
+        (cfg, out, s, a) for a in rc.arms for s in rc.seeds
+    ]
+    needs = [None] * len(rc.seeds) + [rc.seeds.index(s) for _ in rc.arms for s in rc.seeds]
+    done = run_jobs(start_or_arm, jobs, rc.workers, serial, needs)
+    starts, rows = done[: len(rc.seeds)], done[len(rc.seeds) :]
     result = {
         "policy": cfg.policy.path,
         "steps": rc.steps,
