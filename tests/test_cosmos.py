@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from embodied.config import load_config
 
 REPO = Path(__file__).parents[1]
@@ -53,6 +55,14 @@ def test_cosmos_experiment_end_to_end(tmp_path):
     }
     assert result["transfer"]["scenes"] and "drop" not in result["transfer"]["scenes"]
     assert "slide" not in result["transfer"]["scenes"]
+    tr = result["transfer"]  # the continued-SFT control on the held-out scenes, and GRPO minus it
+    assert {"sft", "sft_grpo", "more_sft", "grpo_minus_more_sft"} <= set(tr)
+    runs = [json.loads((tmp_path / f"run/seed{s}/transfer/result.json").read_text())["row"] for s in (0, 1)]
+    diffs = [r["sft_grpo"]["accuracy"] - r["more_sft"]["accuracy"] for r in runs]
+    assert tr["grpo_minus_more_sft"]["mean"] == pytest.approx(sum(diffs) / 2)
+    assert (
+        all(r["more_sft_steps"] >= 1 for r in runs) and len(result["timings_s"]["transfer/more_sft_s"]) == 2
+    )
     assert len(result["timings_s"]["main/more_sft_steps"]) == 2
     assert len(result["timings_s"]["main/credit_s"]) == 2
     credit = result["targets"]["credit_minus_exact"]

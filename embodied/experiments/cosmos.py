@@ -13,8 +13,9 @@
      more training without RL, the control); the blind and single-frame baselines of the SFT + GRPO policy;
    - **zero**: `cosmos.format_steps` of format-only SFT (random letters: never a right answer), then
      `grpo.steps` of GRPO (GRPO alone);
-   - **transfer**: SFT, then SFT + GRPO, trained only on the families whose scene is in
-     `cosmos.transfer_scenes`, evaluated on the benchmark's questions of the same families in other scenes;
+   - **transfer**: SFT, then SFT + GRPO and its continued-SFT control, trained only on the families whose
+     scene is in `cosmos.transfer_scenes`, evaluated on the benchmark's questions of the same families in
+     other scenes (GRPO minus continued SFT on held-out scenes, paired by seed);
 4. tables per family (and tier) with the mean over seeds, its 95% Student-t interval and the min-max; the
    targets of the issue checked from them (every family above chance after SFT and after SFT + GRPO; GRPO
    beats continued SFT on the family average, paired by seed; blind and single-frame contain chance).
@@ -27,6 +28,7 @@ Every finished job is kept in `seed<S>/<job>/result.json` and reused when its se
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import time
@@ -38,6 +40,7 @@ from embodied.experiments.reuse import process_data, reuse_or_run, run_jobs
 
 JOBS = ("main", "transfer", "zero")  # longest first
 ROWS = ("base", "sft", "sft_grpo", "sft_grpo_credit", "more_sft", "grpo_only", "blind", "single_frame")
+TRANSFER_ROWS = ("sft", "sft_grpo", "more_sft")
 ORDER_FAMILIES = ("spatial_puzzle", "temporal_puzzle")
 """Families whose answers are orders (`grpo.order_credit` pays partial credit on them)."""
 ROW_NAMES = {
@@ -161,8 +164,6 @@ def check_response_room(cfg, processor, train: list) -> None:
 
 def _main_job(cfg, data: dict, seed: int, out: Path, progress: bool) -> dict:
     """SFT -> SFT + GRPO (with its blind and single-frame baselines); SFT -> as many seconds of more SFT."""
-    import copy
-
     from embodied.policy.model import load
 
     model, processor = load(cfg.policy)
@@ -190,21 +191,9 @@ def _main_job(cfg, data: dict, seed: int, out: Path, progress: bool) -> dict:
     row |= {"sft_grpo": bench_eval(model, processor, data["bench"], cfg), "grpo_s": round(grpo_s, 1)}
     for name, baseline in (("blind", "blind"), ("single_frame", "single-frame")):
         row[name] = bench_eval(model, processor, data["bench"], cfg, baseline)
-    # continued SFT for GRPO's seconds; a cosine over 10**6 steps keeps the SFT's peak learning rate
-    more = _sft(
-        sft_model,
-        processor,
-        data["train"],
-        cfg,
-        seed + 1000,
-        out / "more_sft",
-        progress,
-        steps=10**6,
-        max_seconds=grpo_s,
+    return row | _more_sft(
+        sft_model, processor, data["train"], data["bench"], cfg, seed, out, progress, grpo_s
     )
-    row |= {"more_sft": bench_eval(sft_model, processor, data["bench"], cfg), "more_sft_steps": more["steps"]}
-    row["more_sft_s"] = round(more["wall_s"], 1)
-    return row
 
 
 def _zero_job(cfg, data: dict, seed: int, out: Path, progress: bool) -> dict:
@@ -253,11 +242,37 @@ def _transfer_job(cfg, data: dict, seed: int, out: Path, progress: bool) -> dict
         )
     model, processor = load(cfg.policy)
     _sft(model, processor, train, cfg, seed, out / "sft", progress)
+    sft_model = copy.deepcopy(model)
     row = {"sft": bench_eval(model, processor, test, cfg)}
-    row["grpo_s"] = round(_grpo(model, processor, train, cfg, seed, out / "grpo", progress), 1)
+    grpo_s = _grpo(model, processor, train, cfg, seed, out / "grpo", progress)
+    row["grpo_s"] = round(grpo_s, 1)
     row["sft_grpo"] = bench_eval(model, processor, test, cfg)
+    row |= _more_sft(sft_model, processor, train, test, cfg, seed, out, progress, grpo_s)
     row["scenes"] = sorted({scene(e) for e in test})
     return row
+
+
+def _more_sft(
+    model, processor, train, test, cfg, seed: int, out: Path, progress: bool, seconds: float
+) -> dict:
+    """The control of a GRPO stage: SFT continued from the same SFT policy on the same examples for the GRPO
+    stage's `seconds` (a cosine over 10**6 steps keeps the SFT's peak learning rate), evaluated on `test`."""
+    more = _sft(
+        model,
+        processor,
+        train,
+        cfg,
+        seed + 1000,
+        out / "more_sft",
+        progress,
+        steps=10**6,
+        max_seconds=seconds,
+    )
+    return {
+        "more_sft": bench_eval(model, processor, test, cfg),
+        "more_sft_steps": more["steps"],
+        "more_sft_s": round(more["wall_s"], 1),
+    }
 
 
 def run_job(cfg, out: Path, seed: int, job: str, progress: bool = False) -> dict:
@@ -460,11 +475,16 @@ def _transfer_table(per_seed: dict) -> dict:
     if not runs:
         return {}
     families = sorted(_per_family(runs[0]["sft"]))
+    rows = [row for row in TRANSFER_ROWS if all(row in r for r in runs)]  # more_sft: since 2026-11-26
     out = {
         row: {f: _stat([_per_family(r[row])[f]["accuracy"] for r in runs]) for f in families}
         | {"all": _stat([r[row]["accuracy"] for r in runs])}
-        for row in ("sft", "sft_grpo")
+        for row in rows
     }
+    if "more_sft" in rows:  # on the held-out scenes, paired by seed
+        out["grpo_minus_more_sft"] = _stat(
+            [r["sft_grpo"]["accuracy"] - r["more_sft"]["accuracy"] for r in runs]
+        )
     return out | {"scenes": runs[0]["scenes"], "n": runs[0]["sft"]["n"]}
 
 
@@ -472,7 +492,7 @@ def _timings(per_seed: dict) -> dict:
     keys = {
         "main": ("sft_s", "grpo_s", "credit_s", "more_sft_s", "more_sft_steps"),
         "zero": ("grpo_s",),
-        "transfer": ("grpo_s",),
+        "transfer": ("grpo_s", "more_sft_s", "more_sft_steps"),
     }
     return {
         f"{job}/{k}": [r[job][k] for r in per_seed.values() if job in r]
@@ -560,8 +580,16 @@ def _transfer_lines(tr: dict) -> list[str]:
         "| row | " + " | ".join(fams) + " |",
         "|---" * (len(fams) + 1) + "|",
     ]
-    for row in ("sft", "sft_grpo"):
-        lines.append(f"| {ROW_NAMES[row]} | " + " | ".join(_cell(tr[row][f]) for f in fams) + " |")
+    for row in TRANSFER_ROWS:
+        if row in tr:
+            lines.append(f"| {ROW_NAMES[row]} | " + " | ".join(_cell(tr[row][f]) for f in fams) + " |")
+    if "grpo_minus_more_sft" in tr:
+        d = tr["grpo_minus_more_sft"]
+        lines += [
+            "",
+            f"- Transfer: SFT + GRPO minus continued SFT, paired by seed: {d['mean']:+.3f} "
+            f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}].",
+        ]
     return lines
 
 
