@@ -53,6 +53,7 @@ def compare(outcome: Path, frozen: Path, by_id: dict[str, dict]) -> dict:
             "turn 1 differs between the two evaluations: not the same policy and episodes"
         )
         row = {"n": len(ra)}
+        sampled = all("sampled_turns" in r for r in ra + rb)  # greedy-only evaluations have none
         for name, rows in (("outcome", ra), ("frozen", rb)):
             greedy = [_within_two(r) for r in rows]
             row[name] = {
@@ -60,19 +61,21 @@ def compare(outcome: Path, frozen: Path, by_id: dict[str, dict]) -> dict:
                     np.mean([r["turns"][0]["terms"]["reward/success"] > 0 for r in rows])
                 ),
                 "greedy_success@2": float(np.mean(greedy)),
-                "sampled_success@2": float(np.mean([_sampled_within_two(r) for r in rows])),
                 "corrections": correction_summary(rows, by_id),
             }
+            if sampled:
+                row[name]["sampled_success@2"] = float(np.mean([_sampled_within_two(r) for r in rows]))
         row["outcome_minus_frozen"] = {
             "greedy_success@2": paired([_within_two(r) for r in ra], [_within_two(r) for r in rb]),
-            "sampled_success@2": paired(
-                [_sampled_within_two(r) for r in ra], [_sampled_within_two(r) for r in rb]
-            ),
             "balanced_correction": {
                 t: round(c["balanced"] - row["frozen"]["corrections"][t]["balanced"], 4)
                 for t, c in row["outcome"]["corrections"].items()
             },
         }
+        if sampled:
+            row["outcome_minus_frozen"]["sampled_success@2"] = paired(
+                [_sampled_within_two(r) for r in ra], [_sampled_within_two(r) for r in rb]
+            )
         result[seed_dir.name] = row
     return result
 
@@ -92,10 +95,15 @@ def main() -> None:
         a.out.write_text(text + "\n")
     for seed, row in result.items():
         o, f, d = row["outcome"], row["frozen"], row["outcome_minus_frozen"]
+        sampled = (
+            f", sampled@2 {o['sampled_success@2']:.3f} vs {f['sampled_success@2']:.3f} "
+            f"(diff {d['sampled_success@2']})"
+            if "sampled_success@2" in d
+            else ""
+        )
         print(
             f"{seed}: greedy@2 {o['greedy_success@2']:.3f} vs {f['greedy_success@2']:.3f} "
-            f"(diff {d['greedy_success@2']}), sampled@2 {o['sampled_success@2']:.3f} vs "
-            f"{f['sampled_success@2']:.3f} (diff {d['sampled_success@2']}), balanced correction "
+            f"(diff {d['greedy_success@2']}){sampled}, balanced correction "
             f"{ {t: round(c['balanced'], 3) for t, c in o['corrections'].items()} } vs "
             f"{ {t: round(c['balanced'], 3) for t, c in f['corrections'].items()} }"
         )
