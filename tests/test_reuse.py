@@ -157,3 +157,15 @@ def test_run_jobs_starts_a_job_only_after_its_need(tmp_path: Path):
     assert run_jobs(_mark, jobs, 1, needs=needs) == out  # in order, here
     with pytest.raises(ValueError, match="earlier job"):
         run_jobs(_mark, jobs, 2, needs=[None, None, 3, 1])
+
+
+def test_start_and_arm_jobs_list_starts_first_and_tie_each_arm_to_its_seed():
+    from embodied.experiments.reuse import start_and_arm_jobs
+
+    jobs, needs = start_and_arm_jobs([3, 5], ["long", "short"], "start")
+    assert jobs == [(3, "start"), (5, "start"), (3, "long"), (5, "long"), (3, "short"), (5, "short")]
+    assert needs == [None, None, 0, 1, 0, 1]
+    assert start_and_arm_jobs([0], ["a"]) == (
+        [(0, None), (0, "a")],
+        [None, 0],
+    )  # recipes: None marks the start

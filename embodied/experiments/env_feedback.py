@@ -43,7 +43,7 @@ from embodied.envs import answer_examples
 from embodied.eval.envs import best_constant, evaluate_env, rollout_video, turn_settings
 from embodied.eval.loop import evaluate_free
 from embodied.experiments.env_report import write_env_report
-from embodied.experiments.reuse import process_data, provenance, reuse_or_run, run_jobs
+from embodied.experiments.reuse import process_data, provenance, reuse_or_run, run_jobs, start_and_arm_jobs
 from embodied.policy.model import load, load_policy, save_policy
 from embodied.rl.episodes import check_env_turns
 from embodied.rl.rewards import rewards_for
@@ -263,9 +263,7 @@ def _run_all(cfg, out: Path, data: dict, progress: bool) -> dict[tuple[int, str]
     arms start as soon as its start is done, the longest arms first (`LONGEST_FIRST`), so no worker waits for
     another seed's start and the long arms do not come last."""
     fb = cfg.env.feedback
-    jobs = [(seed, "start") for seed in fb.seeds]
-    jobs += [(seed, arm) for arm in sorted(fb.arms, key=LONGEST_FIRST.index) for seed in fb.seeds]
-    needs = [None if stage == "start" else fb.seeds.index(seed) for seed, stage in jobs]
+    jobs, needs = start_and_arm_jobs(fb.seeds, sorted(fb.arms, key=LONGEST_FIRST.index), "start")
     args = [(cfg, out, seed, stage) for seed, stage in jobs]
     return dict(zip(jobs, run_jobs(run_stage, args, fb.workers, (progress, data), needs)))
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from embodied.experiments.reuse import process_data, reuse_or_run, run_jobs
+from embodied.experiments.reuse import process_data, reuse_or_run, run_jobs, start_and_arm_jobs
 
 
 def _load_data(cfg, progress: bool) -> dict:
@@ -286,11 +286,8 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
     data = _load_data(cfg, progress)
     serial = (progress,)  # runs in this process show their bars; worker processes stay quiet
     # a seed's arms start as soon as its start is saved, so no worker waits for the other seeds' starts
-    jobs = [(cfg, out, seed, None) for seed in rc.seeds] + [
-        (cfg, out, s, a) for a in rc.arms for s in rc.seeds
-    ]
-    needs = [None] * len(rc.seeds) + [rc.seeds.index(s) for _ in rc.arms for s in rc.seeds]
-    done = run_jobs(start_or_arm, jobs, rc.workers, serial, needs)
+    jobs, needs = start_and_arm_jobs(rc.seeds, rc.arms)
+    done = run_jobs(start_or_arm, [(cfg, out, seed, arm) for seed, arm in jobs], rc.workers, serial, needs)
     starts, rows = done[: len(rc.seeds)], done[len(rc.seeds) :]
     result = {
         "policy": cfg.policy.path,

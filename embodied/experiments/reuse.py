@@ -150,6 +150,17 @@ def process_data(key: dict, load: Callable[[], dict], threads: int) -> dict:
     return _DATA[name]
 
 
+def start_and_arm_jobs(
+    seeds: Sequence[int], arms: Sequence, start=None
+) -> tuple[list[tuple], list[int | None]]:
+    """`(jobs, needs)` for `run_jobs` when every seed has a start and arms that train from it: the jobs
+    `(seed, start)` for every seed, then `(seed, arm)` for every arm and seed, in that order; each arm job
+    needs its seed's start job, so a seed's arms start as soon as its own start is done."""
+    jobs = [(seed, start) for seed in seeds] + [(seed, arm) for arm in arms for seed in seeds]
+    needs = [None] * len(seeds) + [list(seeds).index(seed) for seed, _ in jobs[len(seeds) :]]
+    return jobs, needs
+
+
 def run_jobs(
     func: Callable,
     jobs: list[tuple],
