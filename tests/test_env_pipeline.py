@@ -96,7 +96,7 @@ def test_env_feedback_experiment_end_to_end(tmp_path):
     assert "Paired by seed" in text
     pairs = {"mcq - start", "sim - start", "mixed - start", "expert - start", "expert - sim"}
     assert set(summary["paired"]) == pairs
-    assert set(summary["provenance"]) == {"version", "code", "weights"}
+    assert set(summary["provenance"]) == {"version", "code", "weights", "stack"}
     again = run(cfg, tmp_path / "run", progress=False)  # every stage reused, same figures
     same = json.dumps(again["stages"], sort_keys=True) == json.dumps(summary["stages"], sort_keys=True)
     assert same  # compared as text: an undefined correlation is NaN, and NaN != NaN

@@ -1,5 +1,5 @@
-"""Experiment rows are reused only when the settings and what produced them (version, code, base weights)
-match: `embodied.experiments.reuse`."""
+"""Experiment rows are reused only when the settings and what produced them (version, code, base weights,
+library versions) match: `embodied.experiments.reuse`."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from embodied.experiments.reuse import (
     reuse_or_run,
     run_jobs,
     source_hash,
+    stack_versions,
     weights_hash,
 )
 from embodied.policy.model import PolicyConfig, load_policy, save_policy
@@ -73,8 +74,11 @@ def test_changed_code_or_version_recomputes_and_says_which(tmp_path: Path, capsy
         "version": embodied.__version__,
         "code": code_hash(),
         "weights": f"tiny:{TinySpec(seed=0).key()}",
+        "stack": stack_versions(),
     }
-    for part, line in (("code", "code changed"), ("version", "version changed")):
+    assert stack_versions().startswith(f"torch {torch.__version__.split('+')[0]}, transformers ")
+    # another install (a torch or transformers release) recomputes too
+    for part, line in (("code", "code changed"), ("version", "version changed"), ("stack", "stack changed")):
         stale = json.loads(row.read_text())
         stale["key"]["provenance"][part] = "something else"
         row.write_text(json.dumps(stale))
@@ -88,10 +92,10 @@ def test_changed_code_or_version_recomputes_and_says_which(tmp_path: Path, capsy
     row.write_text(json.dumps(stale))
     reuse_or_run(row, {"a": 1}, compute, "r", "tiny")
     assert "it records no provenance" in capsys.readouterr().out
-    assert compute.calls == 4
+    assert compute.calls == 5
     # different settings recompute without a provenance line
     reuse_or_run(row, {"a": 2}, compute, "r", "tiny")
-    assert "not reusing" not in capsys.readouterr().out and compute.calls == 5
+    assert "not reusing" not in capsys.readouterr().out and compute.calls == 6
     with pytest.raises(ValueError, match="reserved"):
         reuse_or_run(row, {"provenance": 1}, compute, "r")
 

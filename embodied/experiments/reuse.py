@@ -2,8 +2,10 @@
 an interrupted run stopped instead of repeating it.
 
 A saved row is reused only when it was made by the same settings *and* the same producer: its key also
-holds the package version, a hash of the package's Python source and a hash of the weights the row starts
-from (`provenance`), so a changed base or changed code recomputes the row instead of silently reusing it.
+holds the package version, a hash of the package's Python source, a hash of the weights the row starts
+from and the versions of the libraries that compute it (`provenance`), so a changed base, changed code or
+another install recomputes the row instead of silently reusing it. (Runs of the same code and weights are
+bit-identical on one install, but not across `transformers` releases or CPUs: docs/cosmos.md.)
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ if TYPE_CHECKING:
 
 PACKAGE = Path(__file__).resolve().parents[1]
 """The `embodied` package folder whose `.py` files make the code hash."""
-PROVENANCE = ("version", "code", "weights")
+PROVENANCE = ("version", "code", "weights", "stack")
 """The parts of a row's provenance, in the order a changed one is reported."""
+STACK = ("torch", "transformers", "mujoco", "numpy")
+"""The libraries whose versions make a row's `stack`: those that compute every number of a row."""
 _CHUNK = 1 << 23  # 8 MiB reads: a multi-gigabyte checkpoint streams through the hash
 
 
@@ -70,6 +74,21 @@ def folder_weights_hash(folder: str | Path) -> str:
     return _WEIGHTS[str(folder)][1]
 
 
+@functools.cache
+def stack_versions() -> str:
+    """The installed versions of `STACK`, e.g. `torch 2.14.1, transformers 5.24.0, mujoco 4.0.0, numpy 2.3.5`
+    (`not installed` for a missing one), read from the package metadata without importing them."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def one(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    return ", ".join(f"{name} {one(name)}" for name in STACK)
+
+
 def weights_hash(path: str | Path, tiny_seed: int = 0) -> str:
     """What the weights at `policy.path` are: `tiny` (or empty) is built from a seed, so the hash of its
     `TinySpec` (`tiny:<key>`, nothing is built); `tiny-base` and any folder, the hash of its safetensors
@@ -84,11 +103,11 @@ def weights_hash(path: str | Path, tiny_seed: int = 0) -> str:
 
 
 def provenance(policy: PolicyConfig | str | Path | None = None) -> dict[str, str]:
-    """What produced a row: `version` (the package's), `code` (`code_hash`) and, when the row starts from a
-    policy (a `PolicyConfig`, or a `policy.path`), `weights` (`weights_hash`)."""
+    """What produced a row: `version` (the package's), `code` (`code_hash`), `stack` (`stack_versions`) and,
+    when the row starts from a policy (a `PolicyConfig`, or a `policy.path`), `weights` (`weights_hash`)."""
     import embodied
 
-    out = {"version": embodied.__version__, "code": code_hash()}
+    out = {"version": embodied.__version__, "code": code_hash(), "stack": stack_versions()}
     if policy is not None:
         path, seed = getattr(policy, "path", policy), getattr(policy, "tiny_seed", 0)
         out["weights"] = weights_hash(path, seed)
