@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -93,6 +94,20 @@ def test_cosmos_experiment_end_to_end(tmp_path):
     assert sorted(p.name for p in (tmp_path / "sft_only" / "seed0").iterdir()) == ["main"]
     text = (tmp_path / "sft_only" / "cosmos.md").read_text()
     assert "Families whose SFT interval lies above chance" in text
+    # scripts/cosmos_arms.py pairs two runs' SFT rows by seed: the same rows differ by 0 on every seed
+    spec = importlib.util.spec_from_file_location("cosmos_arms", REPO / "scripts" / "cosmos_arms.py")
+    arms = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(arms)
+    both = arms.compare({"full": tmp_path / "run", "sft only": tmp_path / "sft_only"}, "sft")
+    assert all(d["per_seed"] == [0.0, 0.0] for d in both["minus_control"]["sft only"].values())
+    full = both["arms"]["full"]
+    assert full["family"]["average"]["mean"] == pytest.approx(
+        result["table"]["sft"]["average"]["mean"], abs=1e-4
+    )
+    assert full["seeds"] == [0, 1] and full["provenance"]["code"] and full["data"]["n_train"] == 24
+    assert "| family (chance) | full | sft only |" in arms.markdown(both)
+    with pytest.raises(SystemExit, match="sft_grpo"):
+        arms.compare({"sft only": tmp_path / "sft_only"}, "sft_grpo")  # sft_only has no GRPO row
 
 
 def test_curriculum_examples_pick_the_stage_families():

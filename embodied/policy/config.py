@@ -42,3 +42,8 @@ class PolicyConfig:
     """Also adapt vision-tower layers with those names (else the vision tower is frozen under LoRA)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass: much less activation memory, ~30% more compute."""
+    expand_layers: int = 0
+    """Insert this many new decoder layers into the language model after loading (LLaMA Pro's block
+    expansion, `embodied/policy/expand.py`): each a copy of an existing layer with its output projections
+    zeroed, so the deeper model starts computing exactly what the loaded one did. 0 = off. A saved
+    checkpoint is an ordinary folder of the deeper model (load it with 0)."""

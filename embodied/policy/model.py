@@ -20,6 +20,7 @@ from transformers import LogitsProcessor, LogitsProcessorList
 
 from embodied.policy.attention import pack_vision_attention
 from embodied.policy.config import PolicyConfig  # noqa: F401  (the `policy` section, re-exported)
+from embodied.policy.expand import expand_layers
 from embodied.policy.groups import (
     PIXEL_KEYS,
     PROMPT_KEYS,
@@ -147,7 +148,8 @@ def count_parameters(model: torch.nn.Module) -> int:
 
 
 def load(cfg: PolicyConfig):
-    """`(model, processor)` for a `PolicyConfig`, with LoRA adapters and gradient checkpointing if set."""
+    """`(model, processor)` for a `PolicyConfig`, with new layers (`expand_layers`), LoRA adapters and
+    gradient checkpointing if set."""
     if is_random(cfg.path):
         if cfg.dtype not in DTYPES:
             raise ValueError(f"policy.dtype={cfg.dtype!r}; choose one of {sorted(DTYPES)}")
@@ -155,6 +157,8 @@ def load(cfg: PolicyConfig):
         model, processor = build_random_policy(*args)
     else:
         model, processor = load_policy(resolve_policy_path(cfg.path, cfg.tiny_seed), cfg.dtype, cfg.device)
+    if cfg.expand_layers:
+        expand_layers(model, cfg.expand_layers)
     if cfg.lora_rank > 0:
         apply_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets, cfg.lora_vision)
     if cfg.gradient_checkpointing:
