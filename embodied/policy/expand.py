@@ -25,7 +25,7 @@ def expansion_sources(n_layers: int, n_new: int) -> list[int]:
     old ones follow the same layers again, e.g. 2 and 4: [0, 0, 1, 1]."""
     if n_layers < 1 or n_new < 0:
         raise ValueError(f"cannot expand {n_layers} layers by {n_new}")
-    return [max(0, (i + 1) * n_layers // n_new - 1) for i in range(n_new)]
+    return [((i + 1) * n_layers - 1) // n_new for i in range(n_new)]
 
 
 def text_model(model) -> torch.nn.Module:
