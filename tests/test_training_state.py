@@ -470,6 +470,7 @@ KILLED_RUN = textwrap.dedent(
             os.kill(os.getpid(), signal.SIGKILL)
         return real(obj, path, *a, **k)
     ck.torch.save = dying_save
+    torch.set_num_threads({threads})  # the parent's: another thread count sums in another order
     torch.manual_seed(0)
     model, processor = load_policy({model!r})
     cfg = SFTConfig(**{cfg!r})
@@ -495,7 +496,13 @@ def test_sft_killed_during_checkpoint_write_resumes_from_the_previous_one(tiny_p
     full = [p.detach().clone() for p in model.parameters()]
 
     cut = tmp_path / "cut"
-    script = KILLED_RUN.format(tests=os.path.dirname(__file__), model=str(tiny_path), cfg=cfg, out=str(cut))
+    script = KILLED_RUN.format(
+        tests=os.path.dirname(__file__),
+        model=str(tiny_path),
+        cfg=cfg,
+        out=str(cut),
+        threads=torch.get_num_threads(),  # an earlier test's `threads=1` may have set the parent's
+    )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
     assert proc.returncode == -9, proc.stderr[-2000:]  # SIGKILL, mid-write
     ckroot = cut / "checkpoints" / "sft"
