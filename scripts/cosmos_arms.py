@@ -13,32 +13,29 @@ import argparse
 import json
 from pathlib import Path
 
-from embodied.eval.stats import seed_interval
-from embodied.experiments.cosmos import _family_mean, _per_family, _per_tier, saved_jobs
+from embodied.experiments.cosmos import _family_mean, _per_family, _per_tier
+from embodied.experiments.cosmos import _stat as cosmos_stat
 
 
 def _stat(values: list[float]) -> dict:
-    mean, lo, hi = seed_interval(values)
-    return {
-        "per_seed": [round(v, 4) for v in values],
-        "mean": round(mean, 4),
-        "ci95": [round(lo, 4), round(hi, 4)],
-    }
+    """The cosmos table's cell (mean, t-interval, min, max) with every seed's value."""
+    return cosmos_stat(values) | {"per_seed": [round(v, 4) for v in values]}
 
 
 def arm_scores(run_dir: Path, row: str) -> dict:
     """One run's `row` per seed: {"seeds", "family": {f: [acc per seed]}, "tier": {f: {t: [...]}}, "chance",
     "provenance", "sft_s"}. An error names the run and the seeds that lack the row."""
     seeds = sorted(int(p.name[4:]) for p in run_dir.glob("seed*") if p.name[4:].isdigit())
-    jobs = saved_jobs(run_dir, seeds)
-    missing = [s for s in seeds if row not in jobs.get(s, {}).get("main", {})]
+    files = {s: run_dir / f"seed{s}" / "main" / "result.json" for s in seeds}
+    saved = {s: json.loads(f.read_text()) for s, f in files.items() if f.is_file()}  # {"key", "row"}
+    missing = [s for s in seeds if row not in saved.get(s, {}).get("row", {})]
     if not seeds or missing:
         raise SystemExit(
             f"{run_dir}: no saved main-job row {row!r} for seeds {missing or 'any'}; run it first"
         )
-    evs = [jobs[s]["main"][row] for s in seeds]
+    evs = [saved[s]["row"][row] for s in seeds]
     families = sorted(_per_family(evs[0]))
-    keys = [json.loads((run_dir / f"seed{s}" / "main" / "result.json").read_text())["key"] for s in seeds]
+    keys = [saved[s]["key"] for s in seeds]
     return {
         "seeds": seeds,
         "family": {f: [_per_family(e)[f]["accuracy"] for e in evs] for f in families}
@@ -51,7 +48,7 @@ def arm_scores(run_dir: Path, row: str) -> dict:
         "provenance": keys[0].get("provenance", {}),
         "data": {k: keys[0]["data"][k] for k in ("root", "n_train", "seed")},
         "sft_steps": keys[0]["sft"]["steps"],
-        "sft_s": [jobs[s]["main"].get("sft_s") for s in seeds],
+        "sft_s": [saved[s]["row"].get("sft_s") for s in seeds],
     }
 
 

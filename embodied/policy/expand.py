@@ -60,9 +60,8 @@ def expand_layers(model, n_new: int) -> list[int]:
         kinds.append(types[i])
         for _ in range(sources.count(i)):
             twin = copy.deepcopy(layer)
-            twin.self_attn.o_proj.weight.zero_()
-            twin.mlp.down_proj.weight.zero_()
             for proj in (twin.self_attn.o_proj, twin.mlp.down_proj):
+                proj.weight.zero_()
                 if proj.bias is not None:
                     proj.bias.zero_()
             new_at.append(len(stack))
@@ -71,7 +70,7 @@ def expand_layers(model, n_new: int) -> list[int]:
     for i, layer in enumerate(stack):
         layer.self_attn.layer_idx = i  # the KV cache is indexed by layer
     text.layers = torch.nn.ModuleList(stack)
-    for c in {id(cfg): cfg, id(text.config): text.config}.values():
+    for c in (cfg, text.config):  # often one object; setting it twice is harmless
         c.num_hidden_layers = len(stack)
         if getattr(c, "layer_types", None) is not None:
             c.layer_types = kinds
