@@ -28,6 +28,12 @@ class SFTConfig:
     steps: int = 200
     """Optimizer steps."""
     batch_size: int = 32
+    micro_batch_size: int = 0
+    """Rows per forward and backward pass (0: the whole batch in one). The batch's gradient is accumulated
+    over micro-batches of rows of similar prompt length (sorted by length, each padded to its own longest
+    prompt), and the loss stays the mean over the whole batch's target tokens, so the update is the
+    whole-batch one up to float rounding. It caps activation memory (a real checkpoint on one GPU) and skips
+    the padding of a mix of short and long prompts (`embodied bench sft`)."""
     lr: float = 1e-3
     """Peak learning rate (AdamW) of the language model, reached after `warmup_steps`, then cosine to 10%."""
     warmup_steps: int = 10
@@ -286,11 +292,13 @@ class BenchConfig:
     prompts: int = 16
     """grpo-vs-trl: arrow-of-time prompts simulated for the comparison (4 frames at 112 x 112 each)."""
     rounds: int = 3
-    """grpo-vs-trl: interleaved rounds; each round runs every contender once, in a rotated order."""
+    """grpo-vs-trl, sft: interleaved rounds; each round runs every contender once, in a rotated order."""
     steps: int = 4
-    """grpo-vs-trl: timed steps per contender per round."""
+    """grpo-vs-trl, sft: timed steps per contender per round."""
     warmup: int = 1
-    """grpo-vs-trl: untimed steps at the start of every block (first-call and allocator warm-up)."""
+    """grpo-vs-trl, sft: untimed steps at the start of every block (first-call and allocator warm-up)."""
+    sft_micro_batch: int = 8
+    """sft: the `sft.micro_batch_size` timed against the whole batch in one pass."""
     video_files: list[str] = field(default_factory=lambda: ["tests/assets/videos/*.mp4"])
     """video: glob patterns of real files to read besides the generated ones (missing ones are skipped)."""
     video_repeats: int = 5

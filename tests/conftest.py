@@ -7,6 +7,19 @@ import os
 import pytest
 
 
+@pytest.fixture(autouse=True)
+def _torch_threads():
+    """Restore torch's intra-op thread count after every test: `embodied.run._setup` sets it process-wide
+    (`threads=1`), and a later test comparing against a subprocess at the default count would sum in
+    another order."""
+    import torch
+
+    before = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != before:
+        torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def tiny_policy(tmp_path_factory):
     """`(model, processor)` of the built-in tiny Qwen2.5-VL, built (~3 s) under a session temp cache."""

@@ -55,3 +55,30 @@ def test_grpo_vs_trl_runs_both_and_reports_a_ratio(tmp_path):
         assert r["contenders"][c]["s_per_step"]["n"] == 1
         assert 1 <= r["contenders"][c]["completion_len_mean"] <= 8
     assert r["ratio"]["ours_images_over_trl_median"] > 0
+
+
+def test_sft_bench_times_both_contenders_and_counts_the_padding_it_skips(tmp_path):
+    from embodied.bench.sft import run
+
+    root = tmp_path / "data"
+    cfg = load_config(
+        None,
+        [
+            f"data.root={root}",
+            "data.n_train=8",
+            "data.n_val=2",
+            "data.n_test=2",
+            "sft.batch_size=4",
+            "bench.rounds=2",
+            "bench.steps=1",
+            "bench.warmup=0",
+            "bench.sft_micro_batch=2",
+            "threads=1",
+        ],
+    )
+    r = run(cfg, tmp_path, progress=False)
+    whole, micro = r["contenders"]["whole batch"], r["contenders"]["micro-batches of 2"]
+    assert whole["steps_timed"] == micro["steps_timed"] == 2
+    assert whole["median_s_per_step"] > 0 and micro["median_s_per_step"] > 0 and r["speedup"] > 0
+    # never more positions than the whole batch's; fewer where the prompts differ in length
+    assert 0 < micro["prompt_positions_first_batch"] <= whole["prompt_positions_first_batch"]

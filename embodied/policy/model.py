@@ -334,6 +334,13 @@ def select_rows(batch, rows: Sequence[int], pixels: bool = True):
     return out
 
 
+def trim_left_padding(batch: dict) -> dict:
+    """`batch` (left-padded prompts, e.g. rows picked by `select_rows`) without the leading columns that are
+    padding on every row: the batch the processor would have made of these rows alone."""
+    width = int(batch["attention_mask"].sum(1).max())
+    return {k: v[:, -width:] if k in _PER_SEQUENCE else v for k, v in batch.items()}
+
+
 def _items_per_row(batch, grid: str, type_id: int) -> list[int]:
     """Videos (type 2) or images (type 1) of each prompt."""
     n = batch["input_ids"].shape[0]

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -29,6 +29,18 @@ def index_batches(n: int, batch_size: int, seed: int) -> Iterator[list[int]]:
         perm = rng.permutation(n)
         for i in range(0, n - batch_size + 1, batch_size):
             yield perm[i : i + batch_size].tolist()
+
+
+def micro_batches(rows: int, size: int, lengths: Sequence[int] | None = None) -> list[list[int]]:
+    """Row indices of micro-batches of at most `size` rows (0, or `size` >= `rows`: one batch of all rows,
+    in order). With `lengths` (one per row), rows are taken shortest first, so that each micro-batch holds
+    rows of similar length (ties keep their order)."""
+    if rows == 0:
+        return []
+    if size <= 0 or size >= rows:
+        return [list(range(rows))]
+    order = sorted(range(rows), key=lambda i: lengths[i]) if lengths is not None else list(range(rows))
+    return [order[start : start + size] for start in range(0, rows, size)]
 
 
 def param_groups(model: torch.nn.Module, lr: float, vision_lr_scale: float = 1.0) -> list[dict]:
@@ -59,16 +71,6 @@ class NonFiniteGuard:
                 f"(loss={loss.item()}, grad_norm={grad_norm.item()}); lower the lr or check the data"
             )
         return False
-
-
-def optimizer_step(
-    model, optimizer, loss, grad_clip: float, guard: NonFiniteGuard, step: int, backward=None
-) -> float:
-    """Backward (`backward(loss)`, default `loss.backward()`), clip, and step unless the loss or gradient
-    is non-finite; returns the gradient norm."""
-    optimizer.zero_grad(set_to_none=True)
-    (backward or torch.Tensor.backward)(loss)
-    return apply_gradients(model, optimizer, loss.detach(), grad_clip, guard, step)
 
 
 def apply_gradients(model, optimizer, loss, grad_clip: float, guard: NonFiniteGuard, step: int) -> float:

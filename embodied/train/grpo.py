@@ -53,6 +53,7 @@ from embodied.train.common import (
     NonFiniteGuard,
     apply_gradients,
     index_batches,
+    micro_batches,
     param_groups,
     skip_batches,
 )
@@ -129,12 +130,6 @@ def inert_clip_settings(cfg) -> list[str]:
 def _generator(seed: int, step: int, salt: int) -> torch.Generator:
     """A CPU generator fixed by (seed, step): masks and token picks replay exactly after a resume."""
     return torch.Generator().manual_seed(seed * 1_000_003 + step * 7919 + salt)
-
-
-def micro_batches(rows: int, size: int) -> list[list[int]]:
-    """Row indices of consecutive micro-batches of `size` (0 = one batch of all `rows`)."""
-    size = size or max(rows, 1)
-    return [list(range(start, min(start + size, rows))) for start in range(0, rows, size)]
 
 
 def loss_spec(cfg) -> LossSpec:

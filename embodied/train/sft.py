@@ -20,13 +20,20 @@ from embodied.data.load import Example
 from embodied.data.schema import kind
 from embodied.envs import is_interactive, random_answer
 from embodied.eval.loop import evaluate
-from embodied.policy.model import completion_logprobs, encode_completions, encode_examples
+from embodied.policy.model import (
+    completion_logprobs,
+    encode_completions,
+    encode_examples,
+    select_rows,
+    trim_left_padding,
+)
 from embodied.tasks import LETTERS, TASKS, sft_target
 from embodied.train.checkpoint import resolve_resume, set_aside
 from embodied.train.common import (
     NonFiniteGuard,
+    apply_gradients,
     index_batches,
-    optimizer_step,
+    micro_batches,
     param_groups,
     skip_batches,
 )
@@ -146,6 +153,8 @@ def train_sft(
     procs = procs or Processes()
     if cfg.targets not in ("answer", "format"):
         raise ValueError(f"sft.targets={cfg.targets!r}; choose answer or format")
+    if cfg.micro_batch_size < 0:
+        raise ValueError(f"sft.micro_batch_size={cfg.micro_batch_size}; use 0 (the whole batch) or more")
     net = procs.wrap(model)
     device = next(model.parameters()).device
     model.train()
@@ -169,13 +178,18 @@ def train_sft(
         batch = encode_examples(processor, chunk, video, device)
         targets = [target_fn(r) for r in records] if target_fn else sft_targets(records, cfg, seed, step)
         ids, mask = encode_completions(processor, targets, device)
-        logp = completion_logprobs(net, batch, ids, mask)
         tokens = procs.sum(mask.sum())  # the mean is over the whole global batch's target tokens
         weights = (
             mask if cfg.answer_weight == 1 else answer_weights(processor, targets, mask, cfg.answer_weight)
         )
-        loss = -(logp * weights).sum() / tokens
-        grad_norm = optimizer_step(model, run.optimizer, loss, cfg.grad_clip, run.guard, step, procs.backward)
+        run.optimizer.zero_grad(set_to_none=True)
+        loss = torch.zeros((), device=device)
+        for part in _micro_batches(batch, ids, mask, weights, cfg.micro_batch_size):
+            logp = completion_logprobs(net, *part[:3])
+            part_loss = -(logp * part[3]).sum() / tokens
+            procs.backward(part_loss)  # gradients add up over the parts: the whole batch's mean
+            loss = loss + part_loss.detach()
+        grad_norm = apply_gradients(model, run.optimizer, loss, cfg.grad_clip, run.guard, step)
         run.schedule.step()
         run.loss_sum += procs.sum(loss.detach()).item()
         run.tokens += int(tokens)
@@ -210,6 +224,19 @@ def train_sft(
     procs.barrier()
     model.eval()
     return {"steps": step, "wall_s": time.perf_counter() - t_start, "skipped_steps": run.guard.total}
+
+
+def _micro_batches(batch, ids: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor, size: int):
+    """`(prompts, completion ids, mask, loss weights)` of each micro-batch of at most `size` rows (0: the
+    whole batch as it is), rows of similar prompt length together, each trimmed of the padding no row of it
+    needs."""
+    parts = micro_batches(ids.shape[0], size, batch["attention_mask"].sum(1).tolist())
+    if len(parts) == 1:
+        yield batch, ids, mask, weights
+        return
+    for rows in parts:
+        width = int(mask[rows].sum(1).max())  # completions are right-padded
+        yield trim_left_padding(select_rows(batch, rows)), *(t[rows, :width] for t in (ids, mask, weights))
 
 
 def _fresh_optimizer(model, cfg, cycle: int):
