@@ -18,15 +18,15 @@ from pathlib import Path
 from typing import Any
 
 
-def _tokens(batch_rows: list, processor, video, size: int) -> int:
-    """Prompt token positions (padding included) one step runs with micro-batches of `size`."""
-    from embodied.policy.model import encode_examples
-    from embodied.train.common import micro_batches
+def _positions(rows: list, processor, cfg, size: int) -> int:
+    """Prompt token positions (padding included) that one SFT step on `rows` runs with micro-batches of
+    `size`: the loop's own split (`train.sft._micro_batches`)."""
+    from embodied.policy.model import encode_completions, encode_examples
+    from embodied.train.sft import _micro_batches, sft_targets
 
-    batch = encode_examples(processor, batch_rows, video)
-    lengths = batch["attention_mask"].sum(1).tolist()
-    parts = micro_batches(len(lengths), size, lengths)
-    return sum(len(p) * max(lengths[i] for i in p) for p in parts)
+    batch = encode_examples(processor, rows, cfg.video)
+    ids, mask = encode_completions(processor, sft_targets([e.record for e in rows], cfg.sft, cfg.seed, 1))
+    return sum(part[0]["input_ids"].numel() for part in _micro_batches(batch, ids, mask, mask, size))
 
 
 def run(cfg: Any, out: Path, progress: bool = True) -> dict:
@@ -78,7 +78,7 @@ def run(cfg: Any, out: Path, progress: bool = True) -> dict:
                 "micro_batch_size": size,
                 "median_s_per_step": round(statistics.median(times[name]), 4),
                 "steps_timed": len(times[name]),
-                "prompt_positions_first_batch": _tokens(first, processor, cfg.video, size),
+                "prompt_positions_first_batch": _positions(first, processor, cfg, size),
             }
             for name, size in contenders.items()
         },
