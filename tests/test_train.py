@@ -311,7 +311,7 @@ def test_sft_micro_batches_sort_by_length_trim_padding_and_keep_the_update(examp
     row of it needs, accumulate the whole batch's update (up to float rounding)."""
     from embodied.data.load import Example
     from embodied.policy.model import encode_completions, encode_examples
-    from embodied.train.sft import _micro_batches
+    from embodied.train.sft import sft_micro_batches
 
     # prompts of 8 lengths, shuffled, so sorting and trimming both do something
     pad = [3, 0, 6, 1, 7, 2, 5, 4]
@@ -322,7 +322,7 @@ def test_sft_micro_batches_sort_by_length_trim_padding_and_keep_the_update(examp
     _, processor = load_policy(tiny_path)
     batch = encode_examples(processor, varied, VideoConfig())
     ids, mask = encode_completions(processor, ["<answer>A</answer>", "<think>a longer one</think>"] * 4)
-    parts = list(_micro_batches(batch, ids, mask, mask.float(), 3))
+    parts = list(sft_micro_batches(batch, ids, mask, mask.float(), 3))
     lengths = batch["attention_mask"].sum(1)
     assert [p[0]["input_ids"].shape[0] for p in parts] == [3, 3, 2]
     widths = [p[0]["input_ids"].shape[1] for p in parts]
@@ -331,7 +331,7 @@ def test_sft_micro_batches_sort_by_length_trim_padding_and_keep_the_update(examp
         assert int(p[0]["attention_mask"].sum(1).max()) == p[0]["input_ids"].shape[1]
         assert p[0]["pixel_values_videos"].shape[0] == batch["pixel_values_videos"].shape[0] // 8 * len(p[1])
     assert sorted(int(x) for p in parts for x in p[0]["attention_mask"].sum(1)) == sorted(lengths.tolist())
-    assert len(list(_micro_batches(batch, ids, mask, mask.float(), 0))) == 1
+    assert len(list(sft_micro_batches(batch, ids, mask, mask.float(), 0))) == 1
 
     after = []
     for mb in (0, 3):

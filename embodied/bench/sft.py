@@ -20,13 +20,13 @@ from typing import Any
 
 def _positions(rows: list, processor, cfg, size: int) -> int:
     """Prompt token positions (padding included) that one SFT step on `rows` runs with micro-batches of
-    `size`: the loop's own split (`train.sft._micro_batches`)."""
+    `size`: the loop's own split (`train.sft.sft_micro_batches`)."""
     from embodied.policy.model import encode_completions, encode_examples
-    from embodied.train.sft import _micro_batches, sft_targets
+    from embodied.train.sft import sft_micro_batches, sft_targets
 
     batch = encode_examples(processor, rows, cfg.video)
     ids, mask = encode_completions(processor, sft_targets([e.record for e in rows], cfg.sft, cfg.seed, 1))
-    return sum(part[0]["input_ids"].numel() for part in _micro_batches(batch, ids, mask, mask, size))
+    return sum(part[0]["input_ids"].numel() for part in sft_micro_batches(batch, ids, mask, mask, size))
 
 
 def run(cfg: Any, out: Path, progress: bool = True) -> dict:

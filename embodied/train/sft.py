@@ -184,7 +184,7 @@ def train_sft(
         )
         run.optimizer.zero_grad(set_to_none=True)
         loss = torch.zeros((), device=device)
-        for part in _micro_batches(batch, ids, mask, weights, cfg.micro_batch_size):
+        for part in sft_micro_batches(batch, ids, mask, weights, cfg.micro_batch_size):
             logp = completion_logprobs(net, *part[:3])
             part_loss = -(logp * part[3]).sum() / tokens
             procs.backward(part_loss)  # gradients add up over the parts: the whole batch's mean
@@ -226,7 +226,7 @@ def train_sft(
     return {"steps": step, "wall_s": time.perf_counter() - t_start, "skipped_steps": run.guard.total}
 
 
-def _micro_batches(batch, ids: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor, size: int):
+def sft_micro_batches(batch, ids: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor, size: int):
     """`(prompts, completion ids, mask, loss weights)` of each micro-batch of at most `size` rows (0: the
     whole batch as it is), rows of similar prompt length together, each trimmed of the padding no row of it
     needs."""
