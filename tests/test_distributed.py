@@ -68,6 +68,64 @@ def test_two_processes_equal_one_process_sft(setup, strategy):
     assert all(torch.allclose(m1[k], m2[k], atol=1e-5) for k in m1.keys() & m2.keys())
 
 
+def test_two_processes_with_micro_batches_equal_one_process_sft(setup):
+    """DDP with gradient accumulation: each process splits its 2 rows into 2 micro-batches and all-reduces
+    once per step (no_sync on the first part); the update is still the one-process whole-batch one."""
+    root, common = setup
+    if not (root / "sft1").exists():
+        _run(root, common, "sft1", 1, "sft", SFT)
+    one = _metrics(root / "sft1")
+    two = _run(root, common, "sft2-micro", 2, "sft", [*SFT, "sft.micro_batch_size=1"])
+    assert [r["loss/sft"] for r in two] == pytest.approx([r["loss/sft"] for r in one], abs=1e-5)
+    w1, w2 = _weights(root / "sft1"), _weights(root / "sft2-micro")
+    assert all(torch.allclose(w1[k], w2[k], atol=1e-5) for k in w1)
+
+
+_COUNT_ALL_REDUCES = """
+import torch, torch.distributed as dist
+from embodied.train.common import with_last
+from embodied.train.distributed import Processes
+
+procs = Processes()
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 1))
+net = procs.wrap(model)
+calls = [0]
+
+
+def hook(state, bucket):
+    calls[0] += 1
+    fut = dist.all_reduce(bucket.buffer(), async_op=True).get_future()
+    return fut.then(lambda f: f.value()[0] / dist.get_world_size())
+
+
+net.register_comm_hook(None, hook)
+x = torch.randn(6, 8) + procs.rank
+for every_part in (True, False):
+    model.zero_grad()
+    calls[0] = 0
+    for part, last in with_last(x.split(2)):
+        with procs.grad_sync(net, every_part or last):
+            procs.backward(net(part).sum())
+    if procs.rank == 0:
+        print(calls[0], [p.grad.sum().item() for p in model.parameters()])
+"""
+
+
+def test_ddp_accumulates_micro_batches_locally_and_all_reduces_once(tmp_path):
+    """`Processes.grad_sync`: three micro-batches give the same summed gradient with one all-reduce, not 3."""
+    script = tmp_path / "count.py"
+    script.write_text(_COUNT_ALL_REDUCES)
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone"]
+    proc = subprocess.run([*launch, str(script)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (every, grads_every), (once, grads_once) = [
+        (int(line.split(" ", 1)[0]), json.loads(line.split(" ", 1)[1])) for line in proc.stdout.splitlines()
+    ]
+    assert (every, once) == (3, 1)
+    assert grads_once == pytest.approx(grads_every, abs=1e-6)
+
+
 def test_fsdp_resume_continues_the_run(setup):
     """Two FSDP processes resume from the step-2 checkpoint of a 3-step run and end where it ended."""
     root, common = setup

@@ -357,3 +357,20 @@ def test_sft_micro_batch_size_must_not_be_negative(examples, tiny_path, tmp_path
     cfg.micro_batch_size = -1
     with pytest.raises(ValueError, match="micro_batch_size"):
         train_sft(model, processor, examples, cfg, VideoConfig(), tmp_path, progress=False)
+
+
+def test_with_last_flags_only_the_final_item_and_reads_one_ahead():
+    from embodied.train.common import with_last
+
+    assert list(with_last([])) == []
+    assert list(with_last("a")) == [("a", True)]
+    assert list(with_last(iter("abc"))) == [("a", False), ("b", False), ("c", True)]
+    drawn = []
+
+    def parts():
+        for i in range(3):
+            drawn.append(i)
+            yield i
+
+    it = with_last(parts())
+    assert next(it) == (0, False) and drawn == [0, 1]  # one ahead, not the whole generator

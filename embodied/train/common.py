@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TypeVar
 
 import numpy as np
 import torch
+
+T = TypeVar("T")
 
 
 def seed_everything(seed: int) -> None:
@@ -41,6 +44,19 @@ def micro_batches(rows: int, size: int, lengths: Sequence[int] | None = None) ->
         return [list(range(rows))]
     order = sorted(range(rows), key=lambda i: lengths[i]) if lengths is not None else list(range(rows))
     return [order[start : start + size] for start in range(0, rows, size)]
+
+
+def with_last(items: Iterable[T]) -> Iterator[tuple[T, bool]]:
+    """Each item with whether it is the last one (a generator is read one item ahead, not all at once)."""
+    it = iter(items)
+    try:
+        item = next(it)
+    except StopIteration:
+        return
+    for following in it:
+        yield item, False
+        item = following
+    yield item, True
 
 
 def param_groups(model: torch.nn.Module, lr: float, vision_lr_scale: float = 1.0) -> list[dict]:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import torch
@@ -173,6 +174,16 @@ class Processes:
 
     def backward(self, loss: torch.Tensor) -> None:
         self.accelerator.backward(loss * self.world)
+
+    def grad_sync(self, net: torch.nn.Module, sync: bool):
+        """Context for one micro-batch's forward and backward in gradient accumulation: with `sync=False`
+        (every part before a step's last), DDP adds the part's gradients up locally instead of all-reducing
+        them, and the last part's backward all-reduces the sum, once a step. DDP decides at the forward pass,
+        so the context must hold both. Under FSDP every part still reduce-scatters (keeping unsharded
+        gradients between parts would cost the memory FSDP is there to save); one process: nothing to do."""
+        if sync or self.world == 1 or not hasattr(net, "no_sync"):
+            return contextlib.nullcontext()
+        return net.no_sync()
 
     def barrier(self) -> None:
         if self.world > 1:

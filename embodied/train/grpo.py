@@ -56,6 +56,7 @@ from embodied.train.common import (
     micro_batches,
     param_groups,
     skip_batches,
+    with_last,
 )
 from embodied.train.distributed import Processes
 from embodied.train.metrics import MetricsLog
@@ -215,44 +216,54 @@ def update(
     tokens = int(procs.sum(mask.sum()))
     need_entropy_grad = cfg.entropy_coef > 0 or (cfg.papo and cfg.papo_entropy_real > 0)
     totals: dict[str, float] = {}
-    for idx in micro_batches(local_rows, cfg.micro_batch_size):
-        sub, ids, m, temp = select_rows(ro.batch, idx), ro.ids[idx], mask[idx], ro.temperature[idx]
-        logp, entropy, *values = completion_logprobs(model, sub, ids, m, temp, True, need_entropy_grad, head)
-        ref_logp = None
-        if ref is not None and spec.kl_coef > 0:
-            with torch.no_grad():
-                ref_logp = completion_logprobs(ref, sub, ids, m, temp)
-        sizes = {"num_seqs": rows, "num_tokens": tokens, "agg": cfg.loss_agg, "agg_norm": cfg.max_new_tokens}
-        old = logp.detach() if old_logp is None else old_logp[idx]
-        ent = entropy if cfg.entropy_coef > 0 else None
-        if critic_only:
-            loss, terms = torch.zeros((), device=logp.device), {}
-        else:
-            loss, terms = grpo_loss(logp, old, advantages[idx], m, ref_logp, spec, ent, gen, rows, tokens)
-        if critic is not None:
-            vm, v_count = critic.value_mask[idx], int(procs.sum(critic.value_mask.sum()))
-            v_loss, v_clip = value_loss(
-                values[0], critic.old_values[idx], critic.returns[idx], vm, cfg.value_clip, v_count
+    for idx, last in with_last(micro_batches(local_rows, cfg.micro_batch_size)):
+        with procs.grad_sync(model, last):  # DDP all-reduces once, after the last micro-batch
+            sub, ids, m, temp = select_rows(ro.batch, idx), ro.ids[idx], mask[idx], ro.temperature[idx]
+            logp, entropy, *values = completion_logprobs(
+                model, sub, ids, m, temp, True, need_entropy_grad, head
             )
-            loss = loss + cfg.vf_coef * v_loss
-            terms |= {"loss/value": v_loss.detach(), "clip/value_fraction": v_clip}
-        if cfg.papo and not critic_only:
-            masked = masked_batch(sub, processor, cfg.papo_mask_prob, cfg.papo_consistent, gen)
-            with torch.set_grad_enabled(cfg.papo_masked_grad):
-                m_logp, m_ent = completion_logprobs(model, masked, ids, m, temp, True, cfg.papo_masked_grad)
-            p_loss, p_terms = perception_loss(
-                logp,
-                m_logp,
-                m,
-                cfg.papo_gamma,
-                entropy,
-                m_ent,
-                (cfg.papo_entropy_real, cfg.papo_entropy_masked),
-                **sizes,
-            )
-            loss = loss + p_loss
-            terms |= p_terms
-        procs.backward(loss)
+            ref_logp = None
+            if ref is not None and spec.kl_coef > 0:
+                with torch.no_grad():
+                    ref_logp = completion_logprobs(ref, sub, ids, m, temp)
+            sizes = {
+                "num_seqs": rows,
+                "num_tokens": tokens,
+                "agg": cfg.loss_agg,
+                "agg_norm": cfg.max_new_tokens,
+            }
+            old = logp.detach() if old_logp is None else old_logp[idx]
+            ent = entropy if cfg.entropy_coef > 0 else None
+            if critic_only:
+                loss, terms = torch.zeros((), device=logp.device), {}
+            else:
+                loss, terms = grpo_loss(logp, old, advantages[idx], m, ref_logp, spec, ent, gen, rows, tokens)
+            if critic is not None:
+                vm, v_count = critic.value_mask[idx], int(procs.sum(critic.value_mask.sum()))
+                v_loss, v_clip = value_loss(
+                    values[0], critic.old_values[idx], critic.returns[idx], vm, cfg.value_clip, v_count
+                )
+                loss = loss + cfg.vf_coef * v_loss
+                terms |= {"loss/value": v_loss.detach(), "clip/value_fraction": v_clip}
+            if cfg.papo and not critic_only:
+                masked = masked_batch(sub, processor, cfg.papo_mask_prob, cfg.papo_consistent, gen)
+                with torch.set_grad_enabled(cfg.papo_masked_grad):
+                    m_logp, m_ent = completion_logprobs(
+                        model, masked, ids, m, temp, True, cfg.papo_masked_grad
+                    )
+                p_loss, p_terms = perception_loss(
+                    logp,
+                    m_logp,
+                    m,
+                    cfg.papo_gamma,
+                    entropy,
+                    m_ent,
+                    (cfg.papo_entropy_real, cfg.papo_entropy_masked),
+                    **sizes,
+                )
+                loss = loss + p_loss
+                terms |= p_terms
+            procs.backward(loss)
         share = float(m.sum()) / max(tokens, 1)
         for k, v in terms.items():
             totals[k] = totals.get(k, 0.0) + float(v) * (share if k.startswith("clip/") else 1.0)

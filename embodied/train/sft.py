@@ -36,6 +36,7 @@ from embodied.train.common import (
     micro_batches,
     param_groups,
     skip_batches,
+    with_last,
 )
 from embodied.train.distributed import Processes
 from embodied.train.metrics import MetricsLog
@@ -184,10 +185,11 @@ def train_sft(
         )
         run.optimizer.zero_grad(set_to_none=True)
         loss = torch.zeros((), device=device)
-        for part in sft_micro_batches(batch, ids, mask, weights, cfg.micro_batch_size):
-            logp = completion_logprobs(net, *part[:3])
-            part_loss = -(logp * part[3]).sum() / tokens
-            procs.backward(part_loss)  # gradients add up over the parts: the whole batch's mean
+        for part, last in with_last(sft_micro_batches(batch, ids, mask, weights, cfg.micro_batch_size)):
+            with procs.grad_sync(net, last):  # DDP all-reduces once, after the last part
+                logp = completion_logprobs(net, *part[:3])
+                part_loss = -(logp * part[3]).sum() / tokens
+                procs.backward(part_loss)  # gradients add up over the parts: the whole batch's mean
             loss = loss + part_loss.detach()
         grad_norm = apply_gradients(model, run.optimizer, loss, cfg.grad_clip, run.guard, step)
         run.schedule.step()
