@@ -29,6 +29,7 @@ equal simulator calls (docs/environments.md, "Expert iteration").
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -224,8 +225,9 @@ def _nearer_better(ro: Rollout, record: dict, members: list[int], last: int, fai
 
 
 def _prompt_id(example_id: str) -> str:
-    """The training prompt's id of a kept example: a later turn's conversation adds `/turn<k>[/<j>]`."""
-    return example_id.split("/turn", 1)[0]
+    """The training prompt's id of a kept example: a later turn's conversation adds `/turn<k>[/<j>]` at the
+    end (only that suffix is cut, so an id that holds "/turn" elsewhere keeps it)."""
+    return re.sub(r"/turn\d+(/\d+)?$", "", example_id)
 
 
 def round_sft(sft_cfg, steps: int, batch_size: int, lr: float):
