@@ -438,6 +438,11 @@ class CosmosConfig:
     """True: every seed's main job ends after its SFT row, and no zero or transfer job runs (no GRPO, more-SFT
     or baseline rows). The cheap way to measure an SFT-side lever (the mix, the curriculum, the targets) on
     every seed; the table then checks only the SFT target (every family's interval above chance)."""
+    keep_weights: bool = False
+    """True: every seed's main job also saves its SFT policy (`seed<S>/main/sft/model`) and, unless
+    `sft_only`, its SFT + GRPO policy (`seed<S>/main/grpo/model`) as Hugging Face folders that
+    `policy.path` loads (the tiny policy: about 20 MB each). A row saved without weights is recomputed once
+    when this is set; it changes no number."""
 
 
 @dataclass

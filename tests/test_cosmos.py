@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from embodied.config import load_config
+from embodied.policy.model import load_policy
 
 REPO = Path(__file__).parents[1]
 
@@ -94,6 +95,20 @@ def test_cosmos_experiment_end_to_end(tmp_path):
     assert sorted(p.name for p in (tmp_path / "sft_only" / "seed0").iterdir()) == ["main"]
     text = (tmp_path / "sft_only" / "cosmos.md").read_text()
     assert "Families whose SFT interval lies above chance" in text
+    # keep_weights: a row saved without weights is recomputed once, with the SFT policy saved; same numbers
+    saved = tmp_path / "sft_only" / "seed0" / "main" / "result.json"
+    before = saved.stat().st_mtime_ns
+    cfg.cosmos.keep_weights = True
+    kept = run(cfg, tmp_path / "sft_only", progress=False)
+    assert saved.stat().st_mtime_ns != before
+    assert kept["table"]["sft"] == short["table"]["sft"]
+    model_dir = tmp_path / "sft_only" / "seed1" / "main" / "sft" / "model"
+    assert (model_dir / "model.safetensors").is_file()
+    load_policy(model_dir)  # loads as a `policy.path`
+    after = saved.stat().st_mtime_ns
+    run(cfg, tmp_path / "sft_only", progress=False)  # now reused, weights and all
+    assert saved.stat().st_mtime_ns == after
+    cfg.cosmos.keep_weights = False
     # scripts/cosmos_arms.py pairs two runs' SFT rows by seed: the same rows differ by 0 on every seed
     spec = importlib.util.spec_from_file_location("cosmos_arms", REPO / "scripts" / "cosmos_arms.py")
     arms = importlib.util.module_from_spec(spec)

@@ -164,7 +164,7 @@ def check_response_room(cfg, processor, train: list) -> None:
 
 def _main_job(cfg, data: dict, seed: int, out: Path, progress: bool) -> dict:
     """SFT -> SFT + GRPO (with its blind and single-frame baselines); SFT -> as many seconds of more SFT."""
-    from embodied.policy.model import load
+    from embodied.policy.model import load, save_policy
 
     model, processor = load(cfg.policy)
     check_response_room(cfg, processor, data["train"])
@@ -174,6 +174,8 @@ def _main_job(cfg, data: dict, seed: int, out: Path, progress: bool) -> dict:
         done = _sft(model, processor, train, cfg, seed, out / f"stage{i}", progress, steps=stage.steps)
         t_sft += done["wall_s"]
     t_sft += _sft(model, processor, data["train"], cfg, seed, out / "sft", progress)["wall_s"]
+    if cfg.cosmos.keep_weights:
+        save_policy(model, processor, out / "sft" / "model")
     sft_model = copy.deepcopy(model)
     sft_eval = bench_eval(model, processor, data["bench"], cfg, predictions=out / "sft_predictions.jsonl")
     row = {"sft": sft_eval, "sft_s": round(t_sft, 1)}
@@ -188,6 +190,8 @@ def _main_job(cfg, data: dict, seed: int, out: Path, progress: bool) -> dict:
         row["sft_grpo_credit"] = bench_eval(credit, processor, data["bench"], cfg)
         del credit
     grpo_s = _grpo(model, processor, data["train"], cfg, seed, out / "grpo", progress)
+    if cfg.cosmos.keep_weights:
+        save_policy(model, processor, out / "grpo" / "model")
     row |= {"sft_grpo": bench_eval(model, processor, data["bench"], cfg), "grpo_s": round(grpo_s, 1)}
     for name, baseline in (("blind", "blind"), ("single_frame", "single-frame")):
         row[name] = bench_eval(model, processor, data["bench"], cfg, baseline)
@@ -283,6 +287,7 @@ def run_job(cfg, out: Path, seed: int, job: str, progress: bool = False) -> dict
         for k in ("policy", "data", "video", "sft", "grpo", "eval", "cosmos")  # eval: bench_eval's budget
     }
     unused = ("seeds", "workers") + (() if job == "main" else ("curriculum",))  # only main runs the stages
+    unused += () if job == "main" and cfg.cosmos.keep_weights else ("keep_weights",)  # keyed only when set
     key["cosmos"] = {k: v for k, v in key["cosmos"].items() if k not in unused}
     folder = out / f"seed{seed}" / job
     fn = {"main": _main_job, "zero": _zero_job, "transfer": _transfer_job}[job]
