@@ -215,6 +215,8 @@ def update(
     rows = int(procs.sum(torch.tensor(local_rows)))
     tokens = int(procs.sum(mask.sum()))
     need_entropy_grad = cfg.entropy_coef > 0 or (cfg.papo and cfg.papo_entropy_real > 0)
+    sizes = {"num_seqs": rows, "num_tokens": tokens, "agg": cfg.loss_agg, "agg_norm": cfg.max_new_tokens}
+    v_count = int(procs.sum(critic.value_mask.sum())) if critic is not None else 0
     totals: dict[str, float] = {}
     for idx, last in with_last(micro_batches(local_rows, cfg.micro_batch_size)):
         with procs.grad_sync(model, last):  # DDP all-reduces once, after the last micro-batch
@@ -226,12 +228,6 @@ def update(
             if ref is not None and spec.kl_coef > 0:
                 with torch.no_grad():
                     ref_logp = completion_logprobs(ref, sub, ids, m, temp)
-            sizes = {
-                "num_seqs": rows,
-                "num_tokens": tokens,
-                "agg": cfg.loss_agg,
-                "agg_norm": cfg.max_new_tokens,
-            }
             old = logp.detach() if old_logp is None else old_logp[idx]
             ent = entropy if cfg.entropy_coef > 0 else None
             if critic_only:
@@ -239,7 +235,7 @@ def update(
             else:
                 loss, terms = grpo_loss(logp, old, advantages[idx], m, ref_logp, spec, ent, gen, rows, tokens)
             if critic is not None:
-                vm, v_count = critic.value_mask[idx], int(procs.sum(critic.value_mask.sum()))
+                vm = critic.value_mask[idx]
                 v_loss, v_clip = value_loss(
                     values[0], critic.old_values[idx], critic.returns[idx], vm, cfg.value_clip, v_count
                 )
