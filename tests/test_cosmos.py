@@ -67,6 +67,9 @@ def test_cosmos_experiment_end_to_end(tmp_path):
     )
     assert len(result["timings_s"]["main/more_sft_steps"]) == 2
     assert len(result["timings_s"]["main/credit_s"]) == 2
+    main = json.loads((tmp_path / "run/seed0/main/result.json").read_text())["row"]
+    assert len(main["sft_stages_s"]) == 2  # the curriculum stage, then the mix
+    assert main["sft_s"] == pytest.approx(sum(main["sft_stages_s"]), abs=0.11)
     credit = result["targets"]["credit_minus_exact"]
     assert set(credit) == set(result["families"]) & {"spatial_puzzle", "temporal_puzzle"}
     assert isinstance(result["probe"], dict)

@@ -168,17 +168,17 @@ def _main_job(cfg, data: dict, seed: int, out: Path, progress: bool) -> dict:
 
     model, processor = load(cfg.policy)
     check_response_room(cfg, processor, data["train"])
-    t_sft = 0.0
+    stage_s = []  # each curriculum stage's seconds, then the mix's
     for i, stage in enumerate(cfg.cosmos.curriculum):
         train = curriculum_examples(data["train"], stage.families)
         done = _sft(model, processor, train, cfg, seed, out / f"stage{i}", progress, steps=stage.steps)
-        t_sft += done["wall_s"]
-    t_sft += _sft(model, processor, data["train"], cfg, seed, out / "sft", progress)["wall_s"]
+        stage_s.append(done["wall_s"])
+    stage_s.append(_sft(model, processor, data["train"], cfg, seed, out / "sft", progress)["wall_s"])
     if cfg.cosmos.keep_weights:
         save_policy(model, processor, out / "sft" / "model")
     sft_model = copy.deepcopy(model)
     sft_eval = bench_eval(model, processor, data["bench"], cfg, predictions=out / "sft_predictions.jsonl")
-    row = {"sft": sft_eval, "sft_s": round(t_sft, 1)}
+    row = {"sft": sft_eval, "sft_s": round(sum(stage_s), 1), "sft_stages_s": [round(t, 1) for t in stage_s]}
     if cfg.cosmos.sft_only:
         return row
     if cfg.cosmos.order_credit > 0:  # the same GRPO from the same SFT policy, only the reward differs
