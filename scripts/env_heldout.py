@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from embodied.config import load_config
-from embodied.data.episodes import generate_episodes, matches
+from embodied.data.episodes import ensure_episodes
 from embodied.data.load import load_examples
 from embodied.envs import answer_examples
 from embodied.eval.envs import best_constant, evaluate_env
@@ -45,8 +45,7 @@ def main() -> None:
         [*overrides, f"env.root={root}", "env.n_train=0", f"env.n_test={a.n}"],
     )
     torch.set_num_threads(cfg.threads)
-    if not matches(cfg.env):
-        generate_episodes(cfg.env)
+    ensure_episodes(cfg.env)
     examples = answer_examples(
         load_examples(root, "test", cfg.video.fps, cfg.video.max_frames)[0], cfg.env.answer
     )

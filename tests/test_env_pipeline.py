@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from embodied.data.episodes import generate_episodes, matches
+from embodied.data.episodes import ensure_episodes, generate_episodes, matches
 from embodied.data.load import Example, load_examples
 from embodied.envs import push
 from embodied.envs.config import EnvConfig
@@ -26,6 +26,18 @@ def episodes(tmp_path_factory):
     examples, skipped = load_examples(cfg.root, "test")
     assert not skipped and len(examples) == 3
     return examples
+
+
+def test_ensure_episodes_generates_what_is_missing_and_reuses_what_matches(tmp_path):
+    cfg = EnvConfig(root=str(tmp_path / "env"), tasks=["place"], n_train=0, n_test=1)
+    ensure_episodes(cfg, progress=False)
+    manifest = Path(cfg.root) / "manifest.json"
+    made = manifest.stat().st_mtime_ns
+    ensure_episodes(cfg, progress=False)  # the same config: nothing is written again
+    assert manifest.stat().st_mtime_ns == made
+    more = EnvConfig(root=cfg.root, tasks=["place"], n_train=0, n_test=2)
+    ensure_episodes(more, progress=False)  # another config: generated anew
+    assert matches(more) and len(load_examples(cfg.root, "test")[0]) == 2
 
 
 def test_episodes_load_like_mcq_datasets(episodes):

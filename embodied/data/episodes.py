@@ -51,6 +51,12 @@ def generate_episodes(cfg: EnvConfig, progress: bool = True) -> dict:
     return write_dataset(EpisodeSource(cfg), progress)
 
 
+def ensure_episodes(cfg: EnvConfig, progress: bool = True) -> None:
+    """Generate ``cfg``'s episodes unless ``cfg.root`` already holds them (``matches``)."""
+    if not matches(cfg):
+        generate_episodes(cfg, progress)
+
+
 def matches(cfg: EnvConfig) -> bool:
     """Whether ``cfg.root`` already holds episodes generated with this config (so they can be reused)."""
     ignore = {"workers", "backend", "format_weight", "feedback", "answer"}  # `answer` applies on load

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from embodied.data.build import ensure_dataset
-from embodied.data.episodes import generate_episodes, matches
+from embodied.data.episodes import ensure_episodes
 from embodied.data.load import load_examples
 from embodied.envs import answer_examples
 from embodied.eval.envs import best_constant, evaluate_env, rollout_video, turn_settings
@@ -70,8 +70,7 @@ def benchmark_config(cfg):
 def _load_data(cfg, progress: bool) -> dict[str, list]:
     """MCQ train/test, benchmark, interactive train/test examples, generating what is missing or stale."""
     ensure_dataset(cfg.data, progress)
-    if not matches(cfg.env):
-        generate_episodes(cfg.env, progress=progress)
+    ensure_episodes(cfg.env, progress)
     fps, mf = cfg.video.fps, cfg.video.max_frames
     fb = cfg.env.feedback
     data = {
