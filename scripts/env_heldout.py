@@ -50,7 +50,7 @@ def main() -> None:
         load_examples(root, "test", cfg.video.fps, cfg.video.max_frames)[0], cfg.env.answer
     )
     t = time.perf_counter()
-    constant = best_constant([e.record for e in examples], cfg.env.backend, progress=True)
+    constant = best_constant([e.record for e in examples], cfg.env.backend, True, cfg.env.feedback.workers)
     out = {
         "root": root,
         "episodes_per_task": a.n,

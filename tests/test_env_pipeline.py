@@ -246,6 +246,7 @@ def test_best_constant_matches_the_static_rule(episodes):
     assert out["place"]["success"] == by_rule and out["place"]["n"] == len(place)
     for v in out.values():
         assert v["ci95"][0] <= v["success"] <= v["ci95"][1]
+    assert best_constant(recs, workers=2) == out  # episodes split over two processes: the same answer
 
 
 def test_evaluate_env_best_of_n_and_vote(tiny_policy, episodes):
@@ -256,6 +257,25 @@ def test_evaluate_env_best_of_n_and_vote(tiny_policy, episodes):
     # The untrained tiny model never writes a parseable action: nothing succeeds, nothing is hidden.
     assert result["test_time"]["best_of@4"] == 0.0 and result["test_time"]["vote@4"] == 0.0
     assert result["seconds_per_episode"]["best_of@4"] > result["seconds_per_episode"]["best_of@1"] > 0
+
+
+def test_evaluate_env_samples_only_the_first_episodes_of_each_task(tiny_policy, episodes):
+    """`sample_episodes`: greedy on every episode, test-time samples on the first ones of each task."""
+    import dataclasses
+
+    model, processor = tiny_policy
+    second = [dataclasses.replace(e, record=e.record | {"id": e.record["id"] + "-b"}) for e in episodes]
+    examples = list(episodes) + second  # carry, place, push, then each task's second episode
+    kw = {"max_new_tokens": 8, "batch_size": 2, "k": [2]}
+    greedy = evaluate_env(model, processor, examples, VideoConfig(), **kw)
+    result = evaluate_env(model, processor, examples, VideoConfig(), samples=2, sample_episodes=1, **kw)
+    assert result["n"] == 6 and all(v["n"] == 2 for v in result["per_task"].values())
+    assert [p["id"] for p in result["predictions"]] == [e.record["id"] for e in examples]
+    assert [p["response"] for p in result["predictions"]] == [p["response"] for p in greedy["predictions"]]
+    assert ["sampled" in p for p in result["predictions"]] == [True] * 3 + [False] * 3
+    assert result["settings"]["sampled_episodes"] == 3 and set(result["test_time"]["per_task"]) == {
+        "carry", "place", "push"
+    }  # fmt: skip
 
 
 def test_embodied_eval_on_episodes_runs_the_simulator(tmp_path):

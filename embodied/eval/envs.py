@@ -69,9 +69,12 @@ def evaluate_env(
     turn_reward: str = "last",
     turn_words: bool = False,
     turn_clip: str = "outcome",
+    sample_episodes: int = 0,
 ) -> dict:
     """Greedy answers to ``examples`` (``embodied.data.load.Example``), scored by simulation; with
-    ``samples`` > 0 also best-of-N and majority vote for each N in ``k`` (see the module docstring).
+    ``samples`` > 0 also best-of-N and majority vote for each N in ``k`` (see the module docstring), on the
+    first ``sample_episodes`` episodes of each task in ``examples`` order (0: on every episode), so the greedy
+    figures can cover more episodes than the sampled ones cost; ``settings["sampled_episodes"]`` counts them.
 
     With ``turns`` > 1 every episode is also played as a multi-turn episode (`embodied.rl.episodes`): the
     greedy answer is turn 1, a failed one is followed by greedy later turns, each row keeping its turns in
@@ -81,66 +84,96 @@ def evaluate_env(
     ks = resolve_k(samples, k)
     check_turns(turns, turn_reward)
     check_turn_clip(turn_clip)
-
-    def reward_fn(texts, recs):
-        return env_reward(texts, recs, backend, format_weight)
-
     if samples:
         torch.manual_seed(seed)
     was_training = model.training
     model.eval()
-    device = next(model.parameters()).device
     predictions, seconds = [], {"generate": 0.0, "simulate": 0.0}
-    for start in tqdm(range(0, len(examples), batch_size), desc=desc, unit="batch", disable=not progress):
-        chunk = examples[start : start + batch_size]
-        records = [e.record for e in chunk]
-        batch = encode_prompts(processor, records, [e.clip for e in chunk], video, device)
-        ids, mask = generate(model, processor, batch, max_new_tokens, do_sample=False)
-        texts = decode(processor, ids, mask)
-        terms = env_reward(texts, records, backend, format_weight)
-        rows = [
-            {"id": rec["id"], "task": rec["task"], "response": text, "terms": t}
-            for rec, text, t in zip(records, texts, terms)
-        ]
-        if turns > 1:
-            args = (model, processor, chunk, video, reward_fn, turns, turn_reward)
-            later = {"words": turn_words, "turn_clip": turn_clip}
-            ep = play(*args, max_new_tokens=max_new_tokens, first=(texts, terms), **later)
-            for row, traj in zip(rows, ep.per_trajectory()):
-                row["turns"] = [{"response": x, "terms": t} for x, t in traj]
-            if samples:
-                temps = torch.full((len(chunk) * samples,), float(temperature))
-                seeds = [sampling_seed(seed, start + i) for i in range(len(chunk))]
-                ep = play(*args, samples, max_new_tokens, temps, seeds, **later)
-                trajs = ep.per_trajectory()
-                for i, row in enumerate(rows):
-                    row["sampled_turns"] = [
-                        [
-                            {"success": t["reward/success"], "unparseable": t["reward/unparseable"]}
-                            for _, t in traj
-                        ]
-                        for traj in trajs[i * samples : (i + 1) * samples]
-                    ]
-        if samples:
-            t0 = time.perf_counter()
-            sampled = sampled_responses(model, processor, batch, samples, max_new_tokens, temperature)
-            seconds["generate"] += time.perf_counter() - t0
-            for row, texts in zip(rows, sampled):
-                row["sampled"] = [{"response": t} for t in texts]
-            _sample_terms(records, rows, backend, format_weight, seconds)
-        predictions += rows
+    everything = ([], list(range(len(examples))))
+    sampled_part, greedy_part = _split_sampled(examples, sample_episodes) if samples else everything
+    bar = tqdm(total=len(examples), desc=desc, unit="episode", disable=not progress)
+    for part, n_samples in ((sampled_part, samples), (greedy_part, 0)):
+        for start in range(0, len(part), batch_size):
+            chunk = [examples[i] for i in part[start : start + batch_size]]
+            predictions += _answer_batch(
+                model, processor, chunk, video, backend, max_new_tokens, format_weight, n_samples,
+                temperature, [sampling_seed(seed, start + i) for i in range(len(chunk))], seconds,
+                turns, turn_reward, {"words": turn_words, "turn_clip": turn_clip},
+            )  # fmt: skip
+            bar.update(len(chunk))
+    bar.close()
+    rank = {i: r for r, i in enumerate(sampled_part + greedy_part)}
+    predictions = [predictions[rank[i]] for i in range(len(examples))]  # back in the order of `examples`
     model.train(was_training)
     by_id = {e.record["id"]: e.record for e in examples}
     result = summarize_env(predictions, by_id)
     if samples:
-        _vote(predictions, by_id, ks, backend, format_weight)
-        per_sample = {key: v / (len(predictions) * samples) for key, v in seconds.items()}
-        result |= test_time_compute(predictions, ks, per_sample)
-        result["settings"] = {"samples": samples, "k": ks, "temperature": temperature, "seed": seed}
+        sampled = [row for row in predictions if "sampled" in row]
+        _vote(sampled, by_id, ks, backend, format_weight)
+        per_sample = {key: v / (len(sampled) * samples) for key, v in seconds.items()}
+        result |= test_time_compute(sampled, ks, per_sample)
+        result["settings"] = {"samples": samples, "k": ks, "temperature": temperature, "seed": seed,
+                              "sampled_episodes": len(sampled)}  # fmt: skip
     if turns > 1:
         result["turns"] = turn_summary(predictions, turns)
         result["turns"]["corrections"] = correction_summary(predictions, by_id)
     return result | {"predictions": predictions}
+
+
+def _split_sampled(examples: Sequence, per_task: int) -> tuple[list[int], list[int]]:
+    """Indices of ``examples``: the first ``per_task`` of each task (every one when 0), then the rest."""
+    seen: dict[str, int] = defaultdict(int)
+    first, rest = [], []
+    for i, e in enumerate(examples):
+        name = e.record["task"]
+        (first if not per_task or seen[name] < per_task else rest).append(i)
+        seen[name] += 1
+    return first, rest
+
+
+def _answer_batch(
+    model, processor, chunk, video, backend, max_new_tokens, format_weight, samples, temperature, seeds,
+    seconds, turns, turn_reward, later,
+) -> list[dict]:  # fmt: skip
+    """`evaluate_env`'s rows for one batch: the greedy answer scored, with ``turns`` > 1 its greedy
+    trajectory, and with ``samples`` the sampled answers (and trajectories), ``seeds`` one per episode."""
+    device = next(model.parameters()).device
+    records = [e.record for e in chunk]
+    batch = encode_prompts(processor, records, [e.clip for e in chunk], video, device)
+    ids, mask = generate(model, processor, batch, max_new_tokens, do_sample=False)
+    texts = decode(processor, ids, mask)
+    terms = env_reward(texts, records, backend, format_weight)
+    rows = [
+        {"id": rec["id"], "task": rec["task"], "response": text, "terms": t}
+        for rec, text, t in zip(records, texts, terms)
+    ]
+
+    def reward_fn(texts, recs):
+        return env_reward(texts, recs, backend, format_weight)
+
+    if turns > 1:
+        args = (model, processor, chunk, video, reward_fn, turns, turn_reward)
+        ep = play(*args, max_new_tokens=max_new_tokens, first=(texts, terms), **later)
+        for row, traj in zip(rows, ep.per_trajectory()):
+            row["turns"] = [{"response": x, "terms": t} for x, t in traj]
+        if samples:
+            temps = torch.full((len(chunk) * samples,), float(temperature))
+            ep = play(*args, samples, max_new_tokens, temps, seeds, **later)
+            trajs = ep.per_trajectory()
+            for i, row in enumerate(rows):
+                row["sampled_turns"] = [
+                    [{"success": t["reward/success"], "unparseable": t["reward/unparseable"]}
+                     for _, t in traj]
+                    for traj in trajs[i * samples : (i + 1) * samples]
+                ]  # fmt: skip
+    if samples:
+        t0 = time.perf_counter()
+        sampled = sampled_responses(model, processor, batch, samples, max_new_tokens, temperature)
+        seconds["generate"] += time.perf_counter() - t0
+        for row, texts in zip(rows, sampled):
+            row["sampled"] = [{"response": t} for t in texts]
+        _sample_terms(records, rows, backend, format_weight, seconds)
+    return rows
 
 
 def _executed(turns: Sequence[dict]) -> int:
@@ -160,6 +193,9 @@ def turn_summary(predictions: Sequence[dict], turns: int) -> dict:
       differences ``sampled_turn<k>_minus_turn1`` (sampled success@k minus success@1) and
       ``sampled_turn<k>_minus_best_of_<k>`` (sampled success@k minus best-of-k): ``[mean, low, high]``, 95%
       t interval over episodes (`seed_interval`, not clipped).
+
+    The sampled figures cover the rows that were sampled (``sampled_n``: `evaluate_env`'s
+    ``sample_episodes``).
     """
 
     def block(rows: list[dict]) -> dict:
@@ -169,7 +205,9 @@ def turn_summary(predictions: Sequence[dict], turns: int) -> dict:
             wins = int(sum(any(t["terms"]["reward/success"] for t in r["turns"][:k]) for r in rows))
             out["greedy"][f"success@{k}"] = {"rate": wins / n, "ci95": list(wilson_interval(wins, n))}
         out["greedy"]["calls"] = float(np.mean([_executed(r["turns"]) for r in rows]))
-        if rows and "sampled_turns" in rows[0]:
+        rows = [r for r in rows if "sampled_turns" in r]  # the sampled figures: on the sampled episodes
+        if rows:
+            out["sampled_n"] = len(rows)
             sampled, best = {}, {}  # k -> per-episode value
             for k in range(1, turns + 1):
                 sampled[k] = [
@@ -435,43 +473,71 @@ def env_markdown(result: dict, title: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-def best_constant(records: Sequence[dict], backend: str = "cpu", progress: bool = False) -> dict:
+def best_constant(
+    records: Sequence[dict], backend: str = "cpu", progress: bool = False, workers: int = 1
+) -> dict:
     """Per task, the one answer that succeeds on most of ``records`` (chosen on these same episodes, so an
     upper bound for any policy that ignores the clip), with its success rate and 95% interval: every
     action of the task's ``CONSTANT_GRID`` and, for records in grid form (`embodied.envs.answer_form`),
     also every letter (the same option on every episode; where options are relative to the episode, as
     push's multiples of the demo's stated impulse, a constant letter uses the question's text, so it can
-    beat every constant number). ``number`` and ``grid`` keep the best of each kind."""
-    out = {}
+    beat every constant number). ``number`` and ``grid`` keep the best of each kind. With ``workers`` > 1
+    the episodes are split over that many spawned processes (the same answer, summed wins)."""
     by_task: dict[str, list[dict]] = defaultdict(list)
     for r in records:
         by_task[r["task"]].append(r)
-    for name, recs in tqdm(sorted(by_task.items()), desc="best constant", disable=not progress):
-        numeric = [answer_form(r, "number") for r in recs]
-        kinds = {}
-        for action in task(name).CONSTANT_GRID:
-            terms = env_reward([answer_text(name, action)] * len(recs), numeric, backend)
-            wins = int(sum(t["reward/success"] for t in terms))
-            if "number" not in kinds or wins > kinds["number"][0]:
-                kinds["number"] = (wins, task(name).describe(action))
-        if task(name).NUMERIC and "answer_grid" in recs[0]["meta"]:
-            n_options = min(len(r["options"]) for r in recs)
-            for k in range(n_options):
-                letter = LETTERS[k]
-                text = f"<think></think><answer>{letter}</answer>"
-                wins = int(sum(t["reward/success"] for t in env_reward([text] * len(recs), recs, backend)))
-                if "grid" not in kinds or wins > kinds["grid"][0]:
-                    kinds["grid"] = (wins, f"option {letter}: {recs[0]['options'][k]}")
+    n_options = {
+        name: min(len(r["options"]) for r in recs)
+        for name, recs in by_task.items()
+        if task(name).NUMERIC and "answer_grid" in recs[0]["meta"]
+    }
+    if workers > 1 and len(records) > 1:
+        import multiprocessing as mp
+
+        chunks = [list(records[i::workers]) for i in range(min(workers, len(records)))]
+        with mp.get_context("spawn").Pool(len(chunks)) as pool:
+            parts = pool.starmap(_constant_wins, [(c, backend, n_options) for c in chunks])
+    else:
+        parts = [_constant_wins(records, backend, n_options, progress)]
+    out = {}
+    for name, recs in sorted(by_task.items()):
+        n, kinds = len(recs), {}
+        grids = {"number": [task(name).describe(a) for a in task(name).CONSTANT_GRID]}
+        if name in n_options:
+            grids["grid"] = [f"option {LETTERS[k]}: {recs[0]['options'][k]}" for k in range(n_options[name])]
+        for kind, said in grids.items():
+            wins = np.sum([part[name][kind] for part in parts if name in part], axis=0).astype(int)
+            best = int(np.argmax(wins))  # the first of the most successful
+            kinds[kind] = (int(wins[best]), said[best])
         wins, said = max(kinds.values(), key=lambda x: x[0])
-        out[name] = {
-            "answer": said,
-            "success": wins / len(recs),
-            "ci95": list(wilson_interval(wins, len(recs))),
-            "n": len(recs),
-        } | {
-            kind: {"answer": a, "success": w / len(recs), "ci95": list(wilson_interval(w, len(recs)))}
+        out[name] = {"answer": said, "success": wins / n, "ci95": list(wilson_interval(wins, n)), "n": n} | {
+            kind: {"answer": a, "success": w / n, "ci95": list(wilson_interval(w, n))}
             for kind, (w, a) in kinds.items()
         }
+    return out
+
+
+def _constant_wins(
+    records: Sequence[dict], backend: str, n_options: dict[str, int], progress: bool = False
+) -> dict[str, dict[str, list[int]]]:
+    """`best_constant`'s counts on ``records``: per task, the successes of every ``CONSTANT_GRID`` action
+    (``number``) and, for tasks in ``n_options``, of every letter (``grid``), in grid order."""
+    by_task: dict[str, list[dict]] = defaultdict(list)
+    for r in records:
+        by_task[r["task"]].append(r)
+    out: dict[str, dict[str, list[int]]] = {}
+    for name, recs in tqdm(sorted(by_task.items()), desc="best constant", disable=not progress):
+        numeric = [answer_form(r, "number") for r in recs]
+        out[name] = {"number": []}
+        for action in task(name).CONSTANT_GRID:
+            terms = env_reward([answer_text(name, action)] * len(recs), numeric, backend)
+            out[name]["number"].append(int(sum(t["reward/success"] for t in terms)))
+        if name in n_options:
+            texts = [f"<think></think><answer>{LETTERS[k]}</answer>" for k in range(n_options[name])]
+            out[name]["grid"] = [
+                int(sum(t["reward/success"] for t in env_reward([text] * len(recs), recs, backend)))
+                for text in texts
+            ]
     return out
 
 

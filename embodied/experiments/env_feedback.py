@@ -127,6 +127,7 @@ def evaluate_stage(model, processor, data: dict, cfg, test_time: bool) -> dict:
         samples=samples,
         k=ks,
         seed=cfg.seed,
+        sample_episodes=fb.test_time_episodes,
         **turn_settings(cfg.env),
     )
     return result
@@ -268,7 +269,8 @@ def _run_all(cfg, out: Path, data: dict, progress: bool) -> dict[tuple[int, str]
 
 
 def _best_constant(cfg, data: dict, progress: bool) -> dict:
-    """The best constant answer per task on the held-out episodes, kept beside them in `env.root`."""
+    """The best constant answer per task on the held-out episodes, kept beside them in `env.root`; in
+    `env.feedback.workers` processes (nothing else runs yet)."""
     records = [e.record for e in data["env_test"]]
     key = {"backend": cfg.env.backend, "ids": [r["id"] for r in records], "env": dataclasses.asdict(cfg.env)}
     key["options"] = {r["task"]: r["options"] for r in records}  # a task's grid (env.answer) is part of it
@@ -276,7 +278,7 @@ def _best_constant(cfg, data: dict, progress: bool) -> dict:
     return reuse_or_run(
         Path(cfg.env.root) / "best_constant.json",
         key,
-        lambda: best_constant(records, cfg.env.backend, progress),
+        lambda: best_constant(records, cfg.env.backend, progress, cfg.env.feedback.workers),
         "best constant",
     )
 
@@ -290,6 +292,10 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
     if unknown:
         raise ValueError(f"env.feedback.arms: unknown arm(s) {unknown}; choose from {list(ARMS)}")
     check_env_turns(cfg.env)
+    if fb.test_time_episodes < 0:
+        raise ValueError(
+            f"env.feedback.test_time_episodes must be >= 0 (0: every episode), got {fb.test_time_episodes}"
+        )
     data = _load_data(cfg, progress)
     constant = _best_constant(cfg, data, progress)
     results = _run_all(cfg, out, data, progress)
