@@ -297,11 +297,10 @@ def test_time_markdown(rows: list[dict]) -> list[str]:
         first = next(iter(stages.values()))
         ks = first["env"]["settings"]["k"]
         tasks = sorted(first["env"]["test_time"]["per_task"])
-        lines += [
-            "",
-            f"## Test-time compute (seed {r['seed']}, {first['env']['settings']['samples']} samples)",
-            "",
-        ]
+        settings = first["env"]["settings"]
+        on = settings.get("sampled_episodes", first["env"]["n"])  # results before it sampled every episode
+        where = f", on {on} of the {first['env']['n']} held-out episodes" if on < first["env"]["n"] else ""
+        lines += ["", f"## Test-time compute (seed {r['seed']}, {settings['samples']} samples{where})", ""]
         head = ["stage", "task", *(f"best-of-{n}" for n in ks), *(f"vote-{n}" for n in ks)]
         body = []
         for s, v in stages.items():
