@@ -276,6 +276,8 @@ def test_evaluate_env_samples_only_the_first_episodes_of_each_task(tiny_policy, 
     assert result["settings"]["sampled_episodes"] == 3 and set(result["test_time"]["per_task"]) == {
         "carry", "place", "push"
     }  # fmt: skip
+    with pytest.raises(ValueError, match="test_time_episodes=-1"):
+        evaluate_env(model, processor, examples, VideoConfig(), samples=2, sample_episodes=-1, **kw)
 
 
 def test_embodied_eval_on_episodes_runs_the_simulator(tmp_path):

@@ -48,6 +48,23 @@ def turn_settings(env) -> dict:
             "turn_clip": env.turn_clip}  # fmt: skip
 
 
+def by_task(rows: Sequence[dict]) -> dict[str, list[dict]]:
+    """``rows`` (records or prediction rows, each with a ``task``) grouped by task, in their order."""
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        groups[row["task"]].append(row)
+    return groups
+
+
+def check_sample_episodes(n: int) -> None:
+    """Fail at once on a negative `env.feedback.test_time_episodes` (`evaluate_env`'s ``sample_episodes``)."""
+    if not isinstance(n, int) or n < 0:
+        raise ValueError(
+            f"env.feedback.test_time_episodes={n!r}: the test-time samples' episodes per task must be an "
+            "integer >= 0 (0: every episode)"
+        )
+
+
 @torch.no_grad()
 def evaluate_env(
     model,
@@ -84,6 +101,7 @@ def evaluate_env(
     ks = resolve_k(samples, k)
     check_turns(turns, turn_reward)
     check_turn_clip(turn_clip)
+    check_sample_episodes(sample_episodes)
     if samples:
         torch.manual_seed(seed)
     was_training = model.training
@@ -407,9 +425,7 @@ def action_spread(predictions: Sequence[dict], records: dict) -> dict:
 def summarize_env(predictions: Sequence[dict], records: dict | None = None) -> dict:
     """Success rate (95% Wilson interval), unparseable share and mean terms, overall and per task; with the
     ``records`` by id, also each task's answer spread (`action_spread`)."""
-    groups: dict[str, list[dict]] = defaultdict(list)
-    for p in predictions:
-        groups[p["task"]].append(p)
+    groups = by_task(predictions)
 
     def stats(preds: list[dict]) -> dict:
         n = len(preds)
@@ -483,12 +499,10 @@ def best_constant(
     push's multiples of the demo's stated impulse, a constant letter uses the question's text, so it can
     beat every constant number). ``number`` and ``grid`` keep the best of each kind. With ``workers`` > 1
     the episodes are split over that many spawned processes (the same answer, summed wins)."""
-    by_task: dict[str, list[dict]] = defaultdict(list)
-    for r in records:
-        by_task[r["task"]].append(r)
+    tasks = by_task(records)
     n_options = {
         name: min(len(r["options"]) for r in recs)
-        for name, recs in by_task.items()
+        for name, recs in tasks.items()
         if task(name).NUMERIC and "answer_grid" in recs[0]["meta"]
     }
     if workers > 1 and len(records) > 1:
@@ -500,7 +514,7 @@ def best_constant(
     else:
         parts = [_constant_wins(records, backend, n_options, progress)]
     out = {}
-    for name, recs in sorted(by_task.items()):
+    for name, recs in sorted(tasks.items()):
         n, kinds = len(recs), {}
         grids = {"number": [task(name).describe(a) for a in task(name).CONSTANT_GRID]}
         if name in n_options:
@@ -522,11 +536,8 @@ def _constant_wins(
 ) -> dict[str, dict[str, list[int]]]:
     """`best_constant`'s counts on ``records``: per task, the successes of every ``CONSTANT_GRID`` action
     (``number``) and, for tasks in ``n_options``, of every letter (``grid``), in grid order."""
-    by_task: dict[str, list[dict]] = defaultdict(list)
-    for r in records:
-        by_task[r["task"]].append(r)
     out: dict[str, dict[str, list[int]]] = {}
-    for name, recs in tqdm(sorted(by_task.items()), desc="best constant", disable=not progress):
+    for name, recs in tqdm(sorted(by_task(records).items()), desc="best constant", disable=not progress):
         numeric = [answer_form(r, "number") for r in recs]
         out[name] = {"number": []}
         for action in task(name).CONSTANT_GRID:

@@ -40,7 +40,13 @@ from embodied.data.build import ensure_dataset
 from embodied.data.episodes import ensure_episodes
 from embodied.data.load import load_examples
 from embodied.envs import answer_examples
-from embodied.eval.envs import best_constant, evaluate_env, rollout_video, turn_settings
+from embodied.eval.envs import (
+    best_constant,
+    check_sample_episodes,
+    evaluate_env,
+    rollout_video,
+    turn_settings,
+)
 from embodied.eval.loop import evaluate_free
 from embodied.experiments.env_report import write_env_report
 from embodied.experiments.reuse import process_data, provenance, reuse_or_run, run_jobs, start_and_arm_jobs
@@ -292,10 +298,7 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
     if unknown:
         raise ValueError(f"env.feedback.arms: unknown arm(s) {unknown}; choose from {list(ARMS)}")
     check_env_turns(cfg.env)
-    if fb.test_time_episodes < 0:
-        raise ValueError(
-            f"env.feedback.test_time_episodes must be >= 0 (0: every episode), got {fb.test_time_episodes}"
-        )
+    check_sample_episodes(fb.test_time_episodes)
     data = _load_data(cfg, progress)
     constant = _best_constant(cfg, data, progress)
     results = _run_all(cfg, out, data, progress)
