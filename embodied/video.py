@@ -8,7 +8,6 @@ silently compresses the temporal M-RoPE positions (`second_per_grid_ts` 0.083 in
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -178,16 +177,3 @@ class VideoConfig:
 def frame_pixel_cap(num_frames: int, cfg: VideoConfig) -> int:
     """Per-frame pixel cap: `max_pixels`, lowered so the whole clip fits `video_max_pixels`."""
     return max(cfg.min_pixels, min(cfg.max_pixels, cfg.video_max_pixels // max(1, num_frames)))
-
-
-def processor_video_kwargs(clips: Sequence[Clip], cfg: VideoConfig) -> dict:
-    """Keyword arguments for `processor(text=..., **kwargs)` carrying the clips and their metadata."""
-    if not clips:
-        return {}
-    longest = max(len(c.frames) for c in clips)
-    return {
-        "videos": [c.frames for c in clips],
-        "video_metadata": [c.metadata() for c in clips],
-        "do_sample_frames": False,
-        "size": {"shortest_edge": cfg.min_pixels, "longest_edge": frame_pixel_cap(longest, cfg)},
-    }

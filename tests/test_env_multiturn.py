@@ -12,6 +12,7 @@ import torch
 from embodied.data.load import Example
 from embodied.envs import push
 from embodied.envs.reward import unparseable_penalty
+from embodied.policy.families import family_of
 from embodied.policy.model import (
     concat_batches,
     encode_conversations,
@@ -32,7 +33,7 @@ from embodied.rl.episodes import (
 )
 from embodied.rl.rewards import routed_rewards
 from embodied.rl.rollout import sample_groups
-from embodied.video import Clip, VideoConfig, processor_video_kwargs
+from embodied.video import Clip, VideoConfig
 
 SHORT = "<think></think><answer>0.05</answer>"  # an impulse far too small: the puck stops short
 SIZE = 56
@@ -123,9 +124,8 @@ def test_turn_two_rows_carry_both_clips_pixels(tiny_policy, push_examples):
     assert second["video_grid_thw"].shape[0] == 2
     batch = concat_batches([first, second], processor.tokenizer.pad_token_id)
     row = select_rows(batch, [4])  # the turn-2 row, after 2 prompts x 2 members
-    alone = processor.video_processor(
-        **processor_video_kwargs([clips[1], outcome], video), return_tensors="pt"
-    )
+    media = family_of(processor).video_inputs([clips[1], outcome], video)
+    alone = processor.video_processor(videos=media["videos"], **media["videos_kwargs"], return_tensors="pt")
     assert torch.equal(row["video_grid_thw"], alone["video_grid_thw"])
     assert torch.equal(row["pixel_values_videos"], alone["pixel_values_videos"])
     assert row["video_grid_thw"][1, 0] == 2  # 4 outcome frames, 2 per temporal patch

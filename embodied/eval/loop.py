@@ -30,6 +30,7 @@ from embodied.eval.stats import (
     resolve_k,
     wilson_interval,
 )
+from embodied.policy.families import family_of
 from embodied.policy.model import (
     completion_logprobs,
     decode,
@@ -150,6 +151,7 @@ def evaluate(
     model.eval()
     device = next(model.parameters()).device
     items = _items(examples, baseline, seed)
+    choice = choice and family_of(processor).splits_rows  # forced choice repeats rows: grids needed
     rows, sampling_s = [], 0.0
     for start in tqdm(range(0, len(items), batch_size), desc=desc, unit="batch", disable=not progress):
         chunk = items[start : start + batch_size]

@@ -29,7 +29,7 @@ def expansion_sources(n_layers: int, n_new: int) -> list[int]:
 
 
 def text_model(model) -> torch.nn.Module:
-    """The language model (the decoder stack) of a Qwen2-VL / Qwen2.5-VL model."""
+    """The language model (the decoder stack) of a Qwen-family vision-language model."""
     lm = getattr(getattr(model, "model", model), "language_model", None)
     if lm is None or not hasattr(lm, "layers"):
         raise ValueError(f"{type(model).__name__} has no language_model.layers to expand")
@@ -37,8 +37,18 @@ def text_model(model) -> torch.nn.Module:
 
 
 def text_layers(model) -> torch.nn.ModuleList:
-    """The decoder layers of a Qwen2-VL / Qwen2.5-VL model's language model."""
+    """The decoder layers of a Qwen-family vision-language model's language model."""
     return text_model(model).layers
+
+
+def _mixer(layer) -> torch.nn.Module:
+    """A decoder layer's token mixer: its attention, or (Qwen3.5) its linear attention."""
+    return layer.self_attn if hasattr(layer, "self_attn") else layer.linear_attn
+
+
+def _output_projection(layer) -> torch.nn.Linear:
+    mixer = _mixer(layer)
+    return mixer.o_proj if hasattr(mixer, "o_proj") else mixer.out_proj
 
 
 @torch.no_grad()
@@ -60,7 +70,7 @@ def expand_layers(model, n_new: int) -> list[int]:
         kinds.append(types[i])
         for _ in range(sources.count(i)):
             twin = copy.deepcopy(layer)
-            for proj in (twin.self_attn.o_proj, twin.mlp.down_proj):
+            for proj in (_output_projection(twin), twin.mlp.down_proj):
                 proj.weight.zero_()
                 if proj.bias is not None:
                     proj.bias.zero_()
@@ -68,7 +78,7 @@ def expand_layers(model, n_new: int) -> list[int]:
             stack.append(twin)
             kinds.append(types[i])
     for i, layer in enumerate(stack):
-        layer.self_attn.layer_idx = i  # the KV cache is indexed by layer
+        _mixer(layer).layer_idx = i  # the cache is indexed by layer
     text.layers = torch.nn.ModuleList(stack)
     for c in (cfg, text.config):  # often one object; setting it twice is harmless
         c.num_hidden_layers = len(stack)

@@ -23,6 +23,8 @@ import copy
 
 import torch
 
+from embodied.policy.families import family_of, repeat_encoder_output
+
 PROMPT_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids")
 VISUAL_KEYS = (
     "pixel_values_videos",
@@ -110,9 +112,8 @@ def shared_visual_features(model, batch: GroupedBatch) -> dict:
 
     Each prompt's visual tokens (in text order, as the processor laid them out) are repeated `group` times.
     """
-    from transformers.modeling_outputs import BaseModelOutputWithPooling
-
     u, n, out = batch.unique, batch.group, {}
+    extras = family_of(model).encoder_extras  # e.g. Qwen3-VL's deepstack features, repeated alike
     for modality, pix, grid, type_id in (
         ("image", "pixel_values", "image_grid_thw", 1),
         ("video", "pixel_values_videos", "video_grid_thw", 2),
@@ -120,10 +121,9 @@ def shared_visual_features(model, batch: GroupedBatch) -> dict:
         if pix not in u:
             continue
         encode = model.get_image_features if modality == "image" else model.get_video_features
-        feats = torch.cat(encode(u[pix], u[grid], return_dict=True).pooler_output)
-        rows = feats.split((u["mm_token_type_ids"] == type_id).sum(1).tolist())
-        repeated = torch.cat([r for r in rows for _ in range(n)])
-        out[modality] = BaseModelOutputWithPooling(pooler_output=(repeated,))
+        encoded = encode(u[pix], u[grid], return_dict=True)
+        rows = (u["mm_token_type_ids"] == type_id).sum(1).tolist()
+        out[modality] = repeat_encoder_output(encoded, rows, n, extras)
     return out
 
 
@@ -147,7 +147,7 @@ def shared_prefill(model, batch: GroupedBatch):
     )
     first = model(**prompt, position_ids=positions, use_cache=True, logits_to_keep=1)
     cache = first.past_key_values
-    cache.batch_repeat_interleave(n)
+    repeat_cache(cache, n)
     start = (u["attention_mask"].sum(1, keepdim=True) + deltas).repeat_interleave(n, dim=0)
     attention = u["attention_mask"].repeat_interleave(n, dim=0)
     return cache, first.logits[:, -1].repeat_interleave(n, dim=0), attention, start
@@ -165,6 +165,57 @@ def sampling_prefill(model, batch: GroupedBatch):
     return _detached_cache(cache), logits.detach(), attention, start
 
 
+def _layer_states(layer) -> dict[str, dict]:
+    """A linear-attention cache layer's per-state tensors (Qwen3.5's conv and recurrent states), by name."""
+    return {
+        k: v for k in ("conv_states", "recurrent_states") if isinstance(v := getattr(layer, k, None), dict)
+    }
+
+
+def repeat_cache(cache, n: int) -> None:
+    """Repeat every row of a prompt cache `n` times in a row, in place: attention keys and values, and the
+    conv and recurrent states of linear-attention layers (which transformers' `batch_repeat_interleave`
+    does not cover), so that a group's completions continue from their prompt's state.
+
+    Linear-attention layers also switch to storing new states instead of copying them into the old ones
+    (`_store_states`): the completions' pass has to backpropagate into the prompt's states, which an
+    in-place copy would overwrite."""
+    for layer in cache.layers:
+        if getattr(layer, "keys", None) is not None and layer.keys.numel():
+            layer.keys = layer.keys.repeat_interleave(n, dim=0)
+            layer.values = layer.values.repeat_interleave(n, dim=0)
+        states = _layer_states(layer)
+        for by_index in states.values():
+            for i, t in by_index.items():
+                if isinstance(t, torch.Tensor):
+                    by_index[i] = t.repeat_interleave(n, dim=0)
+        if states:
+            _store_states(layer)
+
+
+_STORING: dict[type, type] = {}
+
+
+def _store_states(layer) -> None:
+    """Make a linear-attention cache layer keep each update as a new tensor (differentiable through the
+    prompt's states): conv states are kept whole (`record_past`, which also skips the single-token kernel
+    that updates them in place) and the recurrent state is replaced, not copied into."""
+    base = type(layer)
+    if base not in _STORING:
+
+        def update_recurrent_state(self, recurrent_states, state_idx: int = 0, **kwargs):
+            self.recurrent_states[state_idx] = recurrent_states
+            self.is_recurrent_states_initialized[state_idx] = True
+            return recurrent_states
+
+        _STORING[base] = type(
+            f"Storing{base.__name__}", (base,), {"update_recurrent_state": update_recurrent_state}
+        )
+    if base not in _STORING.values():
+        layer.__class__ = _STORING[base]
+    layer.record_past = True
+
+
 def _detached_cache(cache):
     """A copy of a KV cache whose tensors are detached; decoding appends to the copy, not to `cache`."""
     out = copy.copy(cache)
@@ -174,6 +225,11 @@ def _detached_cache(cache):
         for name, value in vars(layer).items():
             if isinstance(value, torch.Tensor):
                 setattr(twin, name, value.detach())
+        for name, states in _layer_states(layer).items():  # updated in place by decoding: copies
+            detached = {
+                i: t.detach().clone() if isinstance(t, torch.Tensor) else t for i, t in states.items()
+            }
+            setattr(twin, name, detached)
         out.layers.append(twin)
     return out
 

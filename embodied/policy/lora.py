@@ -16,18 +16,25 @@ from collections.abc import Sequence
 import torch
 
 from embodied.policy.config import LORA_TARGETS_DEFAULT
+from embodied.policy.families import family_of
 
 
-def lora_target_regex(targets: Sequence[str], vision: bool = False) -> str:
+def lora_target_regex(
+    targets: Sequence[str], vision: bool = False, vision_prefixes: Sequence[str] = ("visual.",)
+) -> str:
     """A peft `target_modules` regex (full match on module names) for the linear layers named `targets`.
 
-    Qwen2.5-VL's vision blocks reuse the names gate_proj/up_proj/down_proj, so without `vision` the
-    pattern excludes every module under `visual.` (the vision tower and its merger stay frozen).
+    Vision towers reuse the names gate_proj/up_proj/down_proj (Qwen) or q_proj/k_proj/v_proj (SigLIP), so
+    without `vision` the pattern excludes every module under one of the family's `vision_prefixes` (the
+    vision tower and its merger stay frozen).
     """
     if not targets:
         raise ValueError("policy.lora_targets is empty; name at least one linear layer, e.g. [q_proj]")
     names = "|".join(re.escape(t) for t in targets)
-    return rf"(.*\.)?({names})" if vision else rf"(?!(.*\.)?visual\.)(.*\.)?({names})"
+    if vision:
+        return rf"(.*\.)?({names})"
+    towers = "|".join(re.escape(p) for p in vision_prefixes)
+    return rf"(?!(.*\.)?({towers}))(.*\.)?({names})"
 
 
 def apply_lora(
@@ -54,7 +61,7 @@ def apply_lora(
         r=rank,
         lora_alpha=alpha,
         lora_dropout=dropout,
-        target_modules=lora_target_regex(targets, vision),
+        target_modules=lora_target_regex(targets, vision, family_of(model).vision_prefixes),
         bias="none",
     )
     try:

@@ -1,7 +1,9 @@
-"""The policy: any local Qwen2-VL / Qwen2.5-VL folder (or the built-in tiny one) and what it does.
+"""The policy: any local image-text-to-text folder (or a built-in tiny one) and what it does.
 
 Loading, prompts, batching with video, sampling, and per-token log-probs. Moving from the tiny model
-to `Qwen/Qwen2.5-VL-3B-Instruct` is a change of `policy.path` (and dtype/device) in the config.
+to `Qwen/Qwen2.5-VL-3B-Instruct` or `Qwen/Qwen3-VL-4B-Instruct` is a change of `policy.path` (and
+dtype/device) in the config. What differs between model families (how a clip becomes processor inputs, the
+chat template's media parts, the end-of-turn text) is asked of `embodied.policy.families`.
 One path serves SFT, GRPO and evaluation: prompts are encoded left-padded, completions are appended
 on the right, and `completion_logprobs` scores the completion tokens.
 """
@@ -21,6 +23,7 @@ from transformers import LogitsProcessor, LogitsProcessorList
 from embodied.policy.attention import pack_vision_attention
 from embodied.policy.config import PolicyConfig  # noqa: F401  (the `policy` section, re-exported)
 from embodied.policy.expand import expand_layers
+from embodied.policy.families import check_trainable, family_of, model_type_of, visual_items
 from embodied.policy.groups import (
     PIXEL_KEYS,
     PROMPT_KEYS,
@@ -40,13 +43,14 @@ from embodied.policy.lora import (
 from embodied.policy.random_weights import build_random_policy, is_random
 from embodied.policy.tiny import SHIPPED, SHIPPED_WORLDS, TinySpec, build_tiny_policy
 from embodied.tasks import format_question
-from embodied.video import Clip, VideoConfig, frame_pixel_cap, processor_video_kwargs
+from embodied.video import Clip, VideoConfig
 
 
 def resolve_policy_path(path: str | None, seed: int = 0) -> Path:
     """`path` if given (must be a local folder); `tiny-base`: the perception-pretrained tiny base shipped
     in the package; `tiny-worlds`: the same base continued on every simulated world's captions; `tiny`: the
-    randomly initialised tiny model for `seed` (built and cached)."""
+    randomly initialised tiny model for `seed` (built and cached); `tiny:qwen3-vl` / `tiny:qwen3.5`: a tiny
+    randomly initialised model of that family."""
     if is_random(path):
         raise ValueError(
             f"policy.path={path!r} has no folder: a random: policy is built in memory by "
@@ -66,6 +70,8 @@ def resolve_policy_path(path: str | None, seed: int = 0) -> Path:
         return folder
     if not path or path == "tiny":
         return build_tiny_policy(spec=TinySpec(seed=seed))
+    if path.startswith("tiny:"):
+        return build_tiny_policy(spec=TinySpec(seed=seed), family=path.removeprefix("tiny:"))
     p = Path(path).expanduser()
     if not (p / "config.json").exists():
         raise FileNotFoundError(
@@ -147,9 +153,12 @@ def count_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def load(cfg: PolicyConfig):
+def load(cfg: PolicyConfig, command: str = ""):
     """`(model, processor)` for a `PolicyConfig`, with new layers (`expand_layers`), LoRA adapters and
-    gradient checkpointing if set."""
+    gradient checkpointing if set. With `command` (a training loop's name) a family that the loops do not
+    take is refused in one line, a folder's before its weights load."""
+    if command and Path(cfg.path).is_dir():
+        check_trainable(model_type_of(cfg.path), cfg.path, command)
     if is_random(cfg.path):
         if cfg.dtype not in DTYPES:
             raise ValueError(f"policy.dtype={cfg.dtype!r}; choose one of {sorted(DTYPES)}")
@@ -157,6 +166,8 @@ def load(cfg: PolicyConfig):
         model, processor = build_random_policy(*args)
     else:
         model, processor = load_policy(resolve_policy_path(cfg.path, cfg.tiny_seed), cfg.dtype, cfg.device)
+    if command:
+        check_trainable(model.config.model_type, cfg.path, command)
     if cfg.expand_layers:
         expand_layers(model, cfg.expand_layers)
     if cfg.lora_rank > 0:
@@ -169,28 +180,29 @@ def load(cfg: PolicyConfig):
 # --- prompts and batches ----------------------------------------------------------------------------
 
 
-def prompt_text(processor, record: dict) -> str:
-    """The chat-formatted prompt for a record, ending where the assistant starts answering."""
-    media = (
-        [{"type": "video"}] if "video" in record else [{"type": "image"} for _ in record.get("images", [])]
-    )
+def prompt_text(processor, record: dict, frames: int = 0) -> str:
+    """The chat-formatted prompt for a record, ending where the assistant starts answering (`frames`: the
+    clip's frame count, for a family that takes a video's frames as images)."""
+    media = family_of(processor).media_parts(record, frames)
     text = format_question(record["question"], record["options"], record.get("instruction"))
     content = [*media, {"type": "text", "text": text}]
     messages = [{"role": "user", "content": content}]
     return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
-def media_kwargs(records: Sequence[dict], clips: Sequence[Clip], video: VideoConfig) -> dict:
-    """Processor keyword arguments for the visual inputs of `records`.
+def media_kwargs(processor, records: Sequence[dict], clips: Sequence[Clip], video: VideoConfig) -> dict:
+    """Processor keyword arguments for the visual inputs of `records`, as the processor's family sizes them.
 
-    A record with `video` gets its clip as a video (with its metadata). A record with `images` instead
-    gets its clip's frames as that many separate images, in order (the frames are the images). Each
-    modality has its own kwargs dict, since the processor rejects a shared `size` next to them.
+    A record with `video` gets its clip as a video (with its metadata), or as its frames where the family
+    takes no video. A record with `images` instead gets its clip's frames as that many separate images, in
+    order (the frames are the images). Each modality has its own kwargs dict, since the processor rejects a
+    shared `size` next to them.
     """
+    family = family_of(processor)
     vids, imgs = [], []
     for r, c in zip(records, clips, strict=True):
         if "video" in r:
-            vids.append(c)
+            (vids if family.videos_as_video else imgs).append(c)
             continue
         if len(r.get("images", [])) != len(c.frames):
             raise ValueError(
@@ -200,13 +212,9 @@ def media_kwargs(records: Sequence[dict], clips: Sequence[Clip], video: VideoCon
         imgs.append(c)
     kwargs: dict = {}
     if vids:
-        v = processor_video_kwargs(vids, video)
-        kwargs["videos"] = v.pop("videos")
-        kwargs["videos_kwargs"] = v
+        kwargs |= family.video_inputs(vids, video)
     if imgs:
-        cap = frame_pixel_cap(max(len(c.frames) for c in imgs), video)
-        kwargs["images"] = [list(c.frames) for c in imgs]
-        kwargs["images_kwargs"] = {"size": {"shortest_edge": video.min_pixels, "longest_edge": cap}}
+        kwargs |= family.image_inputs(imgs, video)
     return kwargs
 
 
@@ -217,8 +225,10 @@ def encode_prompts(
 
     Records with `video` see their clip as a video; records with `images` see its frames as images.
     """
-    texts = [prompt_text(processor, r) for r in records]
-    batch = processor(text=texts, padding=True, return_tensors="pt", **media_kwargs(records, clips, video))
+    texts = [prompt_text(processor, r, len(c.frames)) for r, c in zip(records, clips)]
+    batch = processor(
+        text=texts, padding=True, return_tensors="pt", **media_kwargs(processor, records, clips, video)
+    )
     return batch.to(device)
 
 
@@ -231,10 +241,11 @@ def conversation_text(processor, record: dict, history: Sequence[tuple[str, str]
     if "video" not in record:
         raise ValueError(f"record {record.get('id', '?')}: multi-turn prompts need a video record")
     text = format_question(record["question"], record["options"], record.get("instruction"))
-    messages = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": text}]}]
+    video = family_of(processor).media_parts(record)
+    messages = [{"role": "user", "content": [*video, {"type": "text", "text": text}]}]
     for answer, words in history:
         messages.append({"role": "assistant", "content": [{"type": "text", "text": answer}]})
-        messages.append({"role": "user", "content": [{"type": "video"}, {"type": "text", "text": words}]})
+        messages.append({"role": "user", "content": [*video, {"type": "text", "text": words}]})
     return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
@@ -254,9 +265,11 @@ def encode_conversations(
                 f"record {r.get('id', '?')}: {len(c)} clips for {len(h)} earlier turns (need one more)"
             )
     texts = [conversation_text(processor, r, h) for r, h in zip(records, history)]
-    v = processor_video_kwargs([clip for row in clips for clip in row], video)
-    vids = v.pop("videos")
-    batch = processor(text=texts, padding=True, return_tensors="pt", videos=vids, videos_kwargs=v)
+    family = family_of(processor)
+    if not family.videos_as_video:
+        raise ValueError(f"{type(processor).__name__} takes no video; multi-turn episodes need one")
+    media = family.video_inputs([clip for row in clips for clip in row], video)
+    batch = processor(text=texts, padding=True, return_tensors="pt", **media)
     return batch.to(device)
 
 
@@ -320,6 +333,8 @@ def select_rows(batch, rows: Sequence[int], pixels: bool = True):
         if pix not in batch:
             continue
         counts = _items_per_row(batch, grid, type_id)
+        if not counts:
+            continue
         starts = [0, *itertools.accumulate(counts)]
         items = [j for i in index.tolist() for j in range(starts[i], starts[i] + counts[i])]
         if not items:
@@ -344,8 +359,13 @@ def trim_left_padding(batch: dict) -> dict:
 def _items_per_row(batch, grid: str, type_id: int) -> list[int]:
     """Videos (type 2) or images (type 1) of each prompt."""
     n = batch["input_ids"].shape[0]
+    if grid not in batch:
+        raise ValueError(
+            f"this batch has no {grid}: its rows cannot be split (a family without visual grids is evaluated "
+            "by greedy answers only)"
+        )
     if "mm_token_type_ids" in batch:
-        return visual_runs(batch, type_id).tolist()
+        return visual_items(batch, grid, type_id)
     if batch[grid].shape[0] != n:
         raise ValueError(f"{grid} has {batch[grid].shape[0]} rows for {n} prompts and no mm_token_type_ids")
     return [1] * n
@@ -374,20 +394,11 @@ def repeat_batch(batch, n: int) -> GroupedBatch:
     return GroupedBatch(select_rows(batch, rows, pixels=False), batch, n, pixels)
 
 
-def visual_runs(batch, type_id: int) -> torch.Tensor:
-    """`(B,)` number of visual items of a kind in each prompt: runs of `type_id` in `mm_token_type_ids`."""
-    if "mm_token_type_ids" not in batch:
-        raise ValueError(
-            "counting visual inputs needs the processor's mm_token_type_ids (transformers >= 5.20)"
-        )
-    is_item = (batch["mm_token_type_ids"] == type_id).long()
-    starts = is_item[:, 1:] > is_item[:, :-1]
-    return starts.sum(1) + is_item[:, 0]
-
-
 def images_per_row(batch) -> torch.Tensor:
-    """`(B,)` number of images in each prompt (image tokens are type 1 in `mm_token_type_ids`)."""
-    return visual_runs(batch, 1)
+    """`(B,)` number of images in each prompt."""
+    if "image_grid_thw" not in batch:
+        return torch.zeros(batch["input_ids"].shape[0], dtype=torch.long)
+    return torch.tensor(visual_items(batch, "image_grid_thw", 1))
 
 
 _PER_SEQUENCE = PROMPT_KEYS
@@ -402,18 +413,18 @@ def completion_mask(ids: torch.Tensor, eos_ids: Sequence[int]) -> torch.Tensor:
 
 
 def eos_token_ids(model, processor) -> list[int]:
+    """The tokens that end an answer: the model's eos tokens and its family's end-of-turn token."""
     ids = model.generation_config.eos_token_id or processor.tokenizer.eos_token_id
     ids = ids if isinstance(ids, list) else [ids]
-    im_end = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
-    return sorted({*ids, im_end} - {None})
+    tok = processor.tokenizer
+    end = tok.convert_tokens_to_ids(family_of(processor).end_text(tok))
+    ends = {*ids} | ({end} if end != tok.unk_token_id else set())
+    return sorted(ends - {None})
 
 
 def vision_token_ids(processor) -> list[int]:
     """Placeholder tokens that only the processor may place; a sampled one would corrupt the inputs."""
-    tok = processor.tokenizer
-    names = ["<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>"]
-    ids = [tok.convert_tokens_to_ids(n) for n in names]
-    return [i for i in ids if i is not None and i != tok.unk_token_id]
+    return family_of(processor).placeholder_ids(processor)
 
 
 def _sharded(model) -> bool:
@@ -644,10 +655,16 @@ def _full_forward(
     return out.logits[:, :-1], out.hidden_states[-1][:, -(t + 1) : -1] if hidden else None
 
 
+def end_of_turn(processor) -> str:
+    """The text that closes an assistant message in the processor's family (`<|im_end|>` for Qwen)."""
+    return family_of(processor).end_text(processor.tokenizer)
+
+
 def encode_completions(processor, texts: Sequence[str], device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
-    """Tokenize target completions (each followed by the end-of-turn token), right-padded."""
+    """Tokenize target completions (each followed by the family's end-of-turn token), right-padded."""
     tok = processor.tokenizer
-    rows = [tok(t + "<|im_end|>", add_special_tokens=False)["input_ids"] for t in texts]
+    end = end_of_turn(processor)
+    rows = [tok(t + end, add_special_tokens=False)["input_ids"] for t in texts]
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)

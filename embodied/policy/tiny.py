@@ -1,8 +1,9 @@
-"""The built-in tiny Qwen2.5-VL, made locally with no download.
+"""The built-in tiny models, made locally with no download.
 
-`build_tiny_policy` makes a real `Qwen2_5_VLForConditionalGeneration` of about 0.84 M parameters with a
-byte-level BPE tokenizer trained locally (plus Qwen's special tokens and chat template), saved as an
-ordinary Hugging Face folder that `embodied.policy.model.load_policy` loads like any real checkpoint.
+`build_tiny_policy` makes a real `Qwen2_5_VLForConditionalGeneration` of about 0.84 M parameters (or, with
+`family`, a tiny Qwen3-VL or Qwen3.5 of the same sizes) with a byte-level BPE tokenizer trained locally (plus
+Qwen's special tokens and chat template), saved as an ordinary Hugging Face folder that
+`embodied.policy.model.load_policy` loads like any real checkpoint.
 """
 
 from __future__ import annotations
@@ -293,28 +294,152 @@ def _tiny_processor(tokenizer):
     )
 
 
+TINY_FAMILIES = ("qwen2.5-vl", "qwen3-vl", "qwen3.5")
+"""The families `policy.path=tiny:NAME` builds (`tiny` alone: qwen2.5-vl)."""
+
+
+def _mrope(head_dim: int) -> list[int]:
+    """M-RoPE sections (time, height, width) over `head_dim / 2` frequencies, in Qwen's proportions."""
+    t = head_dim // 8
+    return [t, (head_dim // 2 - t) // 2, head_dim // 2 - t - (head_dim // 2 - t) // 2]
+
+
+def _qwen3_text(spec: TinySpec, tokenizer) -> dict:
+    """The text config shared by the tiny Qwen3-VL and Qwen3.5 (sizes of `spec`)."""
+    ids = tokenizer.convert_tokens_to_ids
+    return {
+        "vocab_size": 64 * ((len(tokenizer) + 63) // 64),
+        "hidden_size": spec.text_hidden,
+        "intermediate_size": spec.text_intermediate,
+        "num_hidden_layers": spec.text_layers,
+        "num_attention_heads": spec.text_heads,
+        "num_key_value_heads": spec.text_kv_heads,
+        "head_dim": spec.text_hidden // spec.text_heads,
+        "max_position_embeddings": 4096,
+        "bos_token_id": ids("<|endoftext|>"),
+        "eos_token_id": ids("<|im_end|>"),
+        "pad_token_id": ids("<|endoftext|>"),
+        "tie_word_embeddings": True,
+    }
+
+
+def _qwen3_vision(spec: TinySpec) -> dict:
+    """A tiny Qwen3-VL-style vision tower: 16 px patches, 2 x 2 merge, learned positions on an 8 x 8 grid."""
+    return {
+        "depth": spec.vision_depth,
+        "hidden_size": spec.vision_hidden,
+        "intermediate_size": 2 * spec.vision_hidden,
+        "num_heads": spec.vision_heads,
+        "out_hidden_size": spec.text_hidden,
+        "patch_size": 16,
+        "num_position_embeddings": 64,
+    }
+
+
+def _tiny_qwen3_config(spec: TinySpec, tokenizer, family: str):
+    """A tiny Qwen3-VL (deepstack from the first vision block) or Qwen3.5 (a linear-attention layer, then a
+    full-attention one) built from transformers' own config classes."""
+    from transformers import Qwen3_5Config, Qwen3VLConfig
+
+    ids = tokenizer.convert_tokens_to_ids
+    text, vision = _qwen3_text(spec, tokenizer), _qwen3_vision(spec)
+    head_dim = text["head_dim"]
+    if family == "qwen3-vl":
+        text["rope_parameters"] = {
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "mrope_section": _mrope(head_dim),
+            "mrope_interleaved": True,
+        }
+        vision["deepstack_visual_indexes"] = [0]
+        cls = Qwen3VLConfig
+    else:  # qwen3.5: half the head's dimensions rotate, as partial_rotary_factor says
+        text["rope_parameters"] = {
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "partial_rotary_factor": 0.5,
+            "mrope_section": _mrope(head_dim // 2),
+            "mrope_interleaved": True,
+        }
+        text["layer_types"] = ["linear_attention", "full_attention"] * (spec.text_layers // 2) + [
+            "full_attention"
+        ] * (spec.text_layers % 2)
+        text |= {
+            "linear_conv_kernel_dim": 4,
+            "linear_key_head_dim": head_dim // 2,
+            "linear_value_head_dim": head_dim // 2,
+            "linear_num_key_heads": spec.text_kv_heads,
+            "linear_num_value_heads": spec.text_heads,
+        }
+        cls = Qwen3_5Config
+    return cls(
+        text_config=text,
+        vision_config=vision,
+        image_token_id=ids("<|image_pad|>"),
+        video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"),
+        vision_end_token_id=ids("<|vision_end|>"),
+        tie_word_embeddings=True,
+    )
+
+
+def _tiny_qwen3_processor(tokenizer):
+    from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+
+    # Frames are sized before the processor (embodied.policy.families.qwen3_vl); these bounds only keep a
+    # processor used by hand from upscaling small frames.
+    pixels = {"shortest_edge": 32 * 32, "longest_edge": 256 * 256}
+    return Qwen3VLProcessor(
+        image_processor=Qwen2VLImageProcessor(patch_size=16, size=pixels),
+        tokenizer=tokenizer,
+        video_processor=Qwen3VLVideoProcessor(
+            size={"shortest_edge": 32 * 32, "longest_edge": 32 * 256 * 256},
+            do_sample_frames=False,
+            cap_pixels_per_frame=False,
+        ),
+        chat_template=CHAT_TEMPLATE,
+    )
+
+
+def _tiny_parts(spec: TinySpec, family: str):
+    """`(model class, config, processor)` of the tiny model of `family`."""
+    from transformers import (
+        Qwen2_5_VLForConditionalGeneration,
+        Qwen3_5ForConditionalGeneration,
+        Qwen3VLForConditionalGeneration,
+    )
+
+    tokenizer = _train_tokenizer(spec)
+    if family == "qwen2.5-vl":
+        return Qwen2_5_VLForConditionalGeneration, _tiny_config(spec, tokenizer), _tiny_processor(tokenizer)
+    if family not in TINY_FAMILIES:
+        raise ValueError(f"policy.path=tiny:{family}: no such tiny family; choose one of {TINY_FAMILIES}")
+    cls = Qwen3VLForConditionalGeneration if family == "qwen3-vl" else Qwen3_5ForConditionalGeneration
+    return cls, _tiny_qwen3_config(spec, tokenizer, family), _tiny_qwen3_processor(tokenizer)
+
+
 def cache_dir() -> Path:
     """Where built artefacts are kept: `$EMBODIED_CACHE`, else `~/.cache/embodied`."""
     return Path(os.environ.get("EMBODIED_CACHE", Path.home() / ".cache" / "embodied"))
 
 
-def build_tiny_policy(out: str | Path | None = None, spec: TinySpec | None = None) -> Path:
-    """Build (or reuse) the tiny Qwen2.5-VL folder for `spec`; deterministic for `spec.seed`.
+def build_tiny_policy(
+    out: str | Path | None = None, spec: TinySpec | None = None, family: str = "qwen2.5-vl"
+) -> Path:
+    """Build (or reuse) the tiny folder of `family` (`TINY_FAMILIES`) for `spec`; deterministic for
+    `spec.seed`.
 
     Written to a temporary folder and renamed, so an interrupted build never leaves a half folder.
     """
-    from transformers import Qwen2_5_VLForConditionalGeneration
-
     spec = spec or TinySpec()
-    out = Path(out) if out else cache_dir() / f"tiny-qwen2.5-vl-{spec.key()}"
+    out = Path(out) if out else cache_dir() / f"tiny-{family}-{spec.key()}"
     if (out / "config.json").exists():
         return out
-    tokenizer = _train_tokenizer(spec)
-    processor = _tiny_processor(tokenizer)
-    config = _tiny_config(spec, tokenizer)
+    cls, config, processor = _tiny_parts(spec, family)
     with torch.random.fork_rng():
         torch.manual_seed(spec.seed)
-        model = Qwen2_5_VLForConditionalGeneration(config)
+        model = cls(config)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
     try:

@@ -10,6 +10,8 @@ from typing import TypeVar
 import numpy as np
 import torch
 
+from embodied.policy.families import family_of
+
 T = TypeVar("T")
 
 
@@ -62,10 +64,11 @@ def with_last(items: Iterable[T]) -> Iterator[tuple[T, bool]]:
 def param_groups(model: torch.nn.Module, lr: float, vision_lr_scale: float = 1.0) -> list[dict]:
     """AdamW groups: the vision tower (with its merger) at `lr * vision_lr_scale`, the rest at `lr`."""
     vision, text = [], []
+    family = family_of(model)
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        (vision if ".visual." in f".{name}" else text).append(p)
+        (vision if family.is_vision(name) else text).append(p)
     return [{"params": vision, "lr": lr * vision_lr_scale}, {"params": text, "lr": lr}]
 
 

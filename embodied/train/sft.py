@@ -24,6 +24,7 @@ from embodied.policy.model import (
     completion_logprobs,
     encode_completions,
     encode_examples,
+    end_of_turn,
     select_rows,
     trim_left_padding,
 )
@@ -97,7 +98,7 @@ def answer_weights(processor, texts: Sequence[str], mask: torch.Tensor, weight: 
     1 on target tokens, `weight` on every token whose characters overlap the content of `<answer>...</answer>`
     (by the tokenizer's character offsets, so it holds for any tokenizer), 0 on padding."""
     enc = processor.tokenizer(
-        [t + "<|im_end|>" for t in texts], add_special_tokens=False, return_offsets_mapping=True
+        [t + end_of_turn(processor) for t in texts], add_special_tokens=False, return_offsets_mapping=True
     )
     out = mask.to(torch.float32).clone()
     for i, (text, spans) in enumerate(zip(texts, enc["offset_mapping"])):
@@ -117,7 +118,8 @@ def longest_target(processor, records: Sequence[dict], cfg) -> int:
     `eval.max_new_tokens`)."""
     tok = processor.tokenizer
     texts = {sft_target(r, record_rationale(cfg, r), cfg.answer_as) for r in records if not is_interactive(r)}
-    return max((len(tok(t + "<|im_end|>", add_special_tokens=False)["input_ids"]) for t in texts), default=0)
+    end = end_of_turn(processor)
+    return max((len(tok(t + end, add_special_tokens=False)["input_ids"]) for t in texts), default=0)
 
 
 def stops_here(cfg, step: int, accuracy: float | None, elapsed_s: float) -> bool:

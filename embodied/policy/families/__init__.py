@@ -1,0 +1,224 @@
+"""What differs between model families, in one place: a family is one small module in this package.
+
+Every other module asks the family of the model or processor it holds (`family_of`) instead of assuming
+Qwen2.5-VL. A family says:
+
+- which `model_type`s it serves and whether the training loops take it (`trains`);
+- how a clip becomes the processor's keyword arguments (`media_inputs`): the framework's pixel budget is one
+  unit for every family, pixels per frame (`video.min_pixels`, `video.max_pixels`, and the whole clip's
+  `video.video_max_pixels`), and each family converts it to what its processor's `size` means;
+- the media parts of a chat message (`media_parts`: a video part, or the frames as images);
+- the vision tower's parameter names (`is_vision`), the encoder outputs beside the features that the language
+  model reads (`encoder_extras`, e.g. Qwen3-VL's deepstack features), the end-of-turn text and the
+  placeholder tokens that only the processor may place.
+
+Visual items are counted the same way for every family with grids (`visual_items`): each item's tokens are
+`t * h * w / merge**2` of its grid, so a row's items are found by consuming its visual tokens, whether one
+video is one block of tokens (Qwen2.5-VL) or one block per temporal patch with timestamps between
+(Qwen3-VL). A new family: a module here defining a `Family` subclass instance named `FAMILY`, found by
+discovery, or `register(...)` from outside.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from embodied.video import Clip, VideoConfig, frame_pixel_cap
+
+
+class Family:
+    """Defaults for a Qwen-style family; a family module overrides what differs."""
+
+    name: str = ""
+    model_types: tuple[str, ...] = ()
+    """`config.json` `model_type`s served by this family."""
+    processors: tuple[str, ...] = ()
+    """Processor class names of this family (the processor alone tells its family)."""
+    trains: bool = False
+    """True when SFT, GRPO and expert iteration take this family (its batches split by rows, its
+    positions continue past a shared prompt)."""
+    vision_prefixes: tuple[str, ...] = ("visual.",)
+    """Parameter-name parts that mark the vision tower and its merger."""
+    encoder_extras: tuple[str, ...] = ()
+    """Fields of the vision encoder's output, beside `pooler_output`, that the language model reads: lists
+    (one per layer) of per-item feature tuples."""
+    end_of_turn: str | None = "<|im_end|>"
+    """The text that closes an assistant message (None: the tokenizer's eos token)."""
+    placeholders: tuple[str, ...] = (
+        "<|vision_start|>",
+        "<|vision_end|>",
+        "<|vision_pad|>",
+        "<|image_pad|>",
+        "<|video_pad|>",
+    )
+    splits_rows: bool = True
+    """Its batches carry visual grids, so rows can be picked and repeated (`select_rows`): forced choice and
+    GRPO groups need it."""
+    videos_as_video: bool = True
+    """A video record's clip goes in as one video (False: its frames as that many images)."""
+
+    def is_vision(self, name: str) -> bool:
+        """True for a parameter of the vision tower (or its merger), by its name."""
+        dotted = f".{name}"
+        return any(f".{p}" in dotted for p in self.vision_prefixes)
+
+    def media_parts(self, record: dict, frames: int = 0) -> list[dict]:
+        """The chat-template parts of a record's visual input, in order (`frames`: its clip's frame count,
+        needed where a video record's frames go in as images)."""
+        if "video" in record and self.videos_as_video:
+            return [{"type": "video"}]
+        n = frames if "video" in record else len(record.get("images", []))
+        return [{"type": "image"} for _ in range(n)]
+
+    def video_inputs(self, clips: Sequence[Clip], video: VideoConfig) -> dict:
+        """Processor kwargs for `clips` as videos: `{"videos": ..., "videos_kwargs": {...}}`."""
+        raise NotImplementedError
+
+    def image_inputs(self, clips: Sequence[Clip], video: VideoConfig) -> dict:
+        """Processor kwargs for the frames of `clips` as images (one list of images per prompt)."""
+        cap = frame_pixel_cap(max(len(c.frames) for c in clips), video)
+        return {
+            "images": [list(c.frames) for c in clips],
+            "images_kwargs": {"size": {"shortest_edge": video.min_pixels, "longest_edge": cap}},
+        }
+
+    def end_text(self, tokenizer) -> str:
+        return self.end_of_turn if self.end_of_turn is not None else tokenizer.eos_token
+
+    def placeholder_ids(self, processor) -> list[int]:
+        """Tokens that only the processor may place; a sampled one would corrupt the inputs."""
+        tok = processor.tokenizer
+        names = list(self.placeholders)
+        for attr in ("image_token", "video_token"):
+            if isinstance(getattr(processor, attr, None), str):
+                names.append(getattr(processor, attr))
+        ids = {tok.convert_tokens_to_ids(n) for n in names}
+        return sorted(i for i in ids if i is not None and i != tok.unk_token_id)
+
+
+def video_metadata_kwargs(clips: Sequence[Clip]) -> dict:
+    """The clips' true sampling (`VideoMetadata`) and no resampling by the processor: without the metadata
+    transformers assumes 24 fps (Qwen2.5-VL's temporal positions, Qwen3-VL's timestamps in the prompt)."""
+    return {"video_metadata": [c.metadata() for c in clips], "do_sample_frames": False}
+
+
+_FAMILIES: dict[str, Family] = {}
+
+
+def register(family: Family) -> Family:
+    """Add a family (e.g. from an outside module); its model types and processors then resolve to it."""
+    if not family.name:
+        raise ValueError(f"{type(family).__name__}: a family needs a name")
+    _FAMILIES[family.name] = family
+    return family
+
+
+def _discover() -> None:
+    if _FAMILIES:
+        return
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        if isinstance(getattr(module, "FAMILY", None), Family):
+            register(module.FAMILY)
+
+
+def families() -> dict[str, Family]:
+    """Every known family by name (the generic one included)."""
+    _discover()
+    return dict(_FAMILIES)
+
+
+def training_families() -> list[str]:
+    """The model types that the training loops take, for messages."""
+    return sorted(t for f in families().values() if f.trains for t in f.model_types)
+
+
+def for_model_type(model_type: str) -> Family:
+    """The family serving `model_type` (the generic family for any other image-text-to-text model)."""
+    for f in families().values():
+        if model_type in f.model_types:
+            return f
+    return families()["generic"]
+
+
+def family_of(obj) -> Family:
+    """The family of a model (its `config.model_type`), a config, or a processor (its class)."""
+    config = getattr(obj, "config", None) if not hasattr(obj, "model_type") else obj
+    config = getattr(obj, "module", obj).config if config is None and hasattr(obj, "module") else config
+    if config is not None and getattr(config, "model_type", None):
+        return for_model_type(config.model_type)
+    name = type(obj).__name__
+    for f in families().values():
+        if name in f.processors:
+            return f
+    generic = families()["generic"]
+    return generic.for_processor(obj) if hasattr(obj, "tokenizer") else generic
+
+
+def model_type_of(folder: str | Path) -> str:
+    """The `model_type` in a model folder's config.json ('' when it has none)."""
+    try:
+        return json.loads((Path(folder) / "config.json").read_text()).get("model_type", "")
+    except (OSError, ValueError):
+        return ""
+
+
+def check_trainable(model_type: str, where: str, command: str) -> None:
+    """Refuse, in one line, a model type the training loops do not take (before any data loads)."""
+    if for_model_type(model_type).trains:
+        return
+    raise ValueError(
+        f"{where}: embodied {command} does not train model_type {model_type!r}; the training loops take "
+        f"{', '.join(training_families())} (any image-text-to-text model can be evaluated: embodied eval)"
+    )
+
+
+def visual_items(batch, grid_key: str, type_id: int) -> list[int]:
+    """How many visual items of one kind (`grid_key`: `image_grid_thw` or `video_grid_thw`; tokens of
+    `type_id` in `mm_token_type_ids`) each prompt of `batch` holds.
+
+    Items are laid out in the grid in prompt order; item i has `prod(grid[i]) / merge**2` tokens (merge**2 is
+    the batch's grid patches per visual token), so each prompt's items are those whose tokens add up to its
+    count, whatever text (Qwen3-VL's timestamps) stands between an item's blocks."""
+    if "mm_token_type_ids" not in batch:
+        raise ValueError(
+            "counting visual inputs needs the processor's mm_token_type_ids (transformers >= 5.20)"
+        )
+    per_row = (batch["mm_token_type_ids"] == type_id).sum(1).tolist()
+    patches = batch[grid_key].prod(-1).tolist()
+    merge2 = sum(patches) // max(1, sum(per_row))
+    counts, item = [], 0
+    for tokens in per_row:
+        start = item
+        while tokens > 0:
+            tokens -= patches[item] // merge2
+            item += 1
+        if tokens:
+            raise ValueError(f"{grid_key}: a prompt's visual tokens do not add up to whole items")
+        counts.append(item - start)
+    return counts
+
+
+def repeat_encoder_output(output, rows: Sequence[int], group: int, extras: Sequence[str]):
+    """The vision encoder's output for a batch whose prompts are each repeated `group` times in a row.
+
+    `output.pooler_output` (and each `extras` field, a list per layer) holds one tensor per item; `rows` is
+    how many visual tokens each prompt has. Each prompt's features are repeated `group` times, and the output
+    is of the same class, as the language model reads it."""
+
+    def repeat(items) -> tuple[torch.Tensor]:
+        per_prompt = torch.cat(list(items)).split(list(rows))
+        return (torch.cat([r for r in per_prompt for _ in range(group)]),)
+
+    fields = {"pooler_output": repeat(output.pooler_output)}
+    for name in extras:
+        value = getattr(output, name, None)
+        if value is not None:
+            fields[name] = [repeat(layer) for layer in value]
+    return type(output)(**fields)
