@@ -135,7 +135,7 @@ def _train(cfg: Config, stage: str, progress: bool) -> dict:
     extra = {"reward_fn": rewards_for(cfg)} if stage == "grpo" else {}  # questions, episodes or both
     procs = Processes(cfg.mixed_precision, cpu=cfg.policy.device == "cpu", strategy=cfg.distributed)
     out = _setup(cfg, stage)
-    model, processor = load(cfg.policy)
+    model, processor = load(cfg.policy, stage)
     train = answer_examples(load_split(cfg.data.root, "train", cfg.video, progress), cfg.env.answer)
     val = (  # only a stage that validates needs the split (episode datasets have none)
         answer_examples(load_split(cfg.data.root, "val", cfg.video, progress), cfg.env.answer)
@@ -205,7 +205,7 @@ def expert(cfg: Config, progress: bool = True) -> dict:
     from embodied.train.expert import train_expert_config
 
     out = _setup(cfg, "expert")
-    model, processor = load(cfg.policy)
+    model, processor = load(cfg.policy, "expert")
     train = answer_examples(load_split(cfg.data.root, "train", cfg.video, progress), cfg.env.answer)
     info = train_expert_config(model, processor, train, cfg, out, progress, cfg.resume, to_yaml(cfg))
     save_policy(model, processor, out / "model")
@@ -267,7 +267,7 @@ def quickstart(cfg: Config, progress: bool = True) -> dict:
     t = time.perf_counter()
     ensure_dataset(cfg.data, progress)
     t = lap("generate", t)
-    model, processor = load(cfg.policy)
+    model, processor = load(cfg.policy, "quickstart")
     skipped: list[str] = []
     train = load_split(cfg.data.root, "train", cfg.video, progress, skipped=skipped)
     val = load_split(cfg.data.root, "val", cfg.video, progress)

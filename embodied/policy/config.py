@@ -17,10 +17,13 @@ class PolicyConfig:
     """Which model, in what precision, where."""
 
     path: str = "tiny-base"
-    """A local Hugging Face folder (Qwen2-VL / Qwen2.5-VL); `tiny-base`: the built-in tiny model after
-    perception pretraining (embodied/train/pretrain.py); `tiny`: the same model randomly initialised;
-    `random:qwen2.5-vl-3b` / `random:qwen2.5-vl-7b`: the real architecture with random weights, no download
-    (`policy.device=meta` allocates nothing; embodied/policy/random_weights.py)."""
+    """A local Hugging Face folder (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5 for every command; any other
+    image-text-to-text family for `embodied eval`); `tiny-base`: the built-in tiny model after perception
+    pretraining (embodied/train/pretrain.py); `tiny`: the same model randomly initialised; `tiny:qwen3-vl` /
+    `tiny:qwen3.5`: a tiny randomly initialised model of that family;
+    `random:NAME`: a published architecture with random weights, no download (NAME: `qwen2.5-vl-3b`,
+    `qwen2.5-vl-7b`, `qwen3-vl-2b`, `qwen3-vl-4b`, `qwen3-vl-8b`, `qwen3.5-0.8b`, `qwen3.5-2b`;
+    `policy.device=meta` allocates nothing; embodied/policy/random_weights.py)."""
     dtype: str = "float32"
     """float32 | bfloat16 | float16."""
     device: str = "cpu"
@@ -28,8 +31,8 @@ class PolicyConfig:
     tiny_seed: int = 0
     """Initialisation seed of the tiny model (path=tiny) and of a `random:` policy."""
     processor: str = ""
-    """Only for a `random:` policy: a local folder with a Qwen2.5-VL tokenizer and processor (no weights
-    needed); empty: the tiny tokenizer with the published image/video processor settings."""
+    """Only for a `random:` policy: a local folder with a tokenizer and processor of the same family (no
+    weights needed); empty: the tiny tokenizer with the published image/video processor settings."""
     lora_rank: int = 0
     """LoRA adapter rank (0 = off: full fine-tuning). With LoRA only the adapters train; saving merges them
     into an ordinary Hugging Face folder (see embodied/policy/lora.py)."""

@@ -104,9 +104,46 @@ def require_safetensors(folder: str | Path) -> None:
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
+_PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json", "video_preprocessor_config.json")
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
+
+
+def check_model_folder(folder: str | Path) -> None:
+    """Refuse, in one line naming the folder and what is missing, a folder that is not a vision-language
+    model transformers can load offline: a model type unknown to the installed transformers, a text-only
+    language model, or a checkpoint without its processor or tokenizer files."""
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    p = Path(folder)
+    model_type = model_type_of(p)
+    if model_type not in CONFIG_MAPPING_NAMES:
+        raise ValueError(
+            f"{p}: config.json names model_type {model_type!r}, which transformers "
+            f"{transformers.__version__} does not know; upgrade transformers or check the folder "
+            "(remote code is never run)"
+        )
+    if model_type not in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+        raise ValueError(
+            f"{p}: model_type {model_type!r} is not a vision-language model (no image-text-to-text class); "
+            "embodied needs one that takes video or images, e.g. Qwen2.5-VL or Qwen3-VL"
+        )
+    if not any((p / f).is_file() for f in _PROCESSOR_FILES):
+        raise ValueError(
+            f"{p}: no processor files ({' or '.join(_PROCESSOR_FILES)}); copy them from the original "
+            "checkpoint (they come with its weights)"
+        )
+    if not any((p / f).is_file() for f in _TOKENIZER_FILES):
+        raise ValueError(
+            f"{p}: no tokenizer files ({' or '.join(_TOKENIZER_FILES[:2])}); copy them from the original "
+            "checkpoint"
+        )
+
 
 def load_policy(path: str | Path, dtype: str = "float32", device: str = "cpu"):
-    """Load a local Qwen2-VL / Qwen2.5-VL folder: returns `(model, processor)`.
+    """Load a local image-text-to-text folder (Qwen2/2.5/3-VL, Qwen3.5, or any other family for evaluation):
+    returns `(model, processor)`.
 
     `trust_remote_code=False` always; weights come from safetensors.
     """
@@ -117,6 +154,7 @@ def load_policy(path: str | Path, dtype: str = "float32", device: str = "cpu"):
 
     if dtype not in DTYPES:
         raise ValueError(f"policy.dtype={dtype!r}; choose one of {sorted(DTYPES)}")
+    check_model_folder(path)
     processor = AutoProcessor.from_pretrained(path, trust_remote_code=False, local_files_only=True)
     model = AutoModelForImageTextToText.from_pretrained(
         path, dtype=DTYPES[dtype], trust_remote_code=False, local_files_only=True, use_safetensors=True

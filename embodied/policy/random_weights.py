@@ -1,21 +1,25 @@
-"""Real architectures with random weights: `policy.path=random:qwen2.5-vl-3b` (or `-7b`) without any download.
+"""Real architectures with random weights: `policy.path=random:NAME` without any download.
 
-The architecture's `config.json` ships in `embodied/assets/architectures/`, written from the published
-`Qwen/Qwen2.5-VL-3B-Instruct` and `Qwen/Qwen2.5-VL-7B-Instruct` files (and their shared
-`preprocessor_config.json`); no weights are read. On `policy.device=meta` the model is built with no memory
-at all (parameter counts, the FSDP2 wrap plan and the memory plan of `embodied bench memory` come from it);
-on any other device its weights are allocated and randomly initialised (seed `policy.tiny_seed`).
+NAME is one of the shipped configs in `embodied/assets/architectures/` (their README says where each
+published value came from): `qwen2.5-vl-3b`, `qwen2.5-vl-7b`, `qwen3-vl-2b`, `qwen3-vl-4b`, `qwen3-vl-8b`,
+`qwen3.5-0.8b`, `qwen3.5-2b` (Qwen3.5: natively multimodal, three linear-attention layers to one full one);
+or `random:FILE.json`, any Qwen2-VL / Qwen2.5-VL / Qwen3-VL / Qwen3.5 (dense) config.json. No weights are
+read. On `policy.device=meta` the model is built with no memory at all (parameter counts, the FSDP2 wrap plan
+and the memory plan of `embodied bench memory` come from it); on any other device its weights are allocated
+and randomly initialised (seed `policy.tiny_seed`).
 
-The processor. There is no hub, so the real Qwen2.5-VL tokenizer (151,643 BPE tokens) is not here. With
-`policy.processor=""` (the default) a `random:` policy gets the tiny model's tokenizer (a 4,000-token
-byte-level BPE with Qwen's special tokens and chat template, `embodied.policy.tiny`) together with the
-published image and video processor settings (14 px patches, 2 x 2 merge, 2 frames per temporal patch, CLIP
-mean and std); the config's special-token ids (image, video, vision start and end, bos, eos, pad) are
-remapped to that tokenizer's ids, and every size stays the published one (the embedding keeps all its rows;
-only the first ~4,000 are ever used). Such a policy runs end to end (prompts, video, generation, loss) at the
-real size, but its text is not Qwen's. `policy.processor=DIR` takes the tokenizer and processor from a local
-folder instead (a Qwen2.5-VL checkpoint's tokenizer and processor files; weights are not needed) and keeps
-the published ids.
+The processor. There is no hub, so the real Qwen tokenizers (151,643 BPE tokens for Qwen2.5-VL and
+Qwen3-VL, a 248,320-row vocabulary for Qwen3.5) are not here. With `policy.processor=""` (the default) a
+`random:` policy gets the tiny model's tokenizer (a 4,000-token byte-level BPE with Qwen's special tokens and
+chat template, `embodied.policy.tiny`) together with the family's published image and video processor
+settings: Qwen2.5-VL's (14 px patches, 2 x 2 merge, 2 frames per temporal patch, CLIP mean and std) or
+Qwen3-VL's, which Qwen3.5 uses too (16 px patches, 2 x 2 merge, 2 frames per temporal patch, mean and std
+0.5; `Qwen3VLProcessor` with `Qwen3VLVideoProcessor`). The config's special-token ids (image, video, vision
+start and end, bos, eos, pad) are remapped to that tokenizer's ids, and every size stays the published one
+(the embedding keeps all its rows; only the first ~4,000 are ever used). Such a policy runs end to end
+(prompts, video, generation, loss) at the real size, but its text is not Qwen's. `policy.processor=DIR`
+takes the tokenizer and processor from a local folder instead (a checkpoint of the same family: its
+tokenizer and processor files; weights are not needed) and keeps the published ids.
 """
 
 from __future__ import annotations
@@ -28,10 +32,15 @@ import torch
 from embodied.policy.attention import pack_vision_attention
 
 ARCHITECTURES = Path(__file__).parents[1] / "assets" / "architectures"
-"""The shipped architecture configs: `<name>.json` (a published `config.json`) and the shared
-`qwen2.5-vl-preprocessor.json`."""
+"""The shipped architecture configs: `<name>.json` (a published `config.json`) and each family's
+`*-preprocessor.json` (its published processor settings)."""
 PREFIX = "random:"
 PREPROCESSOR = ARCHITECTURES / "qwen2.5-vl-preprocessor.json"
+QWEN3_PREPROCESSOR = ARCHITECTURES / "qwen3-vl-preprocessor.json"
+QWEN3_VIDEO_PREPROCESSOR = ARCHITECTURES / "qwen3-vl-video-preprocessor.json"
+QWEN2_TYPES = ("qwen2_vl", "qwen2_5_vl")
+QWEN3_TYPES = ("qwen3_vl", "qwen3_5")
+"""Model types a `random:` config may have: Qwen2(.5)-VL, and Qwen3-VL with Qwen3.5 (same processor)."""
 SPECIAL_IDS = {
     "image_token_id": "<|image_pad|>",
     "video_token_id": "<|video_pad|>",
@@ -47,17 +56,22 @@ def is_random(path: str | None) -> bool:
     return bool(path) and str(path).startswith(PREFIX)
 
 
+def _is_preprocessor(path: Path) -> bool:
+    """Whether a shipped file holds processor settings (`*-preprocessor.json`), not an architecture."""
+    return path.stem.endswith("preprocessor")
+
+
 def known_architectures() -> list[str]:
-    """Names accepted after `random:` (the shipped configs)."""
-    return sorted(p.stem for p in ARCHITECTURES.glob("*.json") if p != PREPROCESSOR)
+    """Names accepted after `random:` (the shipped configs, not the processor settings beside them)."""
+    return sorted(p.stem for p in ARCHITECTURES.glob("*.json") if not _is_preprocessor(p))
 
 
 def architecture_file(spec: str) -> Path:
-    """The config file of `random:NAME` (a shipped name) or `random:FILE.json` (any Qwen2-VL / Qwen2.5-VL
-    config.json, e.g. a shrunken one for tests). Raises `ValueError` listing the known names."""
+    """The config file of `random:NAME` (a shipped name) or `random:FILE.json` (any config.json of a
+    supported family, e.g. a shrunken one for tests). Raises `ValueError` listing the known names."""
     name = spec[len(PREFIX) :] if spec.startswith(PREFIX) else spec
     shipped = ARCHITECTURES / f"{name}.json"
-    if name and shipped.is_file() and shipped != PREPROCESSOR:
+    if name and shipped.is_file() and not _is_preprocessor(shipped):
         return shipped
     path = Path(name).expanduser()
     if name.endswith(".json") and path.is_file():
@@ -73,47 +87,50 @@ def random_config(spec: str):
     """The `transformers` config of `random:NAME` (published values, nothing remapped)."""
     from transformers import AutoConfig
 
-    raw = json.loads(architecture_file(spec).read_text())
+    where = architecture_file(spec)
+    raw = json.loads(where.read_text())
     model_type = raw.get("model_type")
-    if model_type not in ("qwen2_vl", "qwen2_5_vl"):
-        where = architecture_file(spec)
-        raise ValueError(f"{where}: model_type {model_type!r}; expected qwen2_5_vl or qwen2_vl")
+    if model_type not in (*QWEN2_TYPES, *QWEN3_TYPES):
+        known = ", ".join((*QWEN2_TYPES, *QWEN3_TYPES))
+        raise ValueError(f"{where}: model_type {model_type!r}; a random: config is one of {known}")
     return AutoConfig.for_model(**raw)
 
 
 def _remap_special_ids(config, tokenizer) -> None:
-    """Point the config's special-token ids at `tokenizer`'s ids for the same tokens (sizes unchanged)."""
+    """Point the config's special-token ids at `tokenizer`'s ids for the same tokens (sizes unchanged).
+
+    bos and pad become `<|endoftext|>` and eos `<|im_end|>`, the end of an assistant turn, for every family
+    (Qwen3.5's config.json names `<|endoftext|>` as eos; its generation config stops at both)."""
     ids = {field: tokenizer.convert_tokens_to_ids(token) for field, token in SPECIAL_IDS.items()}
     for field, value in ids.items():
         if hasattr(config, field):
             setattr(config, field, value)
     text = config.get_text_config()
     bos, eos = tokenizer.convert_tokens_to_ids("<|endoftext|>"), tokenizer.convert_tokens_to_ids("<|im_end|>")
-    for holder in {id(c): c for c in (config, text)}.values():  # the published file has them at the top
+    for holder in {id(c): c for c in (config, text)}.values():  # Qwen2.5-VL's file has them at the top
         holder.bos_token_id, holder.pad_token_id, holder.eos_token_id = bos, bos, eos
     if max(ids.values()) >= text.vocab_size:
         raise ValueError(f"tokenizer ids {ids} do not fit the vocabulary of {text.vocab_size}")
 
 
-def random_processor(processor_dir: str = ""):
-    """The processor of a `random:` policy (see the module docstring): the tiny tokenizer with the published
-    image/video processor settings, or the processor saved in the local folder `processor_dir`."""
-    from transformers import AutoProcessor, AutoTokenizer, Qwen2_5_VLProcessor
+def _local_processor(processor_dir: str):
+    """The processor saved in the local folder `processor_dir` (one line naming what is missing)."""
+    from transformers import AutoProcessor
 
-    if processor_dir:
-        folder = Path(processor_dir).expanduser()
-        if not (folder / "tokenizer_config.json").is_file():
-            raise FileNotFoundError(
-                f"policy.processor={processor_dir!r} holds no tokenizer_config.json: give a local folder "
-                "with a Qwen2.5-VL tokenizer and processor (the checkpoint's small files, no weights "
-                "needed), or leave policy.processor empty for the tiny tokenizer"
-            )
-        return AutoProcessor.from_pretrained(folder, trust_remote_code=False, local_files_only=True)
-    from transformers import Qwen2VLImageProcessor, Qwen2VLVideoProcessor
+    folder = Path(processor_dir).expanduser()
+    if not (folder / "tokenizer_config.json").is_file():
+        raise FileNotFoundError(
+            f"policy.processor={processor_dir!r} holds no tokenizer_config.json: give a local folder with "
+            "the tokenizer and processor of a checkpoint of the same family (its small files, no weights "
+            "needed), or leave policy.processor empty for the tiny tokenizer"
+        )
+    return AutoProcessor.from_pretrained(folder, trust_remote_code=False, local_files_only=True)
 
-    from embodied.policy.tiny import CHAT_TEMPLATE, build_tiny_policy
 
-    tokenizer = AutoTokenizer.from_pretrained(build_tiny_policy(), local_files_only=True)
+def _qwen2_processor(tokenizer, chat_template: str):
+    """Qwen2.5-VL's published image and video settings around `tokenizer` (Qwen2-VL's are the same)."""
+    from transformers import Qwen2_5_VLProcessor, Qwen2VLImageProcessor, Qwen2VLVideoProcessor
+
     pre = json.loads(PREPROCESSOR.read_text())
     keys = ("min_pixels", "max_pixels", "patch_size", "temporal_patch_size", "merge_size")
     settings = {k: pre[k] for k in (*keys, "image_mean", "image_std")}
@@ -121,8 +138,43 @@ def random_processor(processor_dir: str = ""):
         image_processor=Qwen2VLImageProcessor(**settings),
         tokenizer=tokenizer,
         video_processor=Qwen2VLVideoProcessor(**settings, cap_pixels_per_frame=True, do_sample_frames=False),
-        chat_template=CHAT_TEMPLATE,
+        chat_template=chat_template,
     )
+
+
+def _qwen3_processor(tokenizer, chat_template: str):
+    """Qwen3-VL's published image and video settings around `tokenizer` (Qwen3.5 uses the same processor
+    classes and grid). The framework samples the frames itself and passes their times
+    (`do_sample_frames=False`); each frame's pixels are capped as qwen-vl-utils caps them."""
+    from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor, Qwen3VLVideoProcessor
+
+    common = ("patch_size", "temporal_patch_size", "merge_size", "image_mean", "image_std", "size")
+    image = json.loads(QWEN3_PREPROCESSOR.read_text())
+    video = json.loads(QWEN3_VIDEO_PREPROCESSOR.read_text())
+    frames = {k: video[k] for k in ("fps", "min_frames", "max_frames")}
+    return Qwen3VLProcessor(
+        image_processor=Qwen2VLImageProcessor(**{k: image[k] for k in common}),
+        tokenizer=tokenizer,
+        video_processor=Qwen3VLVideoProcessor(
+            **{k: video[k] for k in common}, **frames, cap_pixels_per_frame=True, do_sample_frames=False
+        ),
+        chat_template=chat_template,
+    )
+
+
+def random_processor(processor_dir: str = "", model_type: str = "qwen2_5_vl"):
+    """The processor of a `random:` policy of `model_type` (see the module docstring): the tiny tokenizer
+    with the family's published image/video processor settings, or the processor saved in the local folder
+    `processor_dir`."""
+    if processor_dir:
+        return _local_processor(processor_dir)
+    from transformers import AutoTokenizer
+
+    from embodied.policy.tiny import CHAT_TEMPLATE, build_tiny_policy
+
+    tokenizer = AutoTokenizer.from_pretrained(build_tiny_policy(), local_files_only=True)
+    build = _qwen3_processor if model_type in QWEN3_TYPES else _qwen2_processor
+    return build(tokenizer, CHAT_TEMPLATE)
 
 
 def build_random_policy(
@@ -132,14 +184,15 @@ def build_random_policy(
     processor_dir: str = "",
     seed: int = 0,
 ):
-    """`(model, processor)` for `random:NAME`: the real `Qwen2_5_VLForConditionalGeneration` (or Qwen2-VL) of
-    the shipped config with random weights, in `dtype` on `device`.
+    """`(model, processor)` for `random:NAME`: the real model class of the shipped config
+    (`Qwen2_5_VLForConditionalGeneration`, `Qwen3VLForConditionalGeneration`,
+    `Qwen3_5ForConditionalGeneration`, ...) with random weights, in `dtype` on `device`.
 
     `device="meta"` allocates nothing (shapes only: counts and plans); any other device allocates and
     initialises every weight (3B: ~7.5 GB in bfloat16). `processor_dir`: see `random_processor`.
     """
     config = random_config(spec)
-    processor = random_processor(processor_dir)
+    processor = random_processor(processor_dir, config.model_type)
     if processor_dir:
         got = processor.tokenizer.convert_tokens_to_ids(SPECIAL_IDS["video_token_id"])
         if got != config.video_token_id:
@@ -169,7 +222,8 @@ def instantiate(config, dtype: torch.dtype = torch.float32, device: str = "meta"
 
 def parameter_counts(model: torch.nn.Module) -> dict[str, int]:
     """Parameters of a Qwen-VL model (meta or real): `total` (tied weights once), `vision` (the vision tower
-    with its merger), `language` (the rest: decoder, embeddings, head)."""
+    with its mergers, Qwen3-VL's deepstack mergers included: every name under `visual.`), `language` (the
+    rest: decoder, embeddings, head)."""
     total = sum(p.numel() for p in model.parameters())
     vision = sum(p.numel() for name, p in model.named_parameters() if ".visual." in f".{name}")
     return {"total": total, "vision": vision, "language": total - vision}
