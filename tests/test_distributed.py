@@ -141,11 +141,30 @@ def test_fsdp_resume_continues_the_run(setup):
     assert all(torch.allclose(w[k], w_done[k], atol=1e-6) for k in w)
 
 
+@pytest.fixture(scope="module")
+def setup_qwen3(setup):
+    """The same data with a tiny Qwen3-VL (deepstack features, timestamped video blocks)."""
+    root, common = setup
+    path = build_tiny_policy(root / "tiny-qwen3-vl", TinySpec(seed=0), family="qwen3-vl")
+    return root, [f"policy.path={path}" if c.startswith("policy.path=") else c for c in common]
+
+
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_two_processes_equal_one_process_grpo(setup, strategy):
     """Each process samples its half of the prompts (seeded per prompt) and the update is all-reduced: the
     logged metrics and the weights equal one process's on the same global batch."""
-    root, common = setup
+    _grpo_two_equal_one(*setup, strategy, "")
+
+
+@pytest.mark.slow  # 35 s each on 2 cores; the mechanics are the default suite's Qwen2.5-VL tests above
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_two_processes_equal_one_process_grpo_qwen3_vl(setup_qwen3, strategy):
+    """The same on a Qwen3-VL: DDP and FSDP2 (its decoder layers and vision blocks sharded) train it as one
+    process does."""
+    _grpo_two_equal_one(*setup_qwen3, strategy, "qwen3-")
+
+
+def _grpo_two_equal_one(root, common, strategy: str, prefix: str) -> None:
     extra = [
         "grpo.steps=2",
         "grpo.prompts_per_step=4",
@@ -162,15 +181,15 @@ def test_two_processes_equal_one_process_grpo(setup, strategy):
         # up to steps of order lr. The equality this test checks is of the mechanics, so it keeps lr 5e-5.
         "grpo.lr=5e-5",
     ]
-    if not (root / "grpo1").exists():
-        _run(root, common, "grpo1", 1, "grpo", extra)
-    one = _metrics(root / "grpo1")
-    two = _run(root, common, f"grpo2-{strategy}", 2, "grpo", [*extra, f"distributed={strategy}"])
+    if not (root / f"{prefix}grpo1").exists():
+        _run(root, common, f"{prefix}grpo1", 1, "grpo", extra)
+    one = _metrics(root / f"{prefix}grpo1")
+    two = _run(root, common, f"{prefix}grpo2-{strategy}", 2, "grpo", [*extra, f"distributed={strategy}"])
     assert [r["step"] for r in two] == [r["step"] for r in one] == [1, 2]
     for a, b in zip(one, two, strict=True):
         keys = {k for k in a if not k.startswith("time/")}
         assert keys == {k for k in b if not k.startswith("time/")}
         assert {k: b[k] for k in keys} == pytest.approx({k: a[k] for k in keys}, abs=1e-5)
     assert one[1]["loss/kl"] > 0  # the second step's policy has moved away from the reference
-    w1, w2 = _weights(root / "grpo1"), _weights(root / f"grpo2-{strategy}")
+    w1, w2 = _weights(root / f"{prefix}grpo1"), _weights(root / f"{prefix}grpo2-{strategy}")
     assert all(torch.allclose(w1[k], w2[k], atol=1e-5) for k in w1)

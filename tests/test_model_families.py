@@ -62,7 +62,7 @@ def tiny_models(tmp_path_factory):
 
 
 def _reference_grid(clip: Clip, video: VideoConfig, patch: int) -> list[int]:
-    """The grid qwen-vl-utils' `fetch_video` gives a decoded video file's frames under the same per-frame budget:
+    """The grid qwen-vl-utils' `fetch_video` gives a decoded video file's frames under the same budget:
     its `smart_resize` on the `patch * 2` grid, frames rounded up to pairs. (Its list-of-frames input resizes
     each frame on a `patch * 4` grid first, so a 112 px frame falls to 64 px on Qwen3-VL: the file path is the
     reference.)"""
@@ -236,3 +236,40 @@ def test_the_cli_refuses_what_it_cannot_load_in_one_line(folders, tmp_path, caps
         )
         assert code == 1 and why in err and str(folder) in err, err
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and "huggingface.co" not in err
+
+
+def test_qwen3_vl_plays_two_turn_episodes(tiny_models, tmp_path):
+    """Multi-turn episodes on Qwen3-VL: after a few SFT steps the policy answers, turn 1 executes in MuJoCo
+    and fails, turn 2's prompt carries both clips (each its own timestamped video), the trajectory trains,
+    and evaluation reports success after each turn."""
+    from embodied.config import SFTConfig
+    from embodied.data.load import Example
+    from embodied.envs import push
+    from embodied.eval.envs import evaluate_env
+    from embodied.rl.episodes import sample_episodes
+    from embodied.rl.rewards import routed_rewards
+    from embodied.train.sft import train_sft
+
+    model, processor = load(PolicyConfig(path="tiny:qwen3-vl"))
+    episodes = []
+    for seed in (3, 4):
+        record, frames = push.make_episode(seed, "easy", 64, 64, 4, 2.0)
+        episodes.append(Example(record | {"id": f"push-{seed}", "video": f"{seed}.mp4"}, Clip(frames, 2.0)))
+    short = "<think></think><answer>0.05</answer>"  # an impulse far too small: the puck stops short
+    cfg = SFTConfig(steps=30, batch_size=2, lr=3e-3, eval_every=0, checkpoint_every=0, warmup_steps=0)
+    train_sft(
+        model, processor, episodes, cfg, VideoConfig(), tmp_path, progress=False, target_fn=lambda r: short
+    )
+    model.eval()
+    ro = sample_episodes(
+        model, processor, episodes, VideoConfig(), routed_rewards(), 2, 12, 2, temperature=0.2, seeds=[1, 2]
+    )
+    two = (ro.turn == 2).nonzero().flatten().tolist()
+    assert two, ro.texts  # the format-trained policy answered, the puck stopped short
+    assert ro.batch["video_grid_thw"].shape[0] == 4 + 2 * len(two)
+    row = select_rows(ro.batch, [two[0]])
+    assert row["video_grid_thw"].shape[0] == 2  # the episode's clip, then turn 1's outcome
+    text = processor.tokenizer.decode(row["input_ids"][0][row["attention_mask"][0].bool()])
+    assert text.count("<0.2 seconds>") == 2  # both clips' first temporal patch, at their own times
+    res = evaluate_env(model, processor, episodes, VideoConfig(), max_new_tokens=12, turns=2, seed=0)
+    assert res["turns"]["per_task"]["push"]["n"] == 2

@@ -126,7 +126,7 @@ def test_shipped_base_was_built_by_the_current_defaults():
     defaults = dataclasses.asdict(PretrainConfig())
     # fields added after the base was built default to what it was built with (drop captions, from scratch)
     later = {"captions": "drop", "scenes": ["drop"], "num_frames": [4], "init": "", "tiny": {}}
-    later |= {"vision_target": "occupancy"}
+    later |= {"vision_target": "occupancy", "family": "qwen2.5-vl"}
     assert {k: defaults[k] for k in later} == later
     assert {k: v for k, v in built["pretrain"].items() if k != "workers"} == {
         k: v for k, v in defaults.items() if k != "workers" and k not in later
@@ -224,6 +224,7 @@ def test_the_every_world_base_was_built_by_its_config():
     built["pretrain"]["scenes"] = built["pretrain"].pop("worlds")
     built["pretrain"].setdefault("tiny", {})  # sizes of a from-scratch build, added later; empty here
     built["pretrain"].setdefault("vision_target", "occupancy")  # added later; what it was built with
+    built["pretrain"].setdefault("family", "qwen2.5-vl")  # added later; what it was built with
     assert {k: v for k, v in built["pretrain"].items() if k not in ("workers", "out")} == {
         k: v for k, v in want.items() if k not in ("workers", "out")
     }, "configs/pretrain_worlds.yaml changed: rebuild with its command (docs/perception.md)"

@@ -41,14 +41,15 @@ from embodied.policy.lora import (
     merged_state_dict,
 )
 from embodied.policy.random_weights import build_random_policy, is_random
-from embodied.policy.tiny import SHIPPED, SHIPPED_WORLDS, TinySpec, build_tiny_policy
+from embodied.policy.tiny import SHIPPED, SHIPPED_QWEN3_VL, SHIPPED_WORLDS, TinySpec, build_tiny_policy
 from embodied.tasks import format_question
 from embodied.video import Clip, VideoConfig
 
 
 def resolve_policy_path(path: str | None, seed: int = 0) -> Path:
     """`path` if given (must be a local folder); `tiny-base`: the perception-pretrained tiny base shipped
-    in the package; `tiny-worlds`: the same base continued on every simulated world's captions; `tiny`: the
+    in the package (`tiny-base-qwen3-vl`: its Qwen3-VL twin); `tiny-worlds`: the same base continued on every
+    simulated world's captions; `tiny`: the
     randomly initialised tiny model for `seed` (built and cached); `tiny:qwen3-vl` / `tiny:qwen3.5`: a tiny
     randomly initialised model of that family."""
     if is_random(path):
@@ -59,6 +60,7 @@ def resolve_policy_path(path: str | None, seed: int = 0) -> Path:
     shipped = {
         "tiny-base": (SHIPPED, ""),
         "tiny-worlds": (SHIPPED_WORLDS, "-c configs/pretrain_worlds.yaml "),
+        "tiny-base-qwen3-vl": (SHIPPED_QWEN3_VL, "pretrain.family=qwen3-vl "),
     }
     if path in shipped:
         folder, config = shipped[path]

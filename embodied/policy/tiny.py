@@ -26,6 +26,10 @@ SHIPPED_WORLDS = Path(__file__).parents[1] / "assets" / "tiny_worlds"
 """`tiny-base` continued on captions of every simulated world (`policy.path=tiny-worlds`;
 `embodied pretrain -c configs/pretrain_worlds.yaml` rebuilds it)."""
 
+SHIPPED_QWEN3_VL = Path(__file__).parents[1] / "assets" / "tiny_base_qwen3_vl"
+"""The same perception pretraining on a tiny Qwen3-VL (`policy.path=tiny-base-qwen3-vl`;
+`embodied pretrain pretrain.family=qwen3-vl` rebuilds it)."""
+
 TINY_VERSION = 2
 """2: the tokenizer corpus holds the perception captions' words (embodied.tasks.caption)."""
 

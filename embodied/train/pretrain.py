@@ -84,6 +84,9 @@ class PretrainConfig:
     tiny: dict = field(default_factory=dict)
     """Sizes of the tiny model built when `init` is empty: `TinySpec` fields (`vision_hidden`,
     `vision_depth`, `text_hidden`, `text_layers`, ...); unnamed ones keep their defaults."""
+    family: str = "qwen2.5-vl"
+    """Family of the tiny model built when `init` is empty: qwen2.5-vl (`tiny-base`) | qwen3-vl
+    (`tiny-base-qwen3-vl`) | qwen3.5 (`embodied.policy.tiny.TINY_FAMILIES`)."""
 
 
 # --- clips --------------------------------------------------------------------------------------------
@@ -168,10 +171,12 @@ def pretrain_vision(model, processor, examples, pc: PretrainConfig, video, progr
     import torch
     from tqdm.auto import tqdm  # here: the config (`embodied show-config`) imports this module
 
+    from embodied.policy.families import family_of
     from embodied.policy.model import encode_prompts
     from embodied.train.common import index_batches
 
     vis = model.model.visual
+    family = family_of(model)
     device = next(model.parameters()).device
     colours = pc.vision_target == "colour"
     width = 2 * (len(COLOUR_WORDS) if colours else 1)
@@ -185,8 +190,9 @@ def pretrain_vision(model, processor, examples, pc: PretrainConfig, video, progr
     def loss_and_acc(chunk):
         batch = encode_prompts(processor, [e.record for e in chunk], [e.clip for e in chunk], video, device)
         tokens = vis(batch["pixel_values_videos"], grid_thw=batch["video_grid_thw"]).pooler_output
+        seen = [_seen_frames(family, e.clip, video) for e in chunk]  # occupancy of what the model sees
         target = torch.from_numpy(
-            np.concatenate([occupancy(e.clip.frames, colours=colours) for e in chunk])
+            np.concatenate([occupancy(f, family.unit, colours=colours) for f in seen])
         ).to(device)
         logits = head(tokens)
         loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, target)
@@ -202,6 +208,15 @@ def pretrain_vision(model, processor, examples, pc: PretrainConfig, video, progr
     with torch.no_grad():
         _, acc, base = loss_and_acc(val)
     return {"occupancy_accuracy": round(acc, 4), "occupancy_base_rate": round(base, 4), "n": len(val)}
+
+
+def _seen_frames(family, clip: Clip, video) -> np.ndarray:
+    """The clip's frames `(T, H, W, 3)` at the size the model sees them (the frames themselves when the
+    family keeps their size: 112 px on Qwen2.5-VL's 28 px grid; 96 px on Qwen3-VL's 32 px grid)."""
+    if family.frame_size(clip, video) == tuple(clip.frames.shape[1:3]):
+        return clip.frames
+    sized = family.sized_frames(clip, video).clamp(0, 255).round().byte()
+    return sized.permute(0, 2, 3, 1).numpy()
 
 
 # --- evaluation ----------------------------------------------------------------------------------------
@@ -334,7 +349,7 @@ def pretrain_policy(
     t_data = time.perf_counter() - t0
     seed_everything(pc.seed)
     spec = TinySpec(**(pc.tiny | {"seed": tiny_seed}))
-    start = resolve_policy_path(pc.init) if pc.init else build_tiny_policy(spec=spec)
+    start = resolve_policy_path(pc.init) if pc.init else build_tiny_policy(spec=spec, family=pc.family)
     model, processor = load_policy(start, device=device)
     t1 = time.perf_counter()
     vision = pretrain_vision(model, processor, train, pc, video, progress) if pc.vision_steps else {}

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import pkgutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -57,6 +58,8 @@ class Family:
         "<|image_pad|>",
         "<|video_pad|>",
     )
+    unit: int = 28
+    """Pixels per side of one merged visual token (Qwen2.5-VL: 14 px patches merged 2 x 2)."""
     splits_rows: bool = True
     """Its batches carry visual grids, so rows can be picked and repeated (`select_rows`): forced choice and
     GRPO groups need it."""
@@ -88,6 +91,23 @@ class Family:
             "images_kwargs": {"size": {"shortest_edge": video.min_pixels, "longest_edge": cap}},
         }
 
+    def sized_frames(self, clip: Clip, video: VideoConfig):
+        """`(T, 3, H, W)` float frames of `clip` at the size this family's reference preprocessing
+        (qwen-vl-utils) gives them under the clip's per-frame cap: `reference_size` on the `unit` grid,
+        bicubic with antialiasing, values in 0-255 as the processor rescales them."""
+        import torch
+        from torchvision.transforms import InterpolationMode
+        from torchvision.transforms import functional as tvf
+
+        frames = torch.from_numpy(clip.frames).permute(0, 3, 1, 2)
+        size = self.frame_size(clip, video)
+        return tvf.resize(frames, list(size), interpolation=InterpolationMode.BICUBIC, antialias=True).float()
+
+    def frame_size(self, clip: Clip, video: VideoConfig) -> tuple[int, int]:
+        """`(H, W)` of the clip's frames as the model sees them."""
+        h, w = clip.frames.shape[1:3]
+        return reference_size(h, w, self.unit, video.min_pixels, frame_pixel_cap(len(clip.frames), video))
+
     def end_text(self, tokenizer) -> str:
         return self.end_of_turn if self.end_of_turn is not None else tokenizer.eos_token
 
@@ -100,6 +120,20 @@ class Family:
                 names.append(getattr(processor, attr))
         ids = {tok.convert_tokens_to_ids(n) for n in names}
         return sorted(i for i in ids if i is not None and i != tok.unk_token_id)
+
+
+def reference_size(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    """A frame's size on the `factor` grid with its area in [min_pixels, max_pixels], aspect kept: the rule
+    of qwen-vl-utils' `smart_resize` (the preprocessing the Qwen families were trained with)."""
+    h = max(factor, round(height / factor) * factor)
+    w = max(factor, round(width / factor) * factor)
+    if h * w > max_pixels:
+        beta = math.sqrt(height * width / max_pixels)
+        h, w = math.floor(height / beta / factor) * factor, math.floor(width / beta / factor) * factor
+    elif h * w < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h, w = math.ceil(height * beta / factor) * factor, math.ceil(width * beta / factor) * factor
+    return h, w
 
 
 def video_metadata_kwargs(clips: Sequence[Clip]) -> dict:
