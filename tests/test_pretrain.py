@@ -134,6 +134,19 @@ def test_shipped_base_was_built_by_the_current_defaults():
     assert built["vision_val"]["occupancy_accuracy"] > 0.95
 
 
+def test_shipped_qwen3_vl_base_was_built_by_the_current_defaults():
+    """`tiny-base-qwen3-vl` is `embodied pretrain pretrain.family=qwen3-vl`: the defaults but the family."""
+    path = resolve_policy_path("tiny-base-qwen3-vl")
+    assert (path / "model.safetensors").is_file()
+    assert json.loads((path / "config.json").read_text())["model_type"] == "qwen3_vl"
+    built = json.loads((path / "embodied_pretrain.json").read_text())
+    defaults = dataclasses.asdict(PretrainConfig()) | {"family": "qwen3-vl"}
+    assert {k: v for k, v in built["pretrain"].items() if k not in ("workers", "out")} == {
+        k: v for k, v in defaults.items() if k not in ("workers", "out")
+    }, "the defaults changed: rebuild with `embodied pretrain pretrain.family=qwen3-vl pretrain.out=...`"
+    assert built["vision_val"]["occupancy_accuracy"] > 0.95
+
+
 @pytest.mark.slow
 def test_pretrain_rebuilds_the_shipped_base(tmp_path):
     """The documented command reproduces the shipped weights (about 4 minutes on 2 cores)."""
