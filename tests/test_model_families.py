@@ -35,6 +35,7 @@ from embodied.policy.model import (  # noqa: E402
 from embodied.video import Clip, VideoConfig, frame_pixel_cap  # noqa: E402
 
 PPO = str(Path(__file__).parents[1] / "configs" / "recipes" / "ppo.yaml")
+PAPO = str(Path(__file__).parents[1] / "configs" / "recipes" / "papo.yaml")
 
 RECORD = {"id": "q", "question": "Is the clip played forward?", "options": ["forward", "reversed"]}
 
@@ -52,12 +53,23 @@ def folders(tmp_path_factory):
     }
 
 
-@pytest.fixture(scope="module")
-def tiny_models(tmp_path_factory):
-    """`tiny:qwen3-vl` and `tiny:qwen3.5` (and the Qwen2.5-VL `tiny`), loaded once."""
+@pytest.fixture(scope="module", autouse=True)
+def _cache(tmp_path_factory):
+    """The `tiny:` folders are built in a temporary cache, not in ~/.cache (restored afterwards)."""
     import os
 
+    old = os.environ.get("EMBODIED_CACHE")
     os.environ["EMBODIED_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+    yield
+    if old is None:
+        os.environ.pop("EMBODIED_CACHE", None)
+    else:
+        os.environ["EMBODIED_CACHE"] = old
+
+
+@pytest.fixture(scope="module")
+def tiny_models():
+    """`tiny:qwen3-vl` and `tiny:qwen3.5` (and the Qwen2.5-VL `tiny`), loaded once."""
     return {f: load(PolicyConfig(path=f"tiny:{f}")) for f in ("qwen2.5-vl", "qwen3-vl", "qwen3.5")}
 
 
@@ -169,7 +181,7 @@ def _cfg(tmp_path, path, *extra: str, files: tuple[str, ...] = ()):
 
 def test_a_qwen3_vl_folder_runs_eval_sft_and_grpo(folders, dataset, tmp_path):
     """A Qwen3-VL folder the project did not build: eval, SFT (with LoRA, gradient checkpointing and a new
-    layer) and GRPO (the grouped path, then PPO's value head) run from the config alone."""
+    layer) and GRPO (the grouped path, PPO's value head, PAPO's masked video) run from the config alone."""
     from embodied import run
 
     path, root = folders["qwen3_vl"], f"data.root={dataset}"
@@ -182,7 +194,9 @@ def test_a_qwen3_vl_folder_runs_eval_sft_and_grpo(folders, dataset, tmp_path):
     grpo = ["grpo.steps=1", "grpo.prompts_per_step=2", "grpo.group_size=2", "grpo.eval_every=0"]
     run.grpo(_cfg(tmp_path / "g", path, root, *grpo), progress=False)
     run.grpo(_cfg(tmp_path / "p", path, root, *grpo, files=(PPO,)), progress=False)
-    for d in "slgp":
+    run.grpo(_cfg(tmp_path / "v", path, root, *grpo, files=(PAPO,)), progress=False)
+    assert "loss/perception" in (tmp_path / "v" / "metrics.jsonl").read_text()
+    for d in "slgpv":
         assert (tmp_path / d / "model" / "config.json").is_file()
 
 
@@ -273,3 +287,15 @@ def test_qwen3_vl_plays_two_turn_episodes(tiny_models, tmp_path):
     assert text.count("<0.2 seconds>") == 2  # both clips' first temporal patch, at their own times
     res = evaluate_env(model, processor, episodes, VideoConfig(), max_new_tokens=12, turns=2, seed=0)
     assert res["turns"]["per_task"]["push"]["n"] == 2
+
+
+def test_qwen3_5_trains_from_the_config_alone(dataset, tmp_path):
+    """Qwen3.5 (linear-attention layers beside full attention): SFT and GRPO on `tiny:qwen3.5`."""
+    from embodied import run
+
+    root = f"data.root={dataset}"
+    sft = ["sft.steps=2", "sft.batch_size=4", "sft.eval_every=0"]
+    run.sft(_cfg(tmp_path / "s", "tiny:qwen3.5", root, *sft), progress=False)
+    grpo = ["grpo.steps=1", "grpo.prompts_per_step=2", "grpo.group_size=2", "grpo.eval_every=0"]
+    info = run.grpo(_cfg(tmp_path / "g", "tiny:qwen3.5", root, *grpo), progress=False)
+    assert info["steps"] == 1 and (tmp_path / "g" / "model" / "config.json").is_file()

@@ -243,6 +243,14 @@ def _train_tokenizer(spec: TinySpec):
     return fast
 
 
+def vision_token_config(tokenizer) -> dict:
+    """The config's ids of Qwen's visual placeholder tokens, as `tokenizer` numbers them."""
+    ids = tokenizer.convert_tokens_to_ids
+    names = {"image": "<|image_pad|>", "video": "<|video_pad|>"}
+    names |= {"vision_start": "<|vision_start|>", "vision_end": "<|vision_end|>"}
+    return {f"{k}_token_id": ids(v) for k, v in names.items()}
+
+
 def _tiny_config(spec: TinySpec, tokenizer):
     from transformers import Qwen2_5_VLConfig
 
@@ -277,10 +285,7 @@ def _tiny_config(spec: TinySpec, tokenizer):
             "tokens_per_second": spec.tokens_per_second,
             "window_size": 112,
         },
-        image_token_id=ids("<|image_pad|>"),
-        video_token_id=ids("<|video_pad|>"),
-        vision_start_token_id=ids("<|vision_start|>"),
-        vision_end_token_id=ids("<|vision_end|>"),
+        **vision_token_config(tokenizer),
         tie_word_embeddings=True,
     )
 
@@ -345,7 +350,6 @@ def _tiny_qwen3_config(spec: TinySpec, tokenizer, family: str):
     full-attention one) built from transformers' own config classes."""
     from transformers import Qwen3_5Config, Qwen3VLConfig
 
-    ids = tokenizer.convert_tokens_to_ids
     text, vision = _qwen3_text(spec, tokenizer), _qwen3_vision(spec)
     head_dim = text["head_dim"]
     if family == "qwen3-vl":
@@ -379,10 +383,7 @@ def _tiny_qwen3_config(spec: TinySpec, tokenizer, family: str):
     return cls(
         text_config=text,
         vision_config=vision,
-        image_token_id=ids("<|image_pad|>"),
-        video_token_id=ids("<|video_pad|>"),
-        vision_start_token_id=ids("<|vision_start|>"),
-        vision_end_token_id=ids("<|vision_end|>"),
+        **vision_token_config(tokenizer),
         tie_word_embeddings=True,
     )
 
