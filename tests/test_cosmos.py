@@ -112,8 +112,10 @@ def test_cosmos_experiment_end_to_end(tmp_path):
     run(cfg, tmp_path / "sft_only", progress=False)  # now reused, weights and all
     assert saved.stat().st_mtime_ns == after
     cfg.cosmos.keep_weights = False
-    # scripts/cosmos_arms.py pairs two runs' SFT rows by seed: the same rows differ by 0 on every seed
-    spec = importlib.util.spec_from_file_location("cosmos_arms", REPO / "scripts" / "cosmos_arms.py")
+    # docs/results/scripts/cosmos_arms.py pairs two runs' SFT rows by seed: the same rows differ by 0 on
+    # every seed
+    script = REPO / "docs" / "results" / "scripts" / "cosmos_arms.py"
+    spec = importlib.util.spec_from_file_location("cosmos_arms", script)
     arms = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(arms)
     both = arms.compare({"full": tmp_path / "run", "sft only": tmp_path / "sft_only"}, "sft")

@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "data" / "FORMAT.md"]
+PAGES = [
+    REPO / "README.md",
+    *sorted((REPO / "docs").glob("*.md")),
+    *sorted((REPO / "docs" / "results").glob("*.md")),
+    REPO / "data" / "FORMAT.md",
+]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 CODE_PATH = re.compile(r"`(embodied/[\w/]+(?:\.py)?/?)`")
 
@@ -24,6 +29,34 @@ def test_links_stay_inside_the_repository(page: Path):
         if not path.is_relative_to(REPO) or not path.exists():
             bad.append(target)
     assert not bad, f"{page.name} links to files outside the repository or missing: {bad}"
+
+
+def _anchors(page: Path) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens, repeats numbered."""
+    seen: dict[str, int] = {}
+    fenced = False
+    for line in page.read_text().splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        heading = None if fenced else re.match(r"#{1,6} (.*)", line)
+        if heading:
+            slug = re.sub(r"[^\w\- ]", "", heading.group(1).strip().lower()).replace(" ", "-")
+            seen[slug] = seen.get(slug, -1) + 1
+    return {s if n == 0 else f"{s}-{n}" for s, count in seen.items() for n in range(count + 1)}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_links_to_a_section_find_it(page: Path):
+    """A section moved to another page (docs/results/) takes its anchor with it: links must follow."""
+    bad = []
+    for target in LINK.findall(page.read_text()):
+        path, _, anchor = target.partition("#")
+        if not anchor or re.match(r"[a-z]+://", target):
+            continue
+        linked = (page.parent / path).resolve() if path else page
+        if linked.suffix == ".md" and linked.exists() and anchor not in _anchors(linked):
+            bad.append(target)
+    assert not bad, f"{page.name} links to sections that are not there: {bad}"
 
 
 @pytest.mark.parametrize("page", [REPO / "README.md", REPO / "docs" / "architecture.md"], ids=str)

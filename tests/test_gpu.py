@@ -66,7 +66,8 @@ def test_bfloat16_log_probs_track_float32(examples, tiny_path):
 
 def test_pretrain_runs_on_cuda(tmp_path):
     """`embodied pretrain ... policy.device=cuda`: both stages on the device, a wider from-scratch tower with
-    colour bits (how the colour base of docs/cosmos.md was built), saved to a folder that loads on the CPU."""
+    colour bits (how the colour base of docs/results/cosmos_levers.md was built), saved to a folder that
+    loads on the CPU."""
     from embodied.config import load_config
     from embodied.policy.model import load_policy
     from embodied.run import pretrain

@@ -160,13 +160,14 @@ def test_generated_puzzles_are_ordering_questions():
 
 
 def test_answer_reading_script_scores_both_readings():
-    """`scripts/answer_reading.py` scores the same responses exactly and by the nearest option, and refuses
-    predictions whose answers disagree with the split (ids repeat across datasets)."""
+    """`docs/results/scripts/answer_reading.py` scores the same responses exactly and by the nearest option,
+    and refuses predictions whose answers disagree with the split (ids repeat across datasets)."""
     import importlib.util
     from pathlib import Path
 
     spec = importlib.util.spec_from_file_location(
-        "answer_reading", Path(__file__).resolve().parents[1] / "scripts" / "answer_reading.py"
+        "answer_reading",
+        Path(__file__).resolve().parents[1] / "docs" / "results" / "scripts" / "answer_reading.py",
     )
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)

@@ -1,9 +1,10 @@
 """The temporal puzzle's options alone must not tell its answer (issue 21; VERSION 3).
 
 Version 2 failed this: on a clip with two look-alike segments (topple: the tower lying still) its one
-missing order was the truth's look-alike, so `scripts/option_leak.py`'s blind lookup answered 1.000 of
-topple's easy questions. Here the same lookup, trained and scored on questions the generator makes, must
-stay near chance for every kind of clip and both tiers, on constructed clips and on the simulated scenes.
+missing order was the truth's look-alike, so `docs/results/scripts/option_leak.py`'s blind lookup answered
+1.000 of topple's easy questions. Here the same lookup, trained and scored on questions the generator
+makes, must stay near chance for every kind of clip and both tiers, on constructed clips and on the
+simulated scenes.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from embodied.tasks import LETTERS, Ambiguous, FamilySpec
 from embodied.tasks import temporal_puzzle as tp
 
 _spec = importlib.util.spec_from_file_location(
-    "option_leak", Path(__file__).resolve().parents[1] / "scripts" / "option_leak.py"
+    "option_leak", Path(__file__).resolve().parents[1] / "docs" / "results" / "scripts" / "option_leak.py"
 )
 option_leak = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(option_leak)

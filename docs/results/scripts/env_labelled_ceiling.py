@@ -4,10 +4,10 @@ Reinforcement learning can only find what the policy can express and see. This c
 format-only start (an env-feedback `start`) on one task's training episodes with the task's calibrated
 answer as the target (`good_action`: computed from the scene, the label no RL arm ever gets), then executes
 its greedy answers to the held-out episodes in MuJoCo, against the best constant answer. If labelled SFT
-cannot beat the constant, the task is out of reach at this scale whatever the reward (docs/environments.md,
-"Expert iteration")::
+cannot beat the constant, the task is out of reach at this scale whatever the reward
+(docs/results/env_feedback.md, "Expert iteration against GRPO")::
 
-    python scripts/env_labelled_ceiling.py -c configs/experiment_env_feedback.yaml --task push \\
+    python docs/results/scripts/env_labelled_ceiling.py -c configs/experiment_env_feedback.yaml --task push \\
         --start runs/env_feedback/seed{seed}/start/model --seeds 0 1 2 --steps 300 --out ceiling.json
 
 With ``env.answer=grid`` the task is asked as lettered options and the target is the option that scores the

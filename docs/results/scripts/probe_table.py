@@ -1,9 +1,10 @@
 """Linear probes of several policies' visual tokens, per question family: what the vision tower carries.
 
-Rebuilds the probe table of docs/cosmos.md (before and after a pretraining) from the cosmos experiment's data
-(generated if missing) and writes it as JSON and Markdown::
+Rebuilds the probe table of docs/results/cosmos.md (before and after a pretraining) from the cosmos
+experiment's data (generated if missing) and writes it as JSON and Markdown::
 
-    python scripts/probe_table.py -c configs/experiment_cosmos.yaml --policies tiny-base tiny-worlds \\
+    python docs/results/scripts/probe_table.py -c configs/experiment_cosmos.yaml --policies tiny-base \\
+        tiny-worlds \\
         --out docs/results/probe.json
 
 The probe itself is `embodied.eval.probe.probe_families` (fitted on `cosmos.probe_train` training clips,

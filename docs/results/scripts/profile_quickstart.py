@@ -1,10 +1,10 @@
 """Where a quickstart's seconds go: one quickstart in this process under the timers of
 embodied/bench/timers.py, then `bench.profile_clips` clips made in this process (physics, render, encode).
 
-    .venv/bin/python scripts/profile_quickstart.py OUT.json [dotted overrides, e.g. threads=1]
+    .venv/bin/python docs/results/scripts/profile_quickstart.py OUT.json [dotted overrides, e.g. threads=1]
 
-Data go to a fresh folder beside OUT.json, so generation is timed too. The table in docs/benchmarks.md
-("Where a quickstart's seconds go") is read from OUT.json.
+Data go to a fresh folder beside OUT.json, so generation is timed too. The tables in
+docs/results/quickstart.md ("Where the seconds go") are read from OUT.json.
 """
 
 import dataclasses

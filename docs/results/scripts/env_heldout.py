@@ -1,6 +1,7 @@
 """Trained env-feedback policies and the best constant answer on more held-out episodes than the default's.
 
-    PYTHONPATH=. python scripts/env_heldout.py MODEL [MODEL ...] --n 200 --out F.json [key=value ...]
+    PYTHONPATH=. python docs/results/scripts/env_heldout.py MODEL [MODEL ...] --n 200 --out F.json \\
+        [key=value ...]
 
 The held-out episodes are the default's own stream (`env.seed`, `configs/experiment_env_feedback.yaml`
 underneath, then the overrides) at `--n` episodes per task, generated into `--root` if it does not hold them

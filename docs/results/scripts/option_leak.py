@@ -5,7 +5,7 @@ has; score that map on a held-out split (questions whose option set never occurr
 so count as wrong). A group where the map answers far above chance leaks its answer through its options (docs/
 cosmos.md, "measured levers": topple's 3-segment temporal puzzle, 25 of 25 on the cosmos benchmark)::
 
-    python scripts/option_leak.py data/generated/physics_mix_mini \\
+    python docs/results/scripts/option_leak.py data/generated/physics_mix_mini \\
         --test data/benchmarks/physics_v1_n400_112x112_4f/test.jsonl
 """
 

@@ -4,7 +4,8 @@ spread recomputed from the saved predictions by the current `action_spread` (let
 A stage is reused only with the same code (its key holds a hash of the package), so after a change that
 touches only the report this rebuilds the tables without training again:
 
-    PYTHONPATH=. python scripts/env_feedback_rebuild.py RUN_DIR [BEST_CONSTANT_JSON] key=value ...
+    PYTHONPATH=. python docs/results/scripts/env_feedback_rebuild.py RUN_DIR [BEST_CONSTANT_JSON] key=value \\
+        ...
 
 with the overrides the run was made with (`configs/experiment_env_feedback.yaml` underneath).
 BEST_CONSTANT_JSON defaults to `env.root/best_constant.json`. Letters are read back through the current

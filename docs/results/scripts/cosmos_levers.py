@@ -1,7 +1,8 @@
 """One SFT lever on one question family, measured cheaply: SFT from `policy.path` on `data.root`'s train
 split for `sft.steps`, then greedy accuracy on its test split (Wilson 95% interval), in one process.
 
-    python scripts/cosmos_levers.py -c configs/levers_temporal_topple.yaml --targets trace --seed 0 \\
+    python docs/results/scripts/cosmos_levers.py -c configs/levers_temporal_topple.yaml --targets trace \\
+        --seed 0 \\
         --out runs/levers/trace_s0.json threads=1
 
 `--targets` picks what goes inside `<think>` of every SFT target (the letter follows):
@@ -9,7 +10,8 @@ none (empty, the default recipe) | template (the family's fixed sentence, `tasks
 trace (the simulator-derived trace, `tasks.trace_for`: for a puzzle, each shown piece's place in the
 original, then the order) | order (only the right order, the option's text). For traces the report
 also splits the errors: how often the generated trace names the right order (seeing), and how often the
-letter is the option that lists the generated order (matching). docs/cosmos.md reports the runs;
+letter is the option that lists the generated order (matching). docs/results/cosmos_levers.md reports the
+runs;
 `--collect RUN.json ... --out docs/results/cosmos_levers.json --machine ... --code COMMIT [--keep OLD.json]`
 gathers them (each with its machine, code and data's family VERSIONs) and prints their table.
 """

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The ablation table of docs/perception.md: the zero-label run (format-only start, seed 0, 100 GRPO steps)
+# The ablation table of docs/results/zero_label.md: the zero-label run (format-only start, seed 0, 100 GRPO steps)
 # with one ingredient of the recipe removed at a time. About 4 minutes per row on 2 CPU cores.
-# Usage: [THREADS=N] scripts/ablate_zero_label.sh [OUT_DIR]   (default runs/ablate)
+# Usage: [THREADS=N] docs/results/scripts/ablate_zero_label.sh [OUT_DIR]   (default runs/ablate)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."
 out="${1:-runs/ablate}"
 e=".venv/bin/embodied"
 common=(-c configs/experiment_zero_label.yaml "zero_label.starts=[format]" "zero_label.seeds=[0]" grpo.steps=100 threads="${THREADS:-0}" -q)

@@ -1,12 +1,13 @@
 """Score saved responses under both readings of a written order: exact (an order counts only when it is an
 option) and nearest (an order that is no option chooses the option it agrees with on most positions; a tie
 chooses none: `tasks.nearest_order_option`). The responses are the same, so the difference is the reading
-alone (docs/cosmos.md, "Order answers read by their nearest option").
+alone (docs/results/cosmos_levers.md, "Order answers read by their nearest option").
 
-Inputs: the predictions of a lever run (`scripts/cosmos_levers.py`'s JSON, key `predictions`) or of a cosmos
-main job (`<run>/seed<k>/main/sft_predictions.jsonl`), and the JSON-lines split the questions came from::
+Inputs: the predictions of a lever run (`docs/results/scripts/cosmos_levers.py`'s JSON, key `predictions`)
+or of a cosmos main job (`<run>/seed<k>/main/sft_predictions.jsonl`), and the JSON-lines split the
+questions came from::
 
-    python scripts/answer_reading.py runs/cosmos/seed0/main/sft_predictions.jsonl \\
+    python docs/results/scripts/answer_reading.py runs/cosmos/seed0/main/sft_predictions.jsonl \\
         --questions data/benchmarks/physics_v1_n400_112x112_4f/test.jsonl --out reading.json
 """
 

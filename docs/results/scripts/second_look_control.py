@@ -1,9 +1,10 @@
 """Does a second look use what it sees? (issue 22) The same policies evaluated twice on the same episodes
-by `scripts/env_multiturn.py --stages start`: once with `env.turn_clip=outcome` (a failed answer's turn 2
-shows its simulation) and once with `env.turn_clip=frozen` (the same scene, size and length, held at the
-reset). Turn 1 is the same in both; only what turn 2 sees differs.
+by `docs/results/scripts/env_multiturn.py --stages start`: once with `env.turn_clip=outcome` (a failed
+answer's turn 2 shows its simulation) and once with `env.turn_clip=frozen` (the same scene, size and
+length, held at the reset). Turn 1 is the same in both; only what turn 2 sees differs.
 
-    PYTHONPATH=. python scripts/second_look_control.py OUTCOME_DIR FROZEN_DIR --root EPISODES [--out F]
+    PYTHONPATH=. python docs/results/scripts/second_look_control.py OUTCOME_DIR FROZEN_DIR --root EPISODES \\
+        [--out F]
 
 Each DIR holds `seed<S>/start/predictions.json`. Per seed, with 95% t intervals over episodes (paired):
 

@@ -3,7 +3,7 @@ arm's accuracy per seed and its mean with a 95% t-interval over seeds, and each 
 control). The input is the runs' saved jobs (`<run_dir>/seed<S>/main/result.json`), so a comparison is
 rebuilt from the runs themselves, with the code, weights and library versions each row was made by.
 
-    python scripts/cosmos_arms.py --arm "3,000 clips=runs/cosmos_sft900" \\
+    python docs/results/scripts/cosmos_arms.py --arm "3,000 clips=runs/cosmos_sft900" \\
         --arm "15,000 clips=runs/cosmos_data15k" --row sft --out docs/results/cosmos_data.json
 """
 

@@ -2,7 +2,8 @@
 from existing starts, evaluated as success after turn 1 and after turn 2 against single-turn best-of-2 at the
 same number of simulator calls.
 
-    PYTHONPATH=. python scripts/env_multiturn.py STARTS OUT [--stages start,multiturn,single] key=value ...
+    PYTHONPATH=. python docs/results/scripts/env_multiturn.py STARTS OUT [--stages start,multiturn,single] \\
+        key=value ...
 
 STARTS holds `seed<S>/start/model` (the format-only starts of an env-feedback run made with the same
 `env.answer`); every seed of `env.feedback.seeds` is trained with GRPO on the training episodes of

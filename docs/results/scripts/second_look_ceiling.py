@@ -2,9 +2,9 @@
 
 Multi-turn training (GRPO, expert iteration) did not teach the tiny policy to read the outcome of its
 failed strike on push, though a linear probe reads short / overshoot from the outcome clip's tokens
-(`scripts/outcome_probe.py`). This separates what the language model can learn from what those recipes
-give it. From a policy, it plays every training episode greedily for two turns (`rl.episodes.play`) and
-fine-tunes on:
+(`docs/results/scripts/outcome_probe.py`). This separates what the language model can learn from what those
+recipes give it. From a policy, it plays every training episode greedily for two turns
+(`rl.episodes.play`) and fine-tunes on:
 
 - each failed first answer's turn-2 conversation (the clip, the answer, the clip of its outcome), with the
   one-step correction as target: the next lettered option in the direction the failure asks (the task's
@@ -12,10 +12,11 @@ fine-tunes on:
   a human rule, not a simulator-verified answer: the run measures a ceiling, it is not a recipe;
 - each first answer that succeeded, as itself (so turn 1 is kept).
 
-    PYTHONPATH=. python scripts/second_look_ceiling.py MODEL OUT --root EPISODES [--n 1000] [key=value ...]
+    PYTHONPATH=. python docs/results/scripts/second_look_ceiling.py MODEL OUT --root EPISODES [--n 1000] \\
+        [key=value ...]
 
 Writes `OUT/model`, `OUT/metrics.jsonl` and `OUT/targets.json`; evaluate it with
-`scripts/env_multiturn.py --stages start` like any other policy.
+`docs/results/scripts/env_multiturn.py --stages start` like any other policy.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""How much of a policy's visual tokens varies with the clip: the table of docs/perception.md.
+"""How much of a policy's visual tokens varies with the clip: the table of docs/results/perception.md.
 
 For each policy, the merged visual tokens of the same clips (`model.model.visual(...).pooler_output`, as
 `embodied.eval.probe.visual_features` reads them) are stacked into a (clips, coordinates) matrix:
@@ -7,7 +7,8 @@ For each policy, the merged visual tokens of the same clips (`model.model.visual
 - clip-dependent: each coordinate's standard deviation across clips, averaged over coordinates;
 - share: clip-dependent / size.
 
-    python scripts/token_stats.py --policies tiny tiny-base --n 800 data.root=data/generated/quickstart
+    python docs/results/scripts/token_stats.py --policies tiny tiny-base --n 800 \\
+        data.root=data/generated/quickstart
 
 The clips are the first `--n` of `--split` of `data.root` (generated with the config's `data` section when
 missing: the quickstart's drop clips by default). Prints a Markdown table and writes JSON to `--out`.

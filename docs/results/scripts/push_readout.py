@@ -2,8 +2,8 @@
 
 `push` asks for the impulse J* = J_demo sqrt(D / d_demo): two distances read from the clip (the demo's slide
 d_demo, the zone's distance D) and the stated demo impulse. When a policy fails on it even with labels
-(`scripts/env_labelled_ceiling.py`), this separates perception from readout (docs/environments.md, "Why
-`push` is not learned"):
+(`docs/results/scripts/env_labelled_ceiling.py`), this separates perception from readout
+(docs/results/env_push.md, "Why `push` is not learned"):
 
 * quartile probes (`embodied.eval.probe.linear_probe`) of d_demo, D and the ratio J* / J_demo on each
   policy's visual tokens of the whole clip, fitted on the first `--fit` training episodes and tested on the
@@ -16,7 +16,8 @@ d_demo, the zone's distance D) and the stated demo impulse. When a policy fails 
   and the nearest option itself, also on the held-out split alone (`test_split`, where labelled SFT is
   scored); `--fit-small` refits it on fewer episodes, e.g. the 200 that RL gets::
 
-    PYTHONPATH=. python scripts/push_readout.py --root data/generated/push2k --fit 1600 --fit-small 200 \\
+    PYTHONPATH=. python docs/results/scripts/push_readout.py --root data/generated/push2k --fit 1600 \\
+        --fit-small 200 \\
         --out readout.json tiny-base=tiny-base start0=runs/env_feedback/seed0/start/model
 
 The episodes come from `generate_episodes` with `'env.tasks=[push]'` and enough `env.n_train`.

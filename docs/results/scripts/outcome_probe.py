@@ -9,7 +9,8 @@ exactly as a multi-turn episode does (`rl.episodes.outcome_clip`), labels each b
 scored on held-out ones, against the majority class. `--clip frozen` probes the control clip
 (`env.turn_clip=frozen`), which holds no outcome: the probe must fall to the majority class there.
 
-    PYTHONPATH=. python scripts/outcome_probe.py --root data/generated/push2k --test-root DATA --fit 600 \\
+    PYTHONPATH=. python docs/results/scripts/outcome_probe.py --root data/generated/push2k --test-root DATA \\
+        --fit 600 \\
         --held 300 --out probe.json start=runs/.../seed0/start/model
 
 Each episode gets `--answers` letters drawn without replacement (seeded by its index).
