@@ -11,7 +11,7 @@ from embodied.data.families import FamilySource, QuickstartSource
 from embodied.data.from_videos import VideoSource
 from embodied.data.load import manifest_matches
 from embodied.data.schema import DataConfig
-from embodied.tasks import TASKS, family
+from embodied.tasks import family, is_family
 
 
 def source_of(cfg: DataConfig) -> Source:
@@ -36,7 +36,7 @@ def dataset_matches(cfg: DataConfig) -> bool:
     if not manifest_matches(cfg.root, asdict(cfg), {"workers"}):
         return False
     made = json.loads((Path(cfg.root) / "manifest.json").read_text()).get("generator_version", {})
-    return all(version == family(name).VERSION for name, version in made.items() if name in TASKS)
+    return all(version == family(name).VERSION for name, version in made.items() if is_family(name))
 
 
 def ensure_dataset(cfg: DataConfig, progress: bool = True) -> None:

@@ -5,8 +5,10 @@ its spec: the same spec and seed give the same records and frames, whatever the 
 are balanced per split, family and tier; each (split, family, tier) group draws its seeds from its own
 `SeedSequence` stream, and a benchmark draws from a stream no training split uses.
 
-The quickstart (`data.families` empty, no benchmark) is a plan of its own: drop clips of `data.clip`, half
-of each split reversed, seeds from the split's stream (`split_seeds`), in the record format it always had.
+The quickstart (`data.families` empty, no benchmark) is a plan of its own, made by the default family (the
+default `FamilySpec`: arrow of time's drop clips of `data.clip`, half of each split reversed) through its
+`quickstart_answers` and `quickstart_example` hooks, seeds from the split's stream (`split_seeds`), in the
+record format it always had.
 """
 
 from __future__ import annotations
@@ -17,7 +19,16 @@ import numpy as np
 
 from embodied.data.engine import Made, Source, store
 from embodied.data.schema import SPLITS, DataConfig, split_seeds, stream_code
-from embodied.tasks import TIERS, Ambiguous, FamilySpec, arrow_of_time, balanced_answers, family
+from embodied.tasks import (
+    TIERS,
+    Ambiguous,
+    FamilySpec,
+    balanced_answers,
+    ensure_registered,
+    family,
+    hook,
+    registered_files,
+)
 
 BENCHMARK_STREAM = "benchmark"
 
@@ -98,12 +109,14 @@ class FamilySource(Source):
     def __init__(self, cfg: DataConfig) -> None:
         super().__init__(cfg, cfg.root, list(split_sizes(cfg)), cfg.workers, cfg.sheets)
         self.families = cfg.families or [FamilySpec()]
+        self.registered = registered_files()  # a spawned worker registers these again
 
     def jobs(self) -> list[FamilyJob]:
         return plan(self.cfg)
 
     def make(self, job: FamilyJob) -> list[Made]:
         """Simulate and store one record; `(None, reason)` when the family could not make it unambiguous."""
+        ensure_registered(self.registered)
         cfg, fam = self.cfg, self.families[job.family]
         rid = f"{job.split}-{job.index:06d}"
         rng = np.random.default_rng(job.seed)
@@ -124,29 +137,32 @@ class FamilySource(Source):
 
 
 class QuickstartSource(Source):
-    """The quickstart's arrow of time: drop clips of `data.clip`, half of each split reversed."""
+    """The quickstart: the default family's (`FamilySpec()`) own plan in its default scene, the same number
+    of records per answer in each split (arrow of time: half of the drop clips of `data.clip` reversed)."""
 
     name = "quickstart"
     chunksize = 16
 
     def __init__(self, cfg: DataConfig) -> None:
         super().__init__(cfg, cfg.root, list(SPLITS), cfg.workers, cfg.sheets)
+        self.spec = FamilySpec()
 
-    def jobs(self) -> list[tuple[str, int, int, bool]]:
-        """`(split, index, seed, reversed)` per record."""
+    def jobs(self) -> list[tuple[str, int, int, int]]:
+        """`(split, index, seed, answer)` per record."""
         cfg, jobs = self.cfg, []
+        answers_for = hook(family(self.spec.family), "quickstart_answers")
         for split, n in split_sizes(cfg).items():
             seeds = split_seeds(cfg.seed, split, n)
-            rng = np.random.default_rng([cfg.seed, 7919, SPLITS.index(split)])
-            reverse = arrow_of_time.balanced_directions(n, rng)
-            jobs += [(split, i, seeds[i], bool(reverse[i])) for i in range(n)]
+            answers = answers_for(n, np.random.default_rng([cfg.seed, 7919, SPLITS.index(split)]))
+            jobs += [(split, i, seeds[i], int(answers[i])) for i in range(n)]
         check_unique([j[2] for j in jobs])
         return jobs
 
-    def make(self, job: tuple[str, int, int, bool]) -> list[Made]:
-        split, index, seed, reverse = job
-        world = self.world("drop", self.cfg.width, self.cfg.height)
-        record, frames = arrow_of_time.make_example(world, seed, reverse, self.cfg.clip)
+    def make(self, job: tuple[str, int, int, int]) -> list[Made]:
+        split, index, seed, answer = job
+        world = self.world(self.spec.scene, self.cfg.width, self.cfg.height)
+        example = hook(family(self.spec.family), "quickstart_example")
+        record, frames = example(world, seed, answer, self.cfg.clip)
         return [store(self.root, f"{split}-{index:06d}", split, record, frames, self.cfg.clip.fps)]
 
     def extra(self) -> dict:

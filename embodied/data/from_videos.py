@@ -1,12 +1,15 @@
-"""Questions from a folder of user videos: arrow of time, spatial and temporal puzzles from real footage.
+"""Questions from a folder of user videos: every family that defines `from_frames` (arrow of time, spatial and
+temporal puzzles) makes them from real footage.
 
 Each video is decoded once, sampled at `clip.fps`, centre-cropped to the dataset's aspect ratio and resized
 to `width x height`. It is cut into non-overlapping windows as long as the longest clip a family needs;
 every window gives one record per family, tiers taking turns. A family refuses a window it cannot make a
 question with exactly one right answer from, and the manifest counts refusals per family and reason:
-arrow of time and temporal puzzles refuse still windows, where less than `min_moving_area` of the picture
-changes visibly from frame to frame (a still scene, a person standing still: no arrow of time, no order);
-temporal puzzles refuse look-alike segments and spatial puzzles near-uniform patches (see the families).
+families that declare `NEEDS_MOTION` (arrow of time, temporal puzzles) refuse still windows, where less than
+`min_moving_area` of the picture changes visibly from frame to frame (a still scene, a person standing
+still: no arrow of time, no order); temporal puzzles refuse look-alike segments and spatial puzzles
+near-uniform patches (see the families). A family says how many frames one question takes
+(`footage_frames`).
 
 Unreadable or corrupt files are skipped, counted and listed in the manifest; a truncated file is used up
 to its last good frame and flagged (in the manifest and in each of its records' `meta.truncated`).
@@ -22,13 +25,16 @@ import numpy as np
 
 from embodied.data.engine import Made, Source, store
 from embodied.data.schema import DataConfig
-from embodied.tasks import TIERS, Ambiguous, FamilySpec, changed_area, family
+from embodied.tasks import TASKS, TIERS, Ambiguous, FamilySpec, changed_area, family, family_names, hook
 from embodied.video import VideoError
 
 VIDEO_EXTENSIONS = (".mp4", ".m4v", ".mov", ".avi", ".mkv", ".webm", ".mpg", ".mpeg", ".wmv", ".flv", ".gif")
-REAL_FAMILIES = ("arrow_of_time", "spatial_puzzle", "temporal_puzzle")
-NEEDS_MOTION = ("arrow_of_time", "temporal_puzzle")
-"""Families that refuse a still window (a spatial puzzle is one frame: it needs none)."""
+
+
+def footage_families(names: tuple[str, ...] | None = None) -> list[str]:
+    """The families among `names` (default: every known one) that make questions from footage: those that
+    define `from_frames`."""
+    return [n for n in (family_names() if names is None else names) if hook(family(n), "from_frames")]
 
 
 def _resize(img: np.ndarray, width: int, height: int) -> np.ndarray:
@@ -90,13 +96,11 @@ def motion(frames: np.ndarray) -> float:
 
 
 def window_frames(fams: list[FamilySpec], cfg: DataConfig) -> int:
-    """Window length: the longest clip any requested family and tier needs."""
+    """Window length: the longest clip any requested family and tier needs (`footage_frames`)."""
     need = [1]
     for f in fams:
-        if f.family == "arrow_of_time":
-            need.append(f.num_frames or cfg.clip.num_frames)
-        elif f.family == "temporal_puzzle":
-            need += [family(f.family).num_frames(t) for t in f.tiers]
+        frames_for = hook(family(f.family), "footage_frames")
+        need += [frames_for(t, f, cfg.clip) for t in f.tiers]
     return max(need)
 
 
@@ -143,7 +147,8 @@ def _questions(
     refused: dict,
 ) -> list[tuple[dict, np.ndarray]]:
     """One record per family from a window (tiers take turns by window); refusals are counted in `refused`
-    as `<family>/<reason>` (`still` for the families that need motion when the window is `still`)."""
+    as `<family>/<reason>` (`still` for the families that declare `NEEDS_MOTION` when the window is
+    `still`)."""
     out = []
     for fi, fam in enumerate(fams):
         tier = fam.tiers[key[-1] % len(fam.tiers)]
@@ -151,7 +156,7 @@ def _questions(
         rng = np.random.default_rng([*key, fi])
         answer = answers.peek(fi, tier, module.num_options(tier, fam.variant))
         try:
-            if still and fam.family in NEEDS_MOTION:
+            if still and hook(module, "NEEDS_MOTION"):
                 raise Ambiguous("the window is still", "still")
             record, frames = module.from_frames(clip, fps, rng, answer, tier, fam)
         except Ambiguous as e:
@@ -173,10 +178,11 @@ class VideoSource(Source):
     def __init__(self, cfg: DataConfig) -> None:
         split = "test" if cfg.benchmark else cfg.from_videos_split  # a benchmark is a test split
         super().__init__(cfg, cfg.root, [split], workers=0, sheets=cfg.sheets)
-        fams = cfg.families or [FamilySpec(family=t, tiers=["easy", "hard"]) for t in REAL_FAMILIES]
-        bad = [f.family for f in fams if f.family not in REAL_FAMILIES]
+        fams = cfg.families or [FamilySpec(family=t, tiers=["easy", "hard"]) for t in footage_families(TASKS)]
+        makes = footage_families()
+        bad = [f.family for f in fams if f.family not in makes]
         if bad:
-            raise ValueError(f"--from-videos makes {list(REAL_FAMILIES)}; {bad} need a simulated scene")
+            raise ValueError(f"--from-videos makes {makes}; {bad} need a simulated scene (no from_frames)")
         self.families, self.folder = fams, Path(cfg.from_videos)
         self.n_win, self.answers = window_frames(fams, cfg), _Answers(cfg.seed)
         self.made, self.used, self.unreadable, self.truncated, self.ignored = 0, [], [], [], []

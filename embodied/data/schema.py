@@ -15,16 +15,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from embodied.tasks import FamilySpec
-from embodied.tasks.arrow_of_time import ClipSpec
+from embodied.tasks import ClipSpec, FamilySpec, is_family
 
 FORMAT_VERSION = 2
 """2: a question record names its family in `family` (1 called it `task`; `load_records` still reads 1)."""
 SPLITS = ("train", "val", "test")
 REQUIRED_FIELDS = ("id", "question", "options", "answer")
 """Besides `family` (a question) or `task` (an interactive episode), and `video` or `images`."""
-V1_FAMILIES = ("arrow_of_time", "spatial_puzzle", "temporal_puzzle", "object_permanence")
-"""The question families a format-1 record could name in its `task` field (`upgrade` maps them)."""
 
 
 def kind(record: dict, default: str | None = None) -> str:
@@ -38,8 +35,11 @@ def kind(record: dict, default: str | None = None) -> str:
 
 def upgrade(record: dict) -> dict:
     """A record as the current format has it: a format-1 question record (`task` naming a question family)
-    gets that name under `family`, in the same place among its keys. Anything else is returned as it is."""
-    if "family" in record or record.get("task") not in V1_FAMILIES:
+    gets that name under `family`, in the same place among its keys. Anything else is returned as it is.
+
+    Any known family counts (`tasks.is_family`), not a list of the four that format 1 had: a family added
+    since never wrote format 1, and a name is either a question family or an interactive task."""
+    if "family" in record or not is_family(record.get("task")):
         return record
     return {("family" if k == "task" else k): v for k, v in record.items()}
 

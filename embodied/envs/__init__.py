@@ -51,6 +51,8 @@ import importlib
 from pathlib import Path
 from types import ModuleType
 
+from embodied.tasks import is_family
+
 __all__ = [
     "ANSWER_FORMS",
     "PROTOCOL",
@@ -145,6 +147,8 @@ def register(module: ModuleType) -> ModuleType:
     name = module.NAME
     if name in TASKS or (name in _REGISTERED and _REGISTERED[name] is not module):
         raise ValueError(f"an interactive task named {name!r} is already known")
+    if is_family(name):  # records are told apart by name (`data.schema.kind`)
+        raise ValueError(f"{name!r} already names a question family; give the interactive task another NAME")
     if getattr(module, "SCENE", None):
         from embodied.envs.core import add_scene
 

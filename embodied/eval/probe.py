@@ -21,6 +21,7 @@ import torch
 
 from embodied.data.load import Example
 from embodied.eval.stats import wilson_interval
+from embodied.tasks import family, hook, is_family
 
 WEIGHT_DECAYS = (1e-3, 1e-2, 1e-1, 1.0)
 
@@ -28,8 +29,10 @@ WEIGHT_DECAYS = (1e-3, 1e-2, 1e-1, 1.0)
 def group_of(example: Example) -> str:
     """`family/scene` (plus `/variant` where a family has several): the unit a probe is fitted on."""
     meta = example.record.get("meta", {})
-    parts = [example.record["family"], meta.get("scene", "")]
-    if meta.get("variant") not in (None, "", "outcome", "arrangement"):
+    name = example.record["family"]
+    parts = [name, meta.get("scene", "")]
+    default = hook(family(name), "VARIANTS")[0] if is_family(name) else ""
+    if meta.get("variant") not in (None, "", default):
         parts.append(meta["variant"])
     return "/".join(p for p in parts if p)
 

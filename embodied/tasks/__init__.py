@@ -4,28 +4,45 @@ A record is one JSON line (see data/FORMAT.md): `id`, `family`, `video` or `imag
 `answer` (a letter), `meta`. The prompt format follows Cosmos-Reason1: the question, the options as
 `(A) ...` lines, and an instruction to reason in `<think>` and answer in `<answer>`.
 
-Every family module defines `NAME`, `VERSION` (bumped whenever what it generates for a seed changes),
-`num_options(tier, variant)`, `make(world, rng, answer, tier, fam, clip) -> (record, frames)` for simulated
-scenes, a `verify(...)` that checks the recorded answer is the one right option against the ground truth
-(the unshuffled original, or the simulated outcome), `reasoning_for(record)` (templated SFT rationale) and
-`trace_for(record)` (the simulator-derived SFT trace of `sft.rationale=trace`, from the record's meta).
-Families that work on any footage also define `from_frames(frames, fps, rng, answer, tier, fam)`.
-`answer` is the index of the correct option, chosen by the caller so that letters are balanced per family
-and tier; `fam` is the `FamilySpec` and `clip` the dataset's `ClipSpec`. Material that cannot give a
-question with exactly one right answer raises `Ambiguous`.
+A family is one module that follows `PROTOCOL` (`embodied/tasks/protocol.py` says what it must define and
+what it may): `NAME`, `VERSION` (bumped whenever what it generates for a seed changes), `num_options(tier,
+variant)`, `make(world, rng, answer, tier, fam, clip) -> (record, frames)` for simulated scenes, a
+`verify(...)` that checks the recorded answer is the one right option against the ground truth (the
+unshuffled original, or the simulated outcome), `reasoning_for(record)` (templated SFT rationale) and
+`trace_for(record)` (the simulator-derived SFT trace of `sft.rationale=trace`, from the record's meta); and
+optional `HOOKS` with defaults, such as `from_frames(frames, fps, rng, answer, tier, fam)` for families that
+work on any footage. `answer` is the index of the correct option, chosen by the caller so that letters are
+balanced per family and tier; `fam` is the `FamilySpec` and `clip` the dataset's `ClipSpec`. Material that
+cannot give a question with exactly one right answer raises `Ambiguous`.
+
+The modules of this package that declare a family are found without importing them (`TASKS`, by `RANK`);
+one kept elsewhere joins with `register(module)`. `family(name)` returns either kind.
 """
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import re
 import string
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from types import ModuleType
 
 import numpy as np
+
+from embodied.tasks.protocol import (  # noqa: F401  (the protocol's names, re-exported here)
+    HOOKS,
+    PROTOCOL,
+    TASKS,
+    ClipSpec,
+    FamilySpec,
+    ensure_registered,
+    family,
+    family_names,
+    hook,
+    is_family,
+    register,
+    registered_files,
+    unregister,
+)
 
 LETTERS = string.ascii_uppercase
 
@@ -34,26 +51,7 @@ INSTRUCTION = (
     "then give only the letter of the correct option inside <answer></answer>."
 )
 
-TASKS = ("arrow_of_time", "spatial_puzzle", "temporal_puzzle", "object_permanence")
 TIERS = ("easy", "hard")
-
-
-@dataclass
-class FamilySpec:
-    """One question family in a generation spec (`data.families` in YAML)."""
-
-    family: str = "arrow_of_time"
-    """arrow_of_time | spatial_puzzle | temporal_puzzle | object_permanence."""
-    scene: str = "drop"
-    """World it is simulated in (`embodied.worlds` registry); ignored with `data.from_videos`."""
-    weight: float = 1.0
-    """Share of each split's record count (`n_train`, ...) relative to the other families."""
-    tiers: list[str] = field(default_factory=lambda: ["easy"])
-    """Difficulty tiers; a family's records are split evenly over them, answers balanced per tier."""
-    variant: str = ""
-    """Family-specific question variant (spatial_puzzle: arrangement | patch); empty = the default."""
-    num_frames: int = 0
-    """Frames per clip for arrow_of_time (0 = `data.clip.num_frames`)."""
 
 
 class Ambiguous(ValueError):
@@ -65,13 +63,6 @@ class Ambiguous(ValueError):
     def __init__(self, message: str, reason: str = "ambiguous"):
         super().__init__(message)
         self.reason = reason
-
-
-def family(name: str) -> ModuleType:
-    """The module of question family `name` (imported on first use)."""
-    if name not in TASKS:
-        raise KeyError(f"unknown question family {name!r}; known: {list(TASKS)}")
-    return importlib.import_module(f"embodied.tasks.{name}")
 
 
 ACTION_INSTRUCTION = (
@@ -143,12 +134,13 @@ ANSWER_AS = ("letter", "order", "text")
 
 def option_orders(record: dict) -> list[list[int]] | None:
     """The options of an ordering question as orders (`"2, 1, 3"` -> `[2, 1, 3]`), or None for any other
-    question: only temporal puzzles and spatial puzzles of the arrangement variant have orders as options."""
+    question: its family says which of its records have orders as options (`options_are_orders`; the
+    temporal puzzle's and the spatial puzzle's arrangement variant do). A record of no known family (an
+    interactive episode) has none."""
     name = record.get("family")
-    variant = (record.get("meta") or {}).get("variant") or "arrangement"  # the spatial puzzle's default
-    if name == "temporal_puzzle" or (name == "spatial_puzzle" and variant == "arrangement"):
-        return [[int(x) for x in option.split(",")] for option in record["options"]]
-    return None
+    if not is_family(name) or not hook(family(name), "options_are_orders")(record):
+        return None
+    return [[int(x) for x in option.split(",")] for option in record["options"]]
 
 
 def is_letter(content: str | None, n_options: int) -> bool:

@@ -9,15 +9,16 @@ the first `max_start` seconds after release so that the window always contains t
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import numpy as np
 
-from embodied.tasks import LETTERS, answer_text, reset_world, scene_meta, window_start
+from embodied.tasks import LETTERS, ClipSpec, answer_text, reset_world, scene_meta, window_start
 
 NAME = "arrow_of_time"
 VERSION = 2
 """2: simulated scenes from the world registry, difficulty tiers, clips cut from real footage."""
+RANK = 0
+"""Place in `tasks.TASKS`; first: the default family, whose quickstart is `data.families: []`."""
 QUESTION = "Is this video playing forward or reversed in time?"
 OPTIONS = ("forward", "reversed")
 # Short rationales for SFT targets: what a physicist would point at, tied to the label.
@@ -33,16 +34,23 @@ def phrases() -> Iterator[str]:
     yield from REASONING.values()
 
 
-@dataclass
-class ClipSpec:
-    """What one arrow-of-time clip looks like."""
+NEEDS_MOTION = True
+"""Footage: a window where little moves has no arrow of time (`data.min_moving_area`)."""
 
-    fps: float = 2.0
-    """Rate (frames per second of simulated time) at which the clip is rendered and stored (`data.clip.fps`);
-    the policy samples stored clips at `video.fps`."""
-    num_frames: int = 4
-    max_start: float = 0.25
-    """Latest clip start after release (s). Later starts give nearly static clips with no answer."""
+
+def footage_frames(tier: str, fam, clip: ClipSpec) -> int:
+    """Frames of footage one clip takes: the family's own `num_frames`, else the dataset's."""
+    return fam.num_frames or clip.num_frames
+
+
+def quickstart_answers(n: int, rng: np.random.Generator) -> np.ndarray:
+    """The quickstart's answers (0 forward, 1 reversed): half of each, as `balanced_directions` draws them."""
+    return balanced_directions(n, rng).astype(int)
+
+
+def quickstart_example(world, seed: int, answer: int, clip: ClipSpec) -> tuple[dict, np.ndarray]:
+    """The quickstart's record for `seed`: a drop clip of `clip`, reversed when `answer` names "reversed"."""
+    return make_example(world, seed, OPTIONS[answer] == "reversed", clip)
 
 
 def balanced_directions(n: int, rng: np.random.Generator) -> np.ndarray:

@@ -22,6 +22,7 @@ from embodied.tasks import LETTERS, reset_world, scene_meta
 
 NAME = "object_permanence"
 VERSION = 1
+RANK = 3
 VARIANTS = ("outcome", "possible")
 OUTCOMES = ("possible", "vanished", "teleported", "changed")
 OUTCOME_OPTIONS = (

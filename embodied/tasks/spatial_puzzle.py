@@ -36,6 +36,7 @@ from embodied.tasks import (
 NAME = "spatial_puzzle"
 VERSION = 2
 """2: footage frames with a near-uniform patch are not used (`FOOTAGE_MIN_PATCH_STD`)."""
+RANK = 1
 VARIANTS = ("arrangement", "patch")
 GRID = {"easy": 2, "hard": 3}
 NUM_OPTIONS = 4
@@ -64,6 +65,11 @@ PATCH_Q = (
 
 def num_options(tier: str, variant: str = "") -> int:
     return NUM_OPTIONS
+
+
+def options_are_orders(record: dict) -> bool:
+    """Arrangement options are orders of the numbered patches (patch options are places)."""
+    return ((record.get("meta") or {}).get("variant") or VARIANTS[0]) == "arrangement"
 
 
 def place_name(i: int, g: int) -> str:

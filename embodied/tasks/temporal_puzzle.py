@@ -50,6 +50,7 @@ NAME = "temporal_puzzle"
 VERSION = 3
 """2: footage windows with look-alike segments are refused (`FOOTAGE_MIN_SEGMENT_CHANGE`). 3: the options
 are a coset of a group of orders (one per tier: 3 options for 3 segments), so they never tell the answer."""
+RANK = 2
 SEGMENTS = {"easy": 3, "hard": 4}
 SEGMENT_FRAMES = 2
 NUM_OPTIONS = {"easy": 3, "hard": 4}
@@ -74,6 +75,20 @@ def num_options(tier: str, variant: str = "") -> int:
 
 def num_frames(tier: str) -> int:
     return SEGMENTS[tier] * SEGMENT_FRAMES
+
+
+NEEDS_MOTION = True
+"""Footage: a window where little moves has no order to restore (`data.min_moving_area`)."""
+
+
+def footage_frames(tier: str, fam, clip) -> int:
+    """Frames of footage one puzzle takes: its segments."""
+    return num_frames(tier)
+
+
+def options_are_orders(record: dict) -> bool:
+    """Every option is an order of the shown segments."""
+    return True
 
 
 @cache

@@ -28,7 +28,7 @@ from embodied.policy.model import (
     select_rows,
     trim_left_padding,
 )
-from embodied.tasks import LETTERS, TASKS, sft_target
+from embodied.tasks import LETTERS, family_names, is_family, sft_target
 from embodied.train.checkpoint import resolve_resume, set_aside
 from embodied.train.common import (
     NonFiniteGuard,
@@ -58,9 +58,10 @@ def warmup_cosine(warmup: int, total: int, floor: float = 0.1):
 
 def record_rationale(cfg, record: dict) -> str:
     """`cfg.rationale` for `record`, or `none` when `cfg.rationale_families` is set and lacks its family."""
-    unknown = [name for name in cfg.rationale_families if name not in TASKS]
+    unknown = [name for name in cfg.rationale_families if not is_family(name)]
     if unknown:  # an error, not a silent "none"
-        raise ValueError(f"sft.rationale_families: unknown question families {unknown}; known: {list(TASKS)}")
+        known = list(family_names())
+        raise ValueError(f"sft.rationale_families: unknown question families {unknown}; known: {known}")
     listed = not cfg.rationale_families or kind(record) in cfg.rationale_families
     return cfg.rationale if listed else "none"
 
