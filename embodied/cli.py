@@ -20,11 +20,13 @@ COMMANDS = {
     "grpo": "GRPO from policy.path on data.root's train split; saves run_dir/grpo/model",
     "expert": "expert iteration from policy.path on data.root's train split (keep the verified best of N "
     "answers, fine-tune, repeat); saves run_dir/model (default runs/expert/model)",
-    "eval": "evaluate policy.path on data.root's eval.split: accuracy, 95% interval, chance, unparseable",
+    "eval": "evaluate policy.path (or the model at eval.endpoint) on data.root's eval.split: accuracy, 95% "
+    "interval, chance, unparseable",
     "quickstart": "generate -> evaluate -> SFT -> evaluate -> GRPO -> evaluate, on the tiny model",
     "bench": "run a benchmark (`embodied bench --list` names them); prints and writes JSON",
     "experiment": "run a named experiment (`embodied experiment --list`), e.g. env-feedback",
     "show-config": "print the merged config (defaults <- --config file <- overrides) as YAML",
+    "compare": "rank several runs' evaluations (eval_*.json) in one table and figure: RUN_DIR... [out=DIR]",
     "report": "rebuild RUN_DIR/report.html (summary, evaluations, curves, examples) from a run folder",
     "export": "write data.root as parquet for verl or EasyR1 (--format), with their reward entry point",
 }
@@ -87,6 +89,11 @@ def _parser() -> argparse.ArgumentParser:
                 metavar="DIR",
                 help="make questions from the videos in DIR (data.from_videos)",
             )
+            s.add_argument(
+                "--episodes",
+                action="store_true",
+                help="write interactive episodes (train and test) from the env section under env.root instead",
+            )
         s.add_argument(
             "--config",
             "-c",
@@ -104,6 +111,8 @@ def _parser() -> argparse.ArgumentParser:
         help_ = f"{what}dotted overrides, e.g. sft.lr=1e-3"
         if name == "report":
             help_ = "RUN_DIR: the run or experiment folder (as the run's run_dir)"
+        if name == "compare":
+            help_ = "RUN_DIR...: run folders holding eval_*.json; out=DIR for the page (default runs/compare)"
         s.add_argument("overrides", nargs="*", metavar="key=value", help=help_)
     return p
 
@@ -120,6 +129,27 @@ def _report(arguments: list[str]) -> int:
         print(write_report(dirs[0]))
     except FileNotFoundError as e:
         print(f"embodied report: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _compare(arguments: list[str]) -> int:
+    """`embodied compare RUN_DIR... [out=DIR]`: write DIR/compare.html and compare.json, print the page."""
+    dirs = [a for a in arguments if "=" not in a]
+    outs = [a[4:] for a in arguments if a.startswith("out=")]
+    unknown = [a for a in arguments if "=" in a and not a.startswith("out=")]
+    if not dirs or unknown or len(outs) > 1:
+        print(
+            "embodied compare: give run folders and at most out=DIR: embodied compare RUN_DIR...",
+            file=sys.stderr,
+        )
+        return 2
+    from embodied.run import compare
+
+    try:
+        print(compare(dirs, outs[0] if outs else "runs/compare"))
+    except (FileNotFoundError, ValueError) as e:
+        print(f"embodied compare: error: {e}", file=sys.stderr)
         return 1
     return 0
 
@@ -149,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     if args.command == "report":
         return _report(args.overrides)
+    if args.command == "compare":
+        return _compare(args.overrides)
     if getattr(args, "baseline", None):
         args.overrides.append(f"eval.baseline={args.baseline}")
     if getattr(args, "format", None):
@@ -176,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in NAMED:
             result = run.named(NAMED[args.command], args.name, cfg, progress=progress)
         else:
-            result = getattr(run, args.command.replace("-", "_"))(cfg, progress=progress)
+            command = "generate_episodes" if getattr(args, "episodes", False) else args.command
+            result = getattr(run, command.replace("-", "_"))(cfg, progress=progress)
     except (FileNotFoundError, ValueError) as e:
         print(f"embodied {args.command}: error: {e}", file=sys.stderr)
         return 1

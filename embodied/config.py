@@ -294,9 +294,9 @@ class BenchConfig:
     rounds: int = 3
     """grpo-vs-trl, sft: interleaved rounds; each round runs every contender once, in a rotated order."""
     steps: int = 4
-    """grpo-vs-trl, sft: timed steps per contender per round."""
+    """grpo-vs-trl, sft: timed steps per contender per round; step: timed steps per phase (SFT, GRPO, TRL)."""
     warmup: int = 1
-    """grpo-vs-trl, sft: untimed steps at the start of every block (first-call and allocator warm-up)."""
+    """grpo-vs-trl, sft, step: untimed steps at the start of every block (first-call, allocator warm-up)."""
     sft_micro_batch: int = 8
     """sft: the `sft.micro_batch_size` timed against the whole batch in one pass."""
     video_files: list[str] = field(default_factory=lambda: ["tests/assets/videos/*.mp4"])
@@ -315,17 +315,22 @@ class BenchConfig:
     )
     """memory: dotted overrides of the quickstart run whose peak memory is measured (batch sizes stay the
     defaults, so the per-step peak is the real quickstart's; fewer clips and steps keep it short)."""
+    trl_policies: list[str] = field(default_factory=list)
+    """grpo-vs-trl: more policies timed in the same run, their blocks interleaved with `policy.path`'s in
+    every round so that the ratios are measured side by side (e.g. `[tiny-base-qwen3-vl]`)."""
     memory_quickstart: bool = True
     """memory: also measure the quickstart's peak (minutes); false prints only the plan (seconds)."""
-    memory_architectures: list[str] = field(default_factory=lambda: ["qwen2.5-vl-3b", "qwen2.5-vl-7b"])
+    memory_architectures: list[str] = field(
+        default_factory=lambda: ["qwen2.5-vl-3b", "qwen2.5-vl-7b", "qwen3-vl-4b", "qwen3-vl-8b", "qwen3.5-2b"]
+    )
     """memory: real architectures planned on the meta device (names of `random:NAME`, or config.json
     files): parameters, FSDP2 units, per-GPU weights/grads/AdamW under DDP and FSDP2
     (embodied/bench/memory_plan.py). Empty: no plan."""
     memory_gpus: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
     """memory: GPU counts of the plan."""
     profile_clips: int = 200
-    """scripts/profile_quickstart.py: clips also made in the main process (workers=0) to time physics,
-    render and encoding, which the quickstart's worker processes hide (0 = none)."""
+    """docs/results/scripts/profile_quickstart.py: clips also made in the main process (workers=0) to time
+    physics, render and encoding, which the quickstart's worker processes hide (0 = none)."""
     against: str = ""
     """quickstart: the commit (any git ref) this checkout's quickstart is compared with (`--against REF`)."""
     quickstart_runs: int = 3
@@ -334,6 +339,15 @@ class BenchConfig:
     """quickstart: every second pair starts with this checkout (REF, this, this, REF, ...)."""
     quickstart_overrides: list[str] = field(default_factory=list)
     """quickstart: dotted overrides given to both sides' quickstart (e.g. fewer steps for a smoke test)."""
+    step_clips: str = "sim"
+    """step: the clips of the measured steps: sim (MuJoCo drop clips, needs offscreen OpenGL) or noise
+    (random frames of the same shape, for a GPU machine without it: a step's cost depends on shapes only)."""
+    step_phases: list[str] = field(default_factory=lambda: ["sft", "grpo", "trl"])
+    """step: what to measure: sft, grpo, trl (TRL's GRPOTrainer beside ours on the same images; reported as
+    not installed without TRL). scripts/device/ splits them over two calls."""
+    step_peak_tflops: float = 0.0
+    """step: the device's dense bf16 peak (TFLOP/s) for MFU; 0 = from the GPU's name
+    (`embodied.bench.flops.GPU_BF16_TFLOPS`), or on a CPU an estimate from its clock and vector width."""
 
 
 @dataclass
@@ -463,6 +477,35 @@ class EvalConfig:
     """The k of pass@k and cons@k, each <= `samples` (empty = 1 and `samples`)."""
     temperature: float = 1.0
     """Sampling temperature of the `samples` responses."""
+    media: str = "auto"
+    """How a clip is shown: video (as its record says: a video record as one video) | images (its frames, one
+    image each) | auto (video for a local policy, images through `endpoint`: every OpenAI-compatible server
+    takes images; `transformers serve` 5.24 fails on a Qwen2.5-VL video, docs/evaluation.md)."""
+    endpoint: str = ""
+    """Evaluate a served model instead of `policy.path`: an OpenAI-compatible base URL such as
+    http://127.0.0.1:8000/v1 (chat completions). Empty: the local policy."""
+    model: str = ""
+    """The served model's name (the request's `model`); empty: the one model the endpoint lists at /models."""
+    api_key_env: str = ""
+    """Name of the environment variable that holds the endpoint's API key (sent as a bearer token). The key
+    itself is never a setting, so it is never written to a config, log or result; empty: no key."""
+    concurrency: int = 4
+    """Endpoint requests in flight at once."""
+    timeout: float = 120.0
+    """Seconds one endpoint request may take before it is retried."""
+    retries: int = 4
+    """Retries of an endpoint request after a 429, a 5xx, a timeout or a dropped connection, with exponential
+    backoff; a request that still fails is listed under `failed` and not scored."""
+    backoff: float = 1.0
+    """Seconds before the first retry; each later retry waits twice as long (at most 30 s, or the server's
+    Retry-After)."""
+    cache_dir: str = ""
+    """Where endpoint responses are cached, keyed by model and request content, so a rerun (after a kill or a
+    crash) sends only what is missing; empty: `<run_dir>/endpoint_cache`."""
+    processor_kwargs: bool = True
+    """Send the pixel budget (and do_sample_frames=false for a video) as
+    `chat_template_kwargs.processor_kwargs`, which `transformers serve` hands to its processor so that it
+    sizes frames as the local policy does. Set false for an API that refuses unknown request fields."""
 
 
 @dataclass

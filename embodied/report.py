@@ -130,19 +130,101 @@ def eval_section(path: Path) -> str:
     return f"<h3>Evaluation: {_esc(name)}</h3>\n" + _table(head, rows, numeric_from=2)
 
 
+def _numeric_series(rows: list[dict]) -> dict[str, list[float]]:
+    return {
+        k: [r[k] for r in rows if isinstance(r.get(k), (int, float)) and not isinstance(r.get(k), bool)]
+        for k in {k for r in rows for k in r if k not in ("stage", "step")}
+    }
+
+
+def constant_metrics(rows: list[dict]) -> dict[str, float]:
+    """Metrics logged more than once that kept one value for the whole run (e.g. `clip/fraction` 0 without
+    clipping): folded into one line instead of a flat panel each."""
+    return {k: v[0] for k, v in sorted(_numeric_series(rows).items()) if len(v) > 1 and min(v) == max(v)}
+
+
+def key_curves_section(run: Path) -> str:
+    """What a run's page leads with: the training reward per step and the held-out (validation) accuracy
+    through every stage, each stage's steps after the previous stage's, with the test accuracy of each
+    stage (`summary.json`) marked at its end."""
+    from embodied.train.metrics import read_metrics
+
+    rows = read_metrics(run / "metrics.jsonl")
+    reward = [r for r in rows if isinstance(r.get("reward/accuracy", r.get("reward/total")), (int, float))]
+    held = [r for r in rows if isinstance(r.get("eval/accuracy"), (int, float))]
+    if not reward and not held:
+        return ""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    stages = list(dict.fromkeys(r["stage"] for r in rows if "stage" in r))
+    offset, start = 0, {}
+    for st in stages:  # each stage's steps follow the previous stage's
+        start[st] = offset
+        offset += max((r.get("step", 0) for r in rows if r.get("stage") == st), default=0)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.2))
+    for st in stages:
+        pts = [
+            (start[st] + r["step"], r.get("reward/accuracy", r.get("reward/total")))
+            for r in reward
+            if r["stage"] == st
+        ]
+        if pts:
+            axes[0].plot(*zip(*pts), marker="." if len(pts) < 30 else None, label=st)
+        pts = [(start[st] + r["step"], r["eval/accuracy"]) for r in held if r["stage"] == st]
+        if pts:
+            axes[1].plot(*zip(*pts), marker="o", label=f"{st} (validation)")
+    summary = _json(run / "summary.json") or {}
+    for st, acc in (summary.get("accuracy") or {}).items():
+        x = (
+            start[st] + max((r.get("step", 0) for r in rows if r.get("stage") == st), default=0)
+            if st in start
+            else 0
+        )
+        axes[1].plot([x], [acc], "*", markersize=10, label=f"{st} (test)")
+    axes[1].set_ylim(-0.02, 1.02)
+    for ax, title in zip(axes, ("training reward (reward/accuracy)", "held-out accuracy through the stages")):
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("step (stages in order)", fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    missing = [st for st in stages if st == "grpo" and not any(r["stage"] == st for r in held)]
+    note = (
+        f"<p class='muted'>No held-out point during {', '.join(missing)} (set grpo.eval_every).</p>"
+        if missing
+        else ""
+    )
+    return (
+        f"<h2>Reward and held-out accuracy</h2>\n{_img(buf.getvalue(), 'reward and held-out curves')}{note}"
+    )
+
+
 def curves_section(run: Path) -> str:
-    """`curves.png`, or the curves plotted from `metrics.jsonl` when the run wrote none."""
+    """Every other curve, plotted from `metrics.jsonl` with the constant ones folded into one line naming
+    them (`curves.png` as the run wrote it when there are no metrics rows)."""
     from embodied.train.metrics import plot_curves, read_metrics
 
-    png = run / "curves.png"
-    if png.is_file():
-        return f"<h2>Curves</h2>\n{_img(png.read_bytes(), 'training curves')}"
     rows = read_metrics(run / "metrics.jsonl")
+    png = run / "curves.png"
     if not rows:
-        return ""
+        return f"<h2>Curves</h2>\n{_img(png.read_bytes(), 'training curves')}" if png.is_file() else ""
+    constant = constant_metrics(rows)
+    keys = sorted(k for k, v in _numeric_series(rows).items() if v and k not in constant)
+    line = ", ".join(f"{k} = {_fmt(v)}" for k, v in constant.items())
+    folded = (
+        f"<p class='muted'>Constant for the whole run (not plotted): {_esc(line)}</p>" if constant else ""
+    )
+    if not keys:
+        return f"<h2>Curves</h2>\n{folded}"
     with tempfile.TemporaryDirectory() as tmp:
-        data = plot_curves(rows, Path(tmp) / "curves.png").read_bytes()
-    return f"<h2>Curves</h2>\n{_img(data, 'training curves (from metrics.jsonl)')}"
+        data = plot_curves(rows, Path(tmp) / "curves.png", keys=keys).read_bytes()
+    return f"<h2>Curves</h2>\n{folded}\n{_img(data, 'training curves (from metrics.jsonl)')}"
 
 
 def video_frames(path: Path, limit: int = 240, ends_only: bool = False) -> list[np.ndarray]:
@@ -305,6 +387,7 @@ def build_report(run_dir: str | Path) -> str:
     evals = "\n".join(eval_section(p) for p in sorted(run.glob("eval_*.json"), key=_stage_order))
     sections = [
         summary_section(run),
+        key_curves_section(run),
         f"<h2>Evaluations</h2>\n{evals}" if evals.strip() else "",
         curves_section(run),
         examples_section(run),

@@ -14,6 +14,7 @@ from embodied.data.build import ensure_dataset, generate_dataset
 from embodied.data.load import load_split
 from embodied.envs import answer_examples, is_interactive
 from embodied.eval.loop import evaluate, format_result, markdown_table
+from embodied.policy.fits import check_command
 from embodied.policy.model import count_parameters, load, save_policy
 from embodied.report import write_report
 from embodied.train.common import seed_everything
@@ -43,6 +44,18 @@ def generate(cfg: Config, progress: bool = True) -> dict:
     return {k: manifest[k] for k in keys if k in manifest} | {"root": cfg.data.root}
 
 
+def generate_episodes(cfg: Config, progress: bool = True) -> dict:
+    """`embodied generate --episodes`: the `env` section's interactive episodes (train and test splits) under
+    `env.root`, for `embodied grpo`, `expert` and `eval` with `data.root` set to it."""
+    from embodied.data.episodes import generate_episodes as write_episodes
+
+    if cfg.data.from_videos:
+        raise ValueError("--episodes writes simulated interactive episodes; it takes no --from-videos")
+    manifest = write_episodes(cfg.env, progress=progress)
+    keys = ("counts", "skipped", "content_hash", "wall_s")
+    return {k: manifest[k] for k in keys if k in manifest} | {"root": cfg.env.root}
+
+
 def _write_eval(out: Path, name: str, result: dict, title: str = "", table_fn=markdown_table) -> str:
     """`eval_<name>.json` and its markdown table `eval_<name>.md` (`table_fn`); returns the table."""
     (out / f"eval_{name}.json").write_text(json.dumps(result, indent=2))
@@ -52,40 +65,31 @@ def _write_eval(out: Path, name: str, result: dict, title: str = "", table_fn=ma
 
 
 def eval(cfg: Config, progress: bool = True) -> dict:  # noqa: A001 - the command's name
-    """Evaluate `policy.path` on `eval.split`, or run the `eval.baseline` shortcut audit instead."""
+    """Evaluate `policy.path` (or the model served at `eval.endpoint`) on `eval.split`, or run the
+    `eval.baseline` shortcut audit instead."""
+    from embodied.eval.answerer import check_media
     from embodied.eval.baselines import MODEL_FREE, check_baseline, model_free_eval
     from embodied.eval.stats import resolve_k
 
     e = cfg.eval
     check_baseline(e.baseline)
+    check_media(e.media)
     resolve_k(e.samples, e.k)  # a bad eval.k fails before the model and the videos load
     out = _setup(cfg, "eval")
     if e.baseline in MODEL_FREE:  # no model and no video: records only
         result = model_free_eval(cfg.data.root, e.split, e.baseline, cfg.seed, e.samples, e.k, e.limit)
         skipped, who = [], e.baseline
     else:
-        model, processor = load(cfg.policy)
+        if not e.endpoint:
+            check_command(cfg, "eval")  # a policy too big for the device stops here, in one line
+        source = _served(cfg, out) if e.endpoint else load(cfg.policy)
         skipped: list[str] = []
         examples = load_split(cfg.data.root, e.split, cfg.video, progress, e.limit, skipped)
         examples = answer_examples(examples, cfg.env.answer)  # interactive records in env.answer's form
         if any(is_interactive(x.record) for x in examples):
-            return _eval_env(cfg, model, processor, examples, skipped, out, progress)
-        result = evaluate(
-            model,
-            processor,
-            examples,
-            cfg.video,
-            e.batch_size,
-            e.max_new_tokens,
-            e.choice,
-            progress,
-            baseline=e.baseline,
-            samples=e.samples,
-            k=e.k,
-            temperature=e.temperature,
-            seed=cfg.seed,
-        )
-        who = cfg.policy.path + ("" if e.baseline == "none" else f" ({e.baseline} baseline)")
+            return _eval_env(cfg, source, examples, skipped, out, progress)
+        result = _eval_mcq(cfg, source, examples, progress)
+        who = _who(cfg) + ("" if e.baseline == "none" else f" ({e.baseline} baseline)")
     result["skipped_videos"] = skipped
     name = e.split if e.baseline == "none" else f"{e.split}_{e.baseline}"
     print(_write_eval(out, name, result, f"{who} on {cfg.data.root}/{e.split}"))
@@ -93,35 +97,107 @@ def eval(cfg: Config, progress: bool = True) -> dict:  # noqa: A001 - the comman
     return {k: v for k, v in result.items() if k != "predictions"}
 
 
-def _eval_env(cfg: Config, model, processor, examples, skipped, out: Path, progress: bool) -> dict:
-    """`embodied eval` on interactive episodes: greedy answers executed in MuJoCo and, with `eval.samples`,
-    best-of-N with the simulator as the verifier and majority vote for each N in `eval.k`."""
-    from embodied.eval.envs import env_markdown, evaluate_env
+def _who(cfg: Config) -> str:
+    """What was evaluated, for titles: the policy folder, or the served model and where."""
+    e = cfg.eval
+    return f"{e.model or 'the served model'} at {e.endpoint}" if e.endpoint else cfg.policy.path
+
+
+def _served(cfg: Config, out: Path):
+    """The `EndpointAnswerer` of `eval.endpoint`, its responses cached under `eval.cache_dir` (default
+    `run_dir/endpoint_cache`)."""
+    from embodied.eval.endpoint import EndpointClient
+    from embodied.eval.served import EndpointAnswerer
 
     e = cfg.eval
+    cache = Path(e.cache_dir) if e.cache_dir else out / "endpoint_cache"
+    client = EndpointClient(
+        e.endpoint, e.model, cache, e.api_key_env, e.concurrency, e.timeout, e.retries, e.backoff
+    )
+    return EndpointAnswerer(client, cfg.video, e.max_new_tokens, e.media, e.processor_kwargs, e.choice)
+
+
+def _endpoint_record(served, seconds: float) -> dict:
+    """What the endpoint did for a result: where, which model, requests by fate, tokens and seconds."""
+    from urllib.parse import urlsplit
+
+    u = urlsplit(served.client.url)
+    url = u._replace(netloc=u.hostname + (f":{u.port}" if u.port else "")).geturl()  # no user:password@
+    usage = dataclasses.asdict(served.client.usage)
+    return {"url": url, "model": served.client.model, "seconds": round(seconds, 2)} | usage
+
+
+def _eval_mcq(cfg: Config, source, examples, progress: bool) -> dict:
+    """MCQ evaluation of a local `(model, processor)` or a served model (`EndpointAnswerer`)."""
+    from embodied.eval.loop import evaluate_answers
+
+    e, t0 = cfg.eval, time.perf_counter()
+    kwargs = {"baseline": e.baseline, "samples": e.samples, "k": e.k, "temperature": e.temperature}
+    if isinstance(source, tuple):
+        model, processor = source
+        args = (cfg.video, e.batch_size, e.max_new_tokens, e.choice, progress)
+        return evaluate(model, processor, examples, *args, seed=cfg.seed, media=e.media, **kwargs)
+    result = evaluate_answers(source, examples, e.batch_size, e.choice, progress, seed=cfg.seed, **kwargs)
+    result["settings"]["max_new_tokens"] = e.max_new_tokens
+    result["endpoint"] = _endpoint_record(source, time.perf_counter() - t0)
+    _print_endpoint(result)
+    return result
+
+
+def _print_endpoint(result: dict) -> None:
+    ep = result["endpoint"]
+    print(
+        f"endpoint {ep['url']} ({ep['model']}): {ep['requests']} requests, {ep['sent']} sent, "
+        f"{ep['cached']} cached, {ep['failed']} failed, {ep['retries']} retries; "
+        f"{ep['sent_prompt_tokens']} + {ep['sent_completion_tokens']} tokens sent; {ep['seconds']} s"
+        + (f"; {len(result['failed'])} unanswered, not scored" if result.get("failed") else "")
+    )
+    if ep["errors"]:  # e.g. a wrong eval.model ("pinned to ..."), a video the server cannot read
+        print(f"endpoint errors (first {len(ep['errors'][:3])}): " + " | ".join(ep["errors"][:3]))
+
+
+def _eval_env(cfg: Config, source, examples, skipped, out: Path, progress: bool) -> dict:
+    """`embodied eval` on interactive episodes: greedy answers executed in MuJoCo and, with `eval.samples`,
+    best-of-N with the simulator as the verifier and majority vote for each N in `eval.k`; with
+    `env.turns` > 1 each failed answer's outcome clip is shown back for another turn."""
+    from embodied.eval.envs import env_markdown, evaluate_env, evaluate_env_answers, turn_settings
+
+    e, t0 = cfg.eval, time.perf_counter()
     if e.baseline != "none" or not all(is_interactive(x.record) for x in examples):
         raise ValueError(
             f"{cfg.data.root}/{e.split}: interactive episodes are evaluated by the simulator, alone and "
             "without eval.baseline; put MCQs and episodes in separate datasets"
         )
-    result = evaluate_env(
-        model,
-        processor,
-        examples,
-        cfg.video,
-        cfg.env.backend,
-        e.batch_size,
-        e.max_new_tokens,
-        cfg.env.format_weight,
-        progress,
-        samples=e.samples,
-        k=e.k,
-        temperature=e.temperature,
-        seed=cfg.seed,
-    )
+    args = (cfg.env.backend, e.batch_size)
+    kwargs = {"samples": e.samples, "k": e.k, "temperature": e.temperature, "seed": cfg.seed}
+    kwargs |= turn_settings(cfg.env)
+    if isinstance(source, tuple):
+        model, processor = source
+        args = (*args, e.max_new_tokens, cfg.env.format_weight, progress)
+        result = evaluate_env(model, processor, examples, cfg.video, *args, media=e.media, **kwargs)
+    else:
+        result = evaluate_env_answers(source, examples, *args, cfg.env.format_weight, progress, **kwargs)
+        result["endpoint"] = _endpoint_record(source, time.perf_counter() - t0)
+        _print_endpoint(result)
     result["skipped_videos"] = skipped
-    print(_write_eval(out, e.split, result, f"{cfg.policy.path} on {cfg.data.root}/{e.split}", env_markdown))
+    print(_write_eval(out, e.split, result, f"{_who(cfg)} on {cfg.data.root}/{e.split}", env_markdown))
     return {k: v for k, v in result.items() if k != "predictions"}
+
+
+def compare(run_dirs: list[str], out: str | Path = "runs/compare") -> Path:
+    """`embodied compare RUN_DIR...`: every evaluation of the folders in one ranked table and one figure,
+    shortcut baselines beside their results, in `out/compare.html` (the report's style) with the ranking in
+    `out/compare.json`; returns the page's path."""
+    from embodied.eval.compare import comparison_html, ranking, read_results
+    from embodied.report import STYLE
+
+    results = read_results(run_dirs)
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "compare.json").write_text(json.dumps(ranking(results), indent=2))
+    page = folder / "compare.html"
+    page.write_text(comparison_html(results, STYLE), encoding="utf-8")
+    return page
 
 
 def _train(cfg: Config, stage: str, progress: bool) -> dict:
@@ -132,6 +208,7 @@ def _train(cfg: Config, stage: str, progress: bool) -> dict:
     from embodied.train.sft import train_sft
 
     loop, stage_cfg = {"sft": (train_sft, cfg.sft), "grpo": (train_grpo, cfg.grpo)}[stage]
+    check_command(cfg, stage)  # a policy too big for the device stops here, in one line
     extra = {"reward_fn": rewards_for(cfg)} if stage == "grpo" else {}  # questions, episodes or both
     procs = Processes(cfg.mixed_precision, cpu=cfg.policy.device == "cpu", strategy=cfg.distributed)
     out = _setup(cfg, stage)
@@ -204,6 +281,7 @@ def expert(cfg: Config, progress: bool = True) -> dict:
     the label for questions) and fine-tunes on them; saves `run_dir/model` and the curves."""
     from embodied.train.expert import train_expert_config
 
+    check_command(cfg, "expert")  # a policy too big for the device stops here, in one line
     out = _setup(cfg, "expert")
     model, processor = load(cfg.policy, "expert")
     train = answer_examples(load_split(cfg.data.root, "train", cfg.video, progress), cfg.env.answer)
@@ -255,6 +333,7 @@ def quickstart(cfg: Config, progress: bool = True) -> dict:
     from embodied.train.grpo import train_grpo
     from embodied.train.sft import train_sft
 
+    check_command(cfg, "quickstart")  # a policy too big for the device stops here, in one line
     t0 = time.perf_counter()
     out = _setup(cfg, "quickstart")
     (out / "metrics.jsonl").unlink(missing_ok=True)

@@ -44,17 +44,18 @@ def test_video_bench_samples_the_same_frames_as_read_video(tmp_path):
 @pytest.mark.slow
 def test_grpo_vs_trl_runs_both_and_reports_a_ratio(tmp_path):
     pytest.importorskip("trl")
-    from embodied.bench.grpo_vs_trl import run
+    from embodied.bench.grpo_vs_trl import WORKLOAD, run
 
-    cfg = load_config(
-        None, ["bench.prompts=4", "bench.rounds=1", "bench.steps=1", "grpo.max_new_tokens=8", "threads=1"]
-    )
+    settings = ["bench.prompts=4", "bench.rounds=1", "bench.steps=1", "threads=1"]  # the bench fixes the rest
+    cfg = load_config(None, [*settings, "bench.trl_policies=[tiny:qwen3-vl]"])
     r = run(cfg, tmp_path, progress=False)
-    assert r["settings"]["prompt_tokens"]["trl_images"] == r["settings"]["prompt_tokens"]["ours_images"]
-    for c in ("trl_images", "ours_images", "ours_video"):
-        assert r["contenders"][c]["s_per_step"]["n"] == 1
-        assert 1 <= r["contenders"][c]["completion_len_mean"] <= 8
-    assert r["ratio"]["ours_images_over_trl_median"] > 0
+    for rep in (r, r["side_by_side"]["tiny:qwen3-vl"]):  # the Qwen3-VL blocks ran in the same round
+        tokens = rep["settings"]["prompt_tokens"]
+        assert tokens["trl_images"] == tokens["ours_images"]
+        for c in ("trl_images", "ours_images", "ours_video"):
+            assert rep["contenders"][c]["s_per_step"]["n"] == 1
+            assert 1 <= rep["contenders"][c]["completion_len_mean"] <= WORKLOAD["max_new_tokens"]
+        assert rep["ratio"]["ours_images_over_trl_median"] > 0
 
 
 def test_sft_bench_times_both_contenders_and_counts_the_padding_it_skips(tmp_path):

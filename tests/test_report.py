@@ -142,3 +142,22 @@ def test_report_renders_in_headless_chromium(run_dir, tmp_path):
     )
     seen = _browser_check(bad, tmp_path / "bad.png")
     assert seen["broken"] == ["gone"] and any("undefinedCall" in e for e in seen["errors"]), seen
+
+
+def test_report_leads_with_stage_accuracy_reward_and_held_out_and_folds_constant_panels(run_dir):
+    from embodied.report import constant_metrics
+    from embodied.train.metrics import read_metrics
+
+    page = build_report(run_dir)
+    order = [
+        page.index(h) for h in ("<h2>Summary", "<h2>Reward and held-out", "<h2>Evaluations", "<h2>Curves")
+    ]
+    assert order == sorted(order)  # what matters first
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    constant = constant_metrics(rows)
+    assert all(len({r[k] for r in rows if k in r}) == 1 for k in constant)  # truly one value, logged twice+
+    if constant:
+        line = page[page.index("Constant for the whole run") :].split("</p>", 1)[0]
+        assert all(k in line for k in constant)
+    fake = [{"stage": "grpo", "step": s, "clip/fraction": 0.0, "reward/accuracy": s / 4} for s in (1, 2, 3)]
+    assert constant_metrics(fake) == {"clip/fraction": 0.0}

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from embodied.data.load import Example
+from embodied.policy.families import family_of
 from embodied.policy.model import encode_prompts, load_policy, resolve_policy_path
 from embodied.rl.rewards import mcq_reward
 from embodied.tasks import arrow_of_time, format_question
@@ -37,11 +38,14 @@ from embodied.video import Clip
 CONTENDERS = ("trl_images", "ours_images", "ours_video")
 
 
-def simulate_examples(n: int, seed: int, width: int = 112, height: int = 112) -> list[Example]:
-    """`n` arrow-of-time clips (half reversed) rendered in-process, as video records."""
+def simulate_examples(
+    n: int, seed: int, width: int = 112, height: int = 112, spec: arrow_of_time.ClipSpec | None = None
+) -> list[Example]:
+    """`n` arrow-of-time clips (half reversed) rendered in-process, as video records (`spec`: frames and
+    rate of a clip, `data.clip`; default 4 frames at 2 fps)."""
     from embodied.worlds import DropWorld
 
-    spec = arrow_of_time.ClipSpec()
+    spec = spec or arrow_of_time.ClipSpec()
     rng = np.random.default_rng(seed)
     world = DropWorld(width=width, height=height)
     try:
@@ -97,7 +101,7 @@ def _summary(times: list[float]) -> dict:
     }
 
 
-def _trl_block(model, processor, dataset, grpo, n_steps: int, out: Path, seed: int) -> list[dict]:
+def trl_block(model, processor, dataset, grpo, n_steps: int, out: Path, seed: int) -> list[dict]:
     """Run TRL's GRPOTrainer for `n_steps` steps; returns per-step `{"s": seconds, "len": mean length}`."""
     from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
@@ -208,45 +212,62 @@ runs whatever the training defaults become; the remaining `grpo.*` settings appl
 
 
 def run(cfg, out: Path, progress: bool = True) -> dict:
-    """Time GRPO steps of TRL and of this framework side by side; returns the JSON-ready result."""
+    """Time GRPO steps of TRL and of this framework side by side; returns the JSON-ready result. With
+    `bench.trl_policies`, those policies' contenders run in the same rounds, interleaved with `policy.path`'s,
+    and their reports sit under `side_by_side`."""
     import transformers
 
     trl_version = _require_trl()
     cfg = dataclasses.replace(cfg, grpo=dataclasses.replace(cfg.grpo, **WORKLOAD))
     b, grpo, video = cfg.bench, cfg.grpo, cfg.video
-    path = resolve_policy_path(cfg.policy.path, cfg.policy.tiny_seed)
-    examples = simulate_examples(b.prompts, cfg.seed)
-    images = as_images(examples)
-    dataset = trl_dataset(examples)
-    models = {c: load_policy(path, cfg.policy.dtype, cfg.policy.device) for c in CONTENDERS}
-    data = {"ours_images": images, "ours_video": examples}
-    rows: dict[str, list[list[dict]]] = {c: [] for c in CONTENDERS}
+    policies = list(dict.fromkeys([cfg.policy.path, *b.trl_policies]))
+    clips = simulate_examples(b.prompts, cfg.seed)
+    models, rows, data = {}, {}, {}
+    for p in policies:
+        path = resolve_policy_path(p, cfg.policy.tiny_seed)
+        models[p] = {c: load_policy(path, cfg.policy.dtype, cfg.policy.device) for c in CONTENDERS}
+        rows[p] = {c: [] for c in CONTENDERS}
+        # frames at the size this family sees them (Qwen3-VL: 96 px), so TRL's processor gets the same pixels
+        family = family_of(models[p]["ours_video"][1])
+        examples = [Example(e.record, family.seen_clip(e.clip, video)) for e in clips]
+        data[p] = {"ours_images": as_images(examples), "ours_video": examples, "trl": trl_dataset(examples)}
     n = b.warmup + b.steps
+    blocks = [(p, c) for p in policies for c in CONTENDERS]
     for r in range(b.rounds):
-        order = CONTENDERS[r % 3 :] + CONTENDERS[: r % 3]
-        for c in order:
-            model, processor = models[c]
-            where = out / c / f"round{r}"
+        for p, c in blocks[r % len(blocks) :] + blocks[: r % len(blocks)]:  # the order rotated each round
+            model, processor = models[p][c]
+            where = out / f"policy{policies.index(p)}" / c / f"round{r}"
             t0 = time.perf_counter()
             if c == "trl_images":
-                block = _trl_block(model, processor, dataset, grpo, n, where, cfg.seed + r)
+                block = trl_block(model, processor, data[p]["trl"], grpo, n, where, cfg.seed + r)
             else:
-                block = _ours_block(model, processor, data[c], grpo, video, n, where, cfg.seed + r)
-            rows[c].append(block[b.warmup :])
+                block = _ours_block(model, processor, data[p][c], grpo, video, n, where, cfg.seed + r)
+            rows[p][c].append(block[b.warmup :])
             if progress:
                 s = [x["s"] for x in block[b.warmup :]]
                 print(
-                    f"round {r} {c}: {len(block)} steps in {time.perf_counter() - t0:.1f} s, "
+                    f"round {r} {p} {c}: {len(block)} steps in {time.perf_counter() - t0:.1f} s, "
                     f"median {statistics.median(s):.3f} s/step (timed)",
                     flush=True,
                 )
-    return _report(
-        cfg,
-        rows,
-        trl_version,
-        transformers.__version__,
-        _prompt_tokens(models["ours_images"][1], examples, images, dataset, video),
-    )
+    reports = {
+        p: _report(
+            dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, path=p)),
+            rows[p],
+            trl_version,
+            transformers.__version__,
+            _prompt_tokens(
+                models[p]["ours_images"][1],
+                *(data[p][k] for k in ("ours_video", "ours_images", "trl")),
+                video,
+            ),
+        )
+        for p in policies
+    }
+    result = reports[policies[0]]
+    if len(policies) > 1:
+        result["side_by_side"] = {p: reports[p] for p in policies[1:]}
+    return result
 
 
 def _report(cfg, rows: dict, trl_version: str, tf_version: str, prompt_tokens: dict) -> dict:

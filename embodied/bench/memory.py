@@ -4,9 +4,9 @@ The plan (`bench.memory_architectures`, seconds, no allocation: `embodied.bench.
 parameter counts, the FSDP2 units and the per-GPU bytes of weights, gradients and AdamW state under DDP and
 FSDP2 for `bench.memory_gpus`. `bench.memory_quickstart=false` stops there.
 
-The quickstart (generate -> eval -> SFT -> eval -> GRPO -> eval on the tiny model) runs in a child process
-with this run's config plus `bench.memory_overrides` (by default the real batch sizes with fewer clips and
-steps). Two figures:
+The quickstart (generate -> eval -> SFT -> eval -> GRPO -> eval on the tiny model, whatever `policy.path`
+says) runs in a child process with this run's config plus `bench.memory_overrides` (by default the real
+batch sizes with fewer clips and steps). Two figures:
 
 - `main_process_peak_rss_mb`: the child's own peak resident set (`ru_maxrss` from `wait4`), exact;
 - `tree_peak_rss_mb`: the peak of the summed RSS of the child and its workers (simulation workers
@@ -16,6 +16,7 @@ steps). Two figures:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -23,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from embodied.config import load_config, to_yaml
+from embodied.config import PolicyConfig, load_config, to_yaml
 
 
 def _tree_rss(proc) -> int:
@@ -63,26 +64,38 @@ def measure(cmd: list[str], log: Path, env: dict | None = None, interval: float 
 
 
 def run(cfg, out: Path, progress: bool = True) -> dict:
-    """The plan of `bench.memory_architectures`, then (unless `bench.memory_quickstart=false`) the
+    """The plan of `bench.memory_architectures` (and of `policy.path` when it is `random:NAME`), then (unless
+    `bench.memory_quickstart=false`) the
     quickstart with `bench.memory_overrides` in a child process and its peak memory."""
     from embodied.bench.memory_plan import memory_plan
 
     gpus = [int(n) for n in cfg.bench.memory_gpus]
-    plan = {name: memory_plan(f"random:{name}", gpus) for name in cfg.bench.memory_architectures}
+    names = list(cfg.bench.memory_architectures)
+    if cfg.policy.path.startswith("random:") and cfg.policy.path[7:] not in names:
+        names.append(cfg.policy.path[7:])  # `bench memory policy.path=random:NAME` plans NAME too
+    plan = {name: memory_plan(f"random:{name}", gpus) for name in names}
     result = {"benchmark": "memory", "plan": plan}
     if not cfg.bench.memory_quickstart:
         return result
     return result | measure_quickstart(cfg, out, progress)
 
 
+def quickstart_config(cfg, out: Path):
+    """The config of the measured quickstart: this run's, with the default `policy` section (the tiny
+    policy the quickstart is made for), then `bench.memory_overrides`, data and run folder under `out`."""
+    overrides = [*cfg.bench.memory_overrides, f"data.root={out / 'data'}", f"run_dir={out / 'quickstart'}"]
+    return load_config(None, overrides, base=dataclasses.replace(cfg, policy=PolicyConfig()))
+
+
 def measure_quickstart(cfg, out: Path, progress: bool = True) -> dict:
-    """Run the quickstart with `bench.memory_overrides` in a child process and report its peak memory."""
-    overrides = [
-        *cfg.bench.memory_overrides,
-        f"data.root={out / 'data'}",
-        f"run_dir={out / 'quickstart'}",
-    ]
-    measured = load_config(None, overrides, base=cfg)  # fails early, here, on a bad override
+    """Run the quickstart with `bench.memory_overrides` in a child process and report its peak memory.
+
+    The quickstart is the tiny policy's recipe: it runs with the default `policy` section whatever this
+    run's `policy.*` says (`bench memory policy.path=random:qwen2.5-vl-3b` asks for the 3B's plan, not for a
+    3B quickstart on this machine); a `policy.*` entry in `bench.memory_overrides` still applies."""
+    measured = quickstart_config(cfg, out)  # fails early, here, on a bad override
+    if progress and cfg.policy != measured.policy:
+        print(f"measuring the quickstart on its own policy {measured.policy.path}, not {cfg.policy.path}")
     config_file = out / "quickstart_config.yaml"
     config_file.write_text(to_yaml(measured))
     cmd = [sys.executable, "-m", "embodied.cli", "quickstart", "--config", str(config_file), "--quiet"]
@@ -110,6 +123,7 @@ def measure_quickstart(cfg, out: Path, progress: bool = True) -> dict:
             "frames": measured.data.clip.num_frames,
             "size": [measured.data.width, measured.data.height],
             "workers": measured.data.workers,
+            "policy": measured.policy.path,
             "device": measured.policy.device,
             "threads": measured.threads,
         },

@@ -1,5 +1,5 @@
 """Where a quickstart's seconds go: wall-clock timers around the calls that matter, installed by patching
-(scripts/profile_quickstart.py runs the whole quickstart under them).
+(docs/results/scripts/profile_quickstart.py runs the whole quickstart under them).
 
 Timers nest: a key is the path of the timed calls it ran inside (`grpo>generate>vision`), so a stage's
 seconds split into its parts and each part into its own. The timers wrap whole calls (a few thousand per

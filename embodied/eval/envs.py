@@ -33,10 +33,10 @@ from tqdm.auto import tqdm
 
 from embodied.envs import action_seconds, answer_form, answer_text, grid_action, parse, render_action, task
 from embodied.envs.reward import env_reward
-from embodied.eval.loop import sampled_responses
+from embodied.eval.answerer import LocalAnswerer
+from embodied.eval.endpoint import Failure
 from embodied.eval.stats import majority_vote, pass_at_k, resolve_k, seed_interval, wilson_interval
-from embodied.policy.model import decode, encode_prompts, generate
-from embodied.rl.episodes import check_turn_clip, check_turns, play
+from embodied.rl.episodes import check_turn_clip, check_turns
 from embodied.rl.rollout import sampling_seed
 from embodied.tasks import LETTERS, parse_answer
 
@@ -87,6 +87,7 @@ def evaluate_env(
     turn_words: bool = False,
     turn_clip: str = "outcome",
     sample_episodes: int = 0,
+    media: str = "auto",
 ) -> dict:
     """Greedy answers to ``examples`` (``embodied.data.load.Example``), scored by simulation; with
     ``samples`` > 0 also best-of-N and majority vote for each N in ``k`` (see the module docstring), on the
@@ -97,15 +98,50 @@ def evaluate_env(
     greedy answer is turn 1, a failed one is followed by greedy later turns, each row keeping its turns in
     ``row["turns"]``; with ``samples``, also ``samples`` sampled trajectories per episode. ``result["turns"]``
     (`turn_summary`) holds the success after each turn beside best-of-N at the same simulator calls.
-    ``turn_words`` and ``turn_clip`` are `env.turn_words` and `env.turn_clip`."""
-    ks = resolve_k(samples, k)
-    check_turns(turns, turn_reward)
-    check_turn_clip(turn_clip)
-    check_sample_episodes(sample_episodes)
+    ``turn_words`` and ``turn_clip`` are `env.turn_words` and `env.turn_clip`; ``media`` is `eval.media`."""
     if samples:
         torch.manual_seed(seed)
     was_training = model.training
     model.eval()
+    answerer = LocalAnswerer(model, processor, video, max_new_tokens, media)
+    try:
+        return evaluate_env_answers(
+            answerer, examples, backend, batch_size, format_weight, progress, desc,
+            samples=samples, k=k, temperature=temperature, seed=seed, turns=turns, turn_reward=turn_reward,
+            turn_words=turn_words, turn_clip=turn_clip, sample_episodes=sample_episodes,
+        )  # fmt: skip
+    finally:
+        model.train(was_training)
+
+
+def evaluate_env_answers(
+    answerer,
+    examples: Sequence,
+    backend: str = "cpu",
+    batch_size: int = 32,
+    format_weight: float = 0.2,
+    progress: bool = False,
+    desc: str = "eval env",
+    *,
+    samples: int = 0,
+    k: Sequence[int] = (),
+    temperature: float = 1.0,
+    seed: int = 0,
+    turns: int = 1,
+    turn_reward: str = "last",
+    turn_words: bool = False,
+    turn_clip: str = "outcome",
+    sample_episodes: int = 0,
+) -> dict:
+    """`evaluate_env` with any answer source (`embodied.eval.answerer`: a local model or a served one).
+
+    An episode any of whose answers could not be obtained (a request that failed after its retries) is
+    listed under ``failed`` (id and error) and left out of every figure: ``n`` counts the episodes answered,
+    ``requested`` all of them."""
+    ks = resolve_k(samples, k)
+    check_turns(turns, turn_reward)
+    check_turn_clip(turn_clip)
+    check_sample_episodes(sample_episodes)
     predictions, seconds = [], {"generate": 0.0, "simulate": 0.0}
     everything = ([], list(range(len(examples))))
     sampled_part, greedy_part = _split_sampled(examples, sample_episodes) if samples else everything
@@ -114,24 +150,28 @@ def evaluate_env(
         for start in range(0, len(part), batch_size):
             chunk = [examples[i] for i in part[start : start + batch_size]]
             predictions += _answer_batch(
-                model, processor, chunk, video, backend, max_new_tokens, format_weight, n_samples,
-                temperature, [sampling_seed(seed, start + i) for i in range(len(chunk))], seconds,
+                answerer, chunk, backend, format_weight, n_samples, temperature,
+                [sampling_seed(seed, start + i) for i in range(len(chunk))], seconds,
                 turns, turn_reward, {"words": turn_words, "turn_clip": turn_clip},
             )  # fmt: skip
             bar.update(len(chunk))
     bar.close()
     rank = {i: r for r, i in enumerate(sampled_part + greedy_part)}
     predictions = [predictions[rank[i]] for i in range(len(examples))]  # back in the order of `examples`
-    model.train(was_training)
+    failed = [
+        {"id": r["id"], "task": r["task"], "error": r["failed"]} for r in predictions if r.get("failed")
+    ]
+    predictions = [r for r in predictions if not r.get("failed")]
     by_id = {e.record["id"]: e.record for e in examples}
-    result = summarize_env(predictions, by_id)
+    result = summarize_env(predictions, by_id) | {"requested": len(examples), "failed": failed}
     if samples:
         sampled = [row for row in predictions if "sampled" in row]
         _vote(sampled, by_id, ks, backend, format_weight)
-        per_sample = {key: v / (len(sampled) * samples) for key, v in seconds.items()}
+        per_sample = {key: v / (max(1, len(sampled)) * samples) for key, v in seconds.items()}
         result |= test_time_compute(sampled, ks, per_sample)
         result["settings"] = {"samples": samples, "k": ks, "temperature": temperature, "seed": seed,
                               "sampled_episodes": len(sampled)}  # fmt: skip
+    result["settings"] = result.get("settings", {}) | answerer.settings()
     if turns > 1:
         result["turns"] = turn_summary(predictions, turns)
         result["turns"]["corrections"] = correction_summary(predictions, by_id)
@@ -150,17 +190,22 @@ def _split_sampled(examples: Sequence, per_task: int) -> tuple[list[int], list[i
 
 
 def _answer_batch(
-    model, processor, chunk, video, backend, max_new_tokens, format_weight, samples, temperature, seeds,
-    seconds, turns, turn_reward, later,
+    answerer, chunk, backend, format_weight, samples, temperature, seeds, seconds, turns, turn_reward, later,
 ) -> list[dict]:  # fmt: skip
     """`evaluate_env`'s rows for one batch: the greedy answer scored, with ``turns`` > 1 its greedy
-    trajectory, and with ``samples`` the sampled answers (and trajectories), ``seeds`` one per episode."""
-    device = next(model.parameters()).device
-    records = [e.record for e in chunk]
-    batch = encode_prompts(processor, records, [e.clip for e in chunk], video, device)
-    ids, mask = generate(model, processor, batch, max_new_tokens, do_sample=False)
-    texts = decode(processor, ids, mask)
-    terms = env_reward(texts, records, backend, format_weight)
+    trajectory, and with ``samples`` the sampled answers (and trajectories), ``seeds`` one per episode.
+    An episode any of whose answers could not be obtained (a failed request) is a row with ``failed``."""
+    records, clips = [e.record for e in chunk], [e.clip for e in chunk]
+    texts = answerer.greedy(records, clips)
+    lost = {
+        i: {"id": records[i]["id"], "task": records[i]["task"], "failed": x.error}
+        for i, x in enumerate(texts)
+        if isinstance(x, Failure)
+    }
+    keep = [i for i in range(len(chunk)) if i not in lost]
+    chunk, records = [chunk[i] for i in keep], [records[i] for i in keep]
+    clips, texts, seeds = [clips[i] for i in keep], [texts[i] for i in keep], [seeds[i] for i in keep]
+    terms = env_reward(texts, records, backend, format_weight) if records else []
     rows = [
         {"id": rec["id"], "task": rec["task"], "response": text, "terms": t}
         for rec, text, t in zip(records, texts, terms)
@@ -169,29 +214,53 @@ def _answer_batch(
     def reward_fn(texts, recs):
         return env_reward(texts, recs, backend, format_weight)
 
-    if turns > 1:
-        args = (model, processor, chunk, video, reward_fn, turns, turn_reward)
-        ep = play(*args, max_new_tokens=max_new_tokens, first=(texts, terms), **later)
-        for row, traj in zip(rows, ep.per_trajectory()):
-            row["turns"] = [{"response": x, "terms": t} for x, t in traj]
+    if turns > 1 and rows:
+        for row, traj in zip(
+            rows, answerer.play(chunk, reward_fn, turns, turn_reward, first=(texts, terms), **later)
+        ):
+            _keep_turns(row, traj, "turns")
         if samples:
             temps = torch.full((len(chunk) * samples,), float(temperature))
-            ep = play(*args, samples, max_new_tokens, temps, seeds, **later)
-            trajs = ep.per_trajectory()
+            trajs = answerer.play(
+                chunk,
+                reward_fn,
+                turns,
+                turn_reward,
+                group_size=samples,
+                temperature=temps,
+                seeds=seeds,
+                **later,
+            )
             for i, row in enumerate(rows):
-                row["sampled_turns"] = [
-                    [{"success": t["reward/success"], "unparseable": t["reward/unparseable"]}
-                     for _, t in traj]
-                    for traj in trajs[i * samples : (i + 1) * samples]
-                ]  # fmt: skip
-    if samples:
+                _keep_turns(row, trajs[i * samples : (i + 1) * samples], "sampled_turns")
+    if samples and rows:
         t0 = time.perf_counter()
-        sampled = sampled_responses(model, processor, batch, samples, max_new_tokens, temperature)
+        sampled = answerer.sample(records, clips, samples, temperature, seeds)
         seconds["generate"] += time.perf_counter() - t0
         for row, texts in zip(rows, sampled):
-            row["sampled"] = [{"response": t} for t in texts]
+            if any(isinstance(t, Failure) for t in texts):
+                row["failed"] = next(t for t in texts if isinstance(t, Failure)).error
+            row["sampled"] = [{"response": t if isinstance(t, str) else ""} for t in texts]
         _sample_terms(records, rows, backend, format_weight, seconds)
-    return rows
+    answered = iter(rows)  # back in the chunk's order, the failed episodes in their places
+    return [lost[i] if i in lost else next(answered) for i in range(len(lost) + len(rows))]
+
+
+def _keep_turns(row: dict, traj, key: str) -> None:
+    """Store a trajectory (``turns``) or a list of sampled ones (``sampled_turns``) on ``row``; a trajectory
+    that is a `Failure` (a request of a later turn failed) marks the row failed."""
+    trajs = traj if key == "sampled_turns" else [traj]
+    bad = [t for t in trajs if isinstance(t, Failure)]
+    if bad:
+        row["failed"] = bad[0].error
+        trajs = [[] if isinstance(t, Failure) else t for t in trajs]
+    if key == "turns":
+        row["turns"] = [{"response": x, "terms": t} for x, t in trajs[0]]
+    else:
+        row["sampled_turns"] = [
+            [{"success": t["reward/success"], "unparseable": t["reward/unparseable"]} for _, t in tr]
+            for tr in trajs
+        ]
 
 
 def _executed(turns: Sequence[dict]) -> int:

@@ -20,7 +20,9 @@ from tqdm.auto import tqdm
 
 from embodied.data.load import Example
 from embodied.data.schema import kind
+from embodied.eval.answerer import Answerer, LocalAnswerer, choice_prefix, sampled_responses
 from embodied.eval.baselines import VIDEO_BASELINES, baseline_views, question_rng
+from embodied.eval.endpoint import Failure
 from embodied.eval.stats import (
     format_result,
     majority_vote,
@@ -31,74 +33,34 @@ from embodied.eval.stats import (
     wilson_interval,
 )
 from embodied.policy.families import family_of
-from embodied.policy.model import (
-    completion_logprobs,
-    decode,
-    encode_completions,
-    encode_prompts,
-    generate,
-    repeat_batch,
-)
+from embodied.rl.rollout import sampling_seed
 from embodied.tasks import LETTERS, chosen_option
 from embodied.video import Clip, VideoConfig
 
 __all__ = [
+    "choice_prefix",
     "evaluate",
+    "evaluate_answers",
     "format_result",
     "majority_vote",
     "markdown_table",
     "pass_at_k",
     "prediction_stats",
+    "sampled_responses",
     "wilson_interval",
 ]
 
 
-def choice_prefix(response: str) -> str:
-    """Where forced choice puts the answer: the greedy response up to its first `<answer>` (the
-    model's own reasoning), or an empty `<think></think>` (the SFT target's shape) when it has none."""
-    cut = response.find("<answer>")
-    return response[:cut] if cut >= 0 else "<think></think>"
-
-
-@torch.no_grad()
-def _choice_scores(
-    model, processor, batch, records: Sequence[dict], responses: Sequence[str]
-) -> torch.Tensor:
-    """Forced choice: `(B, max options)` log-likelihood of `choice_prefix + <answer>X</answer>` per
-    option letter X (-inf past a record's own options). The prefix is the same for every X, so only
-    the answer decides; scoring `<answer>X</answer>` right after the prompt would instead ask a trained
-    model about a completion it never writes (it starts with `<think>`)."""
-    k = max(len(r["options"]) for r in records)
-    grouped = repeat_batch(batch, k)
-    texts = [f"{choice_prefix(t)}<answer>{LETTERS[j]}</answer>" for t in responses for j in range(k)]
-    ids, mask = encode_completions(processor, texts, device=batch["input_ids"].device)
-    lp = (completion_logprobs(model, grouped, ids, mask) * mask).sum(1).view(len(records), k)
-    for i, r in enumerate(records):
-        lp[i, len(r["options"]) :] = -torch.inf
-    return lp
-
-
-@torch.no_grad()
-def sampled_responses(
-    model, processor, batch, n: int, max_new_tokens: int, temperature: float
-) -> list[list[str]]:
-    """`n` responses per prompt of `batch`, sampled at `temperature`: `(B, n)` texts."""
-    grouped = repeat_batch(batch, n)
-    ids, mask = generate(model, processor, grouped, max_new_tokens, temperature, do_sample=True)
-    texts = decode(processor, ids, mask)
-    return [texts[i : i + n] for i in range(0, len(texts), n)]
-
-
-def _items(examples: Sequence[Example], baseline: str, seed: int) -> list[tuple[dict, Clip, int]]:
-    """(record, clip the policy sees, view index) for every question and every view of it."""
+def _items(examples: Sequence[Example], baseline: str, seed: int) -> list[tuple[dict, Clip, int, int]]:
+    """(record, clip the policy sees, view index, question index) for every question and every view of it."""
     return [
-        (e.record, clip, v)
+        (e.record, clip, v, i)
         for i, e in enumerate(examples)
         for v, clip in enumerate(baseline_views(e.clip, baseline, question_rng(seed, i)))
     ]
 
 
-def _row(rec: dict, text: str, view: int, lp: torch.Tensor | None, sampled) -> dict:
+def _row(rec: dict, text: str, view: int, lp, sampled) -> dict:
     m = len(rec["options"])
     row = {
         "id": rec["id"],
@@ -109,12 +71,17 @@ def _row(rec: dict, text: str, view: int, lp: torch.Tensor | None, sampled) -> d
         "answer": rec["answer"],
         "predicted": chosen_option(text, rec["options"]),
         "response": text,
-        "choice": None if lp is None else LETTERS[int(lp.argmax())],
+        "choice": None if lp is None else LETTERS[int(torch.as_tensor(lp).argmax())],
         "choice_logprobs": None if lp is None else [round(float(x), 6) for x in lp[:m]],
     }
     if sampled is not None:
         row["sampled"] = sampled
     return row
+
+
+def _failed_row(rec: dict, view: int, failure: Failure) -> dict:
+    """A question view whose answer never came (a request that failed): listed, never scored."""
+    return {"id": rec["id"], "family": kind(rec), "view": view, "failed": True, "error": failure.error}
 
 
 @torch.no_grad()
@@ -134,60 +101,91 @@ def evaluate(
     k: Sequence[int] = (),
     temperature: float = 1.0,
     seed: int = 0,
+    media: str = "auto",
 ) -> dict:
-    """Evaluate `examples` (greedy answers, plus `samples` sampled ones per question when > 0).
+    """Evaluate `examples` with a local model (greedy answers, plus `samples` sampled ones per question).
 
     `baseline` is `none` or a video baseline (`blind`, `single-frame`, `shuffled-frames`); `seed` draws
-    its shuffles and seeds torch for sampling. Returns a JSON-ready dict: the overall figures,
-    `per_family`, `per_family_tier`, `settings`, and every prediction row (`id`, `answer`, `predicted`,
-    `response`, `choice`, ...; one row per view of a question).
+    its shuffles and seeds torch for sampling; `media` is `eval.media` (`embodied.eval.answerer.MEDIA`).
+    Returns a JSON-ready dict: the overall figures, `per_family`, `per_family_tier`, `settings`, and every
+    prediction row (`id`, `answer`, `predicted`, `response`, `choice`, ...; one row per view of a question).
     """
-    if baseline != "none" and baseline not in VIDEO_BASELINES:
-        raise ValueError(f"evaluate runs the policy: baseline must be none or one of {VIDEO_BASELINES}")
-    ks = resolve_k(samples, k)
     if samples:
         torch.manual_seed(seed)
     was_training = model.training
     model.eval()
-    device = next(model.parameters()).device
-    items = _items(examples, baseline, seed)
     choice = choice and family_of(processor).splits_rows  # forced choice repeats rows: grids needed
+    answerer = LocalAnswerer(model, processor, video, max_new_tokens, media)
+    try:
+        result = evaluate_answers(
+            answerer, examples, batch_size, choice, progress, desc,
+            baseline=baseline, samples=samples, k=k, temperature=temperature, seed=seed,
+        )  # fmt: skip
+    finally:
+        model.train(was_training)
+    result["settings"]["max_new_tokens"] = max_new_tokens
+    return result
+
+
+def evaluate_answers(
+    answerer: Answerer,
+    examples: Sequence[Example],
+    batch_size: int = 64,
+    choice: bool = True,
+    progress: bool = True,
+    desc: str = "eval",
+    *,
+    baseline: str = "none",
+    samples: int = 0,
+    k: Sequence[int] = (),
+    temperature: float = 1.0,
+    seed: int = 0,
+) -> dict:
+    """`evaluate` with any answer source (`embodied.eval.answerer`): a local model or a served one.
+
+    A question whose answer (greedy or sampled, any view) could not be obtained is listed under `failed`
+    and left out of every figure: `n` counts the questions answered, `requested` all of them. Forced choice
+    is reported only when the source gave it for every answered question (`settings["choice"]` says why
+    not otherwise)."""
+    if baseline != "none" and baseline not in VIDEO_BASELINES:
+        raise ValueError(f"evaluate runs the policy: baseline must be none or one of {VIDEO_BASELINES}")
+    ks = resolve_k(samples, k)
+    items = _items(examples, baseline, seed)
     rows, sampling_s = [], 0.0
     for start in tqdm(range(0, len(items), batch_size), desc=desc, unit="batch", disable=not progress):
         chunk = items[start : start + batch_size]
-        records = [rec for rec, _, _ in chunk]
-        batch = encode_prompts(processor, records, [clip for _, clip, _ in chunk], video, device)
-        ids, mask = generate(model, processor, batch, max_new_tokens, do_sample=False)
-        texts = decode(processor, ids, mask)
-        scores = (
-            _choice_scores(model, processor, batch, records, texts).cpu() if choice else [None] * len(chunk)
-        )
+        records, clips = [it[0] for it in chunk], [it[1] for it in chunk]
+        texts = answerer.greedy(records, clips)
+        scores = answerer.choice(records, clips, texts) if choice else [None] * len(chunk)
         t0 = time.perf_counter()
-        sampled = (
-            [
-                [chosen_option(t, rec["options"]) for t in texts]
-                for rec, texts in zip(
-                    records, sampled_responses(model, processor, batch, samples, max_new_tokens, temperature)
-                )
-            ]
-            if samples
-            else [None] * len(chunk)
+        seeds = [sampling_seed(seed, it[3], it[2]) for it in chunk]
+        drawn = (
+            answerer.sample(records, clips, samples, temperature, seeds) if samples else [None] * len(chunk)
         )
         sampling_s += time.perf_counter() - t0
-        for (rec, _, view), text, lp, s in zip(chunk, texts, scores, sampled):
-            rows.append(_row(rec, text, view, lp, s))
-    model.train(was_training)
-    result = prediction_stats(rows, k=ks)
+        for (rec, _, view, _), text, lp, s in zip(chunk, texts, scores, drawn):
+            lost = [x for x in [text, *(s or [])] if isinstance(x, Failure)]
+            if lost:
+                rows.append(_failed_row(rec, view, lost[0]))
+                continue
+            sampled = None if s is None else [chosen_option(t, rec["options"]) for t in s]
+            rows.append(_row(rec, text, view, lp, sampled))
+    failed_ids = {r["id"] for r in rows if r.get("failed")}
+    scored = [r for r in rows if r["id"] not in failed_ids]
+    result = prediction_stats(scored, k=ks)
+    result["requested"] = len({r["id"] for r in rows})
+    result["failed"] = sorted(failed_ids)
     if samples:  # what majority vote over k samples costs: k times this, per question
         result["seconds_per_sample"] = sampling_s / (len(items) * samples)
-    result["settings"] = {
+    result["settings"] = answerer.settings() | {
         "baseline": baseline,
         "samples": samples,
         "k": ks,
         "temperature": temperature if samples else None,
         "seed": seed,
-        "max_new_tokens": max_new_tokens,
     }
+    if choice and "choice_accuracy" not in result and scored:
+        result["settings"]["choice"] = "unavailable: the answer source gave no log-probs for every answer"
     result["predictions"] = rows
     return result
 

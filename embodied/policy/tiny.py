@@ -94,13 +94,13 @@ class TinySpec:
 def family_phrases() -> Iterator[str]:
     """Every fixed phrase the question families write that the tiny tokenizer is trained on.
 
-    Only arrow-of-time phrases: adding the other families' phrases would change the tiny model's
-    tokenizer (and its cache key); byte-level BPE encodes their text anyway.
+    Only the default family's phrases (arrow of time): adding the other families' phrases would change the
+    tiny model's tokenizer (and its cache key); byte-level BPE encodes their text anyway.
     """
-    from embodied.tasks import INSTRUCTION, arrow_of_time
+    from embodied.tasks import INSTRUCTION, TASKS, family, hook
 
     yield INSTRUCTION
-    yield from arrow_of_time.phrases()
+    yield from hook(family(TASKS[0]), "phrases")()
 
 
 def _tokenizer_corpus() -> list[str]:

@@ -190,7 +190,7 @@ def pretrain_vision(model, processor, examples, pc: PretrainConfig, video, progr
     def loss_and_acc(chunk):
         batch = encode_prompts(processor, [e.record for e in chunk], [e.clip for e in chunk], video, device)
         tokens = vis(batch["pixel_values_videos"], grid_thw=batch["video_grid_thw"]).pooler_output
-        seen = [_seen_frames(family, e.clip, video) for e in chunk]  # occupancy of what the model sees
+        seen = [family.seen_clip(e.clip, video).frames for e in chunk]  # occupancy of what the model sees
         target = torch.from_numpy(
             np.concatenate([occupancy(f, family.unit, colours=colours) for f in seen])
         ).to(device)
@@ -208,15 +208,6 @@ def pretrain_vision(model, processor, examples, pc: PretrainConfig, video, progr
     with torch.no_grad():
         _, acc, base = loss_and_acc(val)
     return {"occupancy_accuracy": round(acc, 4), "occupancy_base_rate": round(base, 4), "n": len(val)}
-
-
-def _seen_frames(family, clip: Clip, video) -> np.ndarray:
-    """The clip's frames `(T, H, W, 3)` at the size the model sees them (the frames themselves when the
-    family keeps their size: 112 px on Qwen2.5-VL's 28 px grid; 96 px on Qwen3-VL's 32 px grid)."""
-    if family.frame_size(clip, video) == tuple(clip.frames.shape[1:3]):
-        return clip.frames
-    sized = family.sized_frames(clip, video).clamp(0, 255).round().byte()
-    return sized.permute(0, 2, 3, 1).numpy()
 
 
 # --- evaluation ----------------------------------------------------------------------------------------

@@ -103,6 +103,14 @@ class Family:
         size = self.frame_size(clip, video)
         return tvf.resize(frames, list(size), interpolation=InterpolationMode.BICUBIC, antialias=True).float()
 
+    def seen_clip(self, clip: Clip, video: VideoConfig) -> Clip:
+        """`clip` with its frames at the size the model sees them, as uint8 (the clip itself when the family
+        keeps their size, e.g. 112 px frames on Qwen2.5-VL's 28 px grid)."""
+        if self.frame_size(clip, video) == tuple(clip.frames.shape[1:3]):
+            return clip
+        sized = self.sized_frames(clip, video).clamp(0, 255).round().byte()
+        return Clip(sized.permute(0, 2, 3, 1).numpy(), clip.fps)
+
     def frame_size(self, clip: Clip, video: VideoConfig) -> tuple[int, int]:
         """`(H, W)` of the clip's frames as the model sees them."""
         h, w = clip.frames.shape[1:3]

@@ -1,0 +1,152 @@
+"""Where an evaluation's answers come from: a model loaded here (`LocalAnswerer`) or a served one
+(`embodied.eval.served.EndpointAnswerer`). The scoring (`embodied.eval.loop`, `embodied.eval.envs`,
+`embodied.eval.stats`) is written once against this seam, so a served model is measured by the same code
+and the same numbers as a local one.
+
+An answerer gives, for records and the clips they are shown with:
+
+* `greedy(records, clips)`: one greedy response per record;
+* `sample(records, clips, n, temperature, seeds)`: n sampled responses per record;
+* `choice(records, clips, responses)`: forced-choice log-likelihoods per option letter, or None where the
+  source cannot give them (a server that returns no log-probs);
+* `play(...)`: multi-turn episodes (`env.turns` > 1), the outcome clip of each turn shown at the next.
+
+A response that could not be obtained (a request that failed after its retries) is an
+`embodied.eval.endpoint.Failure` in place of the text; the callers count and list it and never score it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import torch
+
+from embodied.policy.model import (
+    completion_logprobs,
+    decode,
+    encode_completions,
+    encode_prompts,
+    generate,
+    repeat_batch,
+)
+from embodied.tasks import LETTERS
+from embodied.video import Clip, VideoConfig
+
+MEDIA = ("auto", "video", "images")
+"""`eval.media`: how a clip is shown. `video`: as its record says (a video record as one video, an image
+record as its images); `images`: every clip as its frames, one image each; `auto`: `video` for a local
+model, `images` through an endpoint (the form every OpenAI-compatible server accepts)."""
+
+
+def check_media(media: str) -> None:
+    if media not in MEDIA:
+        raise ValueError(f"eval.media={media!r}; choose one of {list(MEDIA)} (docs/evaluation.md)")
+
+
+def as_images(record: dict, clip: Clip) -> dict:
+    """`record` shown as its clip's frames, one image each (`eval.media=images`): no `video` key, one
+    `images` entry per frame (names only; the pixels are the clip's)."""
+    out = {k: v for k, v in record.items() if k != "video"}
+    out["images"] = [f"frame-{i}" for i in range(len(clip.frames))]
+    return out
+
+
+class Answerer(Protocol):
+    """The answer source of an evaluation (see the module docstring)."""
+
+    def greedy(self, records: Sequence[dict], clips: Sequence[Clip]) -> list: ...
+
+    def sample(
+        self, records: Sequence[dict], clips: Sequence[Clip], n: int, temperature: float, seeds: Sequence[int]
+    ) -> list[list]: ...
+
+    def choice(self, records: Sequence[dict], clips: Sequence[Clip], responses: Sequence) -> list: ...
+
+    def play(self, examples: Sequence, reward_fn, turns: int, turn_reward: str, **kwargs) -> list: ...
+
+    def settings(self) -> dict: ...
+
+
+def choice_prefix(response: str) -> str:
+    """Where forced choice puts the answer: the greedy response up to its first `<answer>` (the
+    model's own reasoning), or an empty `<think></think>` (the SFT target's shape) when it has none."""
+    cut = response.find("<answer>")
+    return response[:cut] if cut >= 0 else "<think></think>"
+
+
+@torch.no_grad()
+def choice_scores(model, processor, batch, records: Sequence[dict], responses: Sequence[str]) -> torch.Tensor:
+    """Forced choice: `(B, max options)` log-likelihood of `choice_prefix + <answer>X</answer>` per
+    option letter X (-inf past a record's own options). The prefix is the same for every X, so only
+    the answer decides; scoring `<answer>X</answer>` right after the prompt would instead ask a trained
+    model about a completion it never writes (it starts with `<think>`)."""
+    k = max(len(r["options"]) for r in records)
+    grouped = repeat_batch(batch, k)
+    texts = [f"{choice_prefix(t)}<answer>{LETTERS[j]}</answer>" for t in responses for j in range(k)]
+    ids, mask = encode_completions(processor, texts, device=batch["input_ids"].device)
+    lp = (completion_logprobs(model, grouped, ids, mask) * mask).sum(1).view(len(records), k)
+    for i, r in enumerate(records):
+        lp[i, len(r["options"]) :] = -torch.inf
+    return lp
+
+
+@torch.no_grad()
+def sampled_responses(
+    model, processor, batch, n: int, max_new_tokens: int, temperature: float
+) -> list[list[str]]:
+    """`n` responses per prompt of `batch`, sampled at `temperature`: `(B, n)` texts."""
+    grouped = repeat_batch(batch, n)
+    ids, mask = generate(model, processor, grouped, max_new_tokens, temperature, do_sample=True)
+    texts = decode(processor, ids, mask)
+    return [texts[i : i + n] for i in range(0, len(texts), n)]
+
+
+class LocalAnswerer:
+    """A model loaded in this process. Sampling draws from torch's global generator, as the evaluation
+    always has (its callers seed it), so `seeds` are not used; the prompt batch of the last `greedy` call
+    is reused by `sample` and `choice` on the same records (encoding it once)."""
+
+    def __init__(self, model, processor, video: VideoConfig, max_new_tokens: int = 48, media: str = "auto"):
+        check_media(media)
+        self.model, self.processor, self.video = model, processor, video
+        self.max_new_tokens, self.images = max_new_tokens, media == "images"
+        self._last: tuple[list, object] | None = None
+
+    def _batch(self, records: Sequence[dict], clips: Sequence[Clip]):
+        key = [(id(r), id(c)) for r, c in zip(records, clips)]  # both live for the whole evaluation
+        if self._last is None or self._last[0] != key:
+            shown = [as_images(r, c) for r, c in zip(records, clips)] if self.images else list(records)
+            device = next(self.model.parameters()).device
+            self._last = (key, encode_prompts(self.processor, shown, clips, self.video, device))
+        return self._last[1]
+
+    @torch.no_grad()
+    def greedy(self, records: Sequence[dict], clips: Sequence[Clip]) -> list[str]:
+        batch = self._batch(records, clips)
+        ids, mask = generate(self.model, self.processor, batch, self.max_new_tokens, do_sample=False)
+        return decode(self.processor, ids, mask)
+
+    def sample(
+        self, records, clips, n: int, temperature: float, seeds: Sequence[int] = ()
+    ) -> list[list[str]]:
+        batch = self._batch(records, clips)
+        return sampled_responses(self.model, self.processor, batch, n, self.max_new_tokens, temperature)
+
+    def choice(self, records, clips, responses) -> list:
+        batch = self._batch(records, clips)
+        return list(choice_scores(self.model, self.processor, batch, records, responses).cpu())
+
+    def play(self, examples: Sequence, reward_fn, turns: int, turn_reward: str, **kwargs) -> list:
+        """`embodied.rl.episodes.play` on this model: each trajectory's `(text, terms)` per turn."""
+        from embodied.rl.episodes import play
+
+        if self.images:
+            raise ValueError(
+                "eval.media=images shows no video, and multi-turn episodes (env.turns > 1) need one"
+            )
+        args = (self.model, self.processor, examples, self.video, reward_fn, turns, turn_reward)
+        return play(*args, max_new_tokens=self.max_new_tokens, **kwargs).per_trajectory()
+
+    def settings(self) -> dict:
+        return {"media": "images" if self.images else "video"}

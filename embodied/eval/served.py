@@ -1,0 +1,266 @@
+"""A served model as an evaluation's answer source (`eval.endpoint`): the same question text and the same
+sampled frames as a local model gets, sent as OpenAI chat requests (`embodied.eval.endpoint` sends them).
+
+What a request holds, and why:
+
+* The messages a local prompt is made of (`embodied.policy.model.prompt_text` / `conversation_text`): the
+  clip, then the question text (`embodied.tasks.format_question`); on a later turn of an episode each
+  earlier answer as an assistant message and a user message with that answer's outcome clip and the words
+  of `embodied.rl.episodes.again`. No system message: the server's chat template adds its default, as the
+  local one does.
+* The clip's frames exactly as sampled for the local model (`video.fps`, `video.max_frames`, at the size
+  they were loaded), losslessly: each frame a PNG data URL (`image_url`), or with `eval.media=video` one
+  lossless H.264 RGB mp4 data URL (`video_url`, an extension that vLLM and `transformers serve` read) at
+  the clip's rate.
+* The pixel budget as `chat_template_kwargs.processor_kwargs` (`eval.processor_kwargs`): the size limits
+  `embodied.policy.model.media_kwargs` gives the local processor, and for a video `do_sample_frames=False`
+  (the frames are already sampled; `transformers serve` would otherwise ask for 32). `transformers serve`
+  passes them to the processor; another server may ignore or refuse them.
+* Greedy requests at temperature 0; sampled ones at `eval.temperature` with `top_p` 1 and a seed per
+  question and sample, so a rerun sends the same requests (and hits the cache).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Sequence
+from fractions import Fraction
+
+import numpy as np
+
+from embodied.eval.answerer import check_media
+from embodied.eval.endpoint import EndpointClient, Failure
+from embodied.rl.episodes import again, continues, outcome_clip
+from embodied.rl.rollout import sampling_seed
+from embodied.tasks import LETTERS, format_question
+from embodied.video import Clip, VideoConfig, frame_pixel_cap
+
+TOP_LOGPROBS = 20
+"""Alternatives asked per token when log-probs are requested (the OpenAI API's maximum)."""
+
+
+def png_url(frame: np.ndarray) -> str:
+    """A frame `(H, W, 3)` uint8 as a lossless PNG data URL."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(frame).save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def mp4_url(clip: Clip) -> str:
+    """A clip as a lossless mp4 data URL: H.264 in RGB (`libx264rgb`, crf 0), so the decoded frames equal the
+    clip's pixel for pixel, at the clip's frame rate (the server reads the rate from the file)."""
+    import av
+
+    buf = io.BytesIO()
+    h, w = clip.frames.shape[1:3]
+    with av.open(buf, mode="w", format="mp4") as container:
+        stream = container.add_stream("libx264rgb", rate=Fraction(clip.fps).limit_denominator(1000))
+        stream.width, stream.height, stream.pix_fmt = w, h, "rgb24"
+        stream.options = {"crf": "0", "preset": "veryfast"}
+        stream.codec_context.thread_count = 1
+        for f in clip.frames:
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(f), format="rgb24")))
+        container.mux(stream.encode())
+    return "data:video/mp4;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+END_MARKERS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>")
+"""End-of-turn tokens a server's reasoning parser leaves in `reasoning_content` when `<think>` never
+closed."""
+
+
+def response_text(response: dict | Failure) -> str | Failure:
+    """The assistant's text as the local decode gives it, up to whitespace at the edges of the parts: a
+    server that splits `<think>...</think>` into `reasoning_content` (transformers serve does for Qwen models)
+    gets it put back in front; one that never closed (the parser then keeps the end-of-turn token in it)
+    goes back unclosed. An empty `<think></think>` is dropped by the server and cannot be restored."""
+    if isinstance(response, Failure):
+        return response
+    message = response["choices"][0].get("message") or {}
+    content = message.get("content") or ""
+    reasoning = message.get("reasoning_content", message.get("reasoning"))
+    if reasoning is None:
+        return content
+    for end in END_MARKERS:
+        if reasoning.rstrip().endswith(end):
+            return f"<think>{reasoning.rstrip()[: -len(end)]}{content}"
+    return f"<think>{reasoning}</think>{content}"
+
+
+def choice_from_logprobs(response: dict | Failure, n_options: int) -> list[float] | None:
+    """Forced choice from a greedy response's token log-probs: the log-prob of each option letter at the first
+    token after the response's `<answer>` (-inf for a letter not among the returned alternatives). None when
+    the server returned no log-probs or the response has no `<answer>` (the local forced choice then scores
+    after an empty `<think></think>`, which a chat endpoint cannot be asked to do)."""
+    if isinstance(response, Failure):
+        return None
+    tokens = ((response["choices"][0].get("logprobs") or {}).get("content")) or []
+    text = "".join(t.get("token", "") for t in tokens)
+    cut = text.find("<answer>")
+    if not tokens or cut < 0:
+        return None
+    start, pos = cut + len("<answer>"), 0
+    for t in tokens:
+        if pos >= start:
+            scores = [-float("inf")] * n_options
+            for alt in t.get("top_logprobs") or [t]:
+                word = alt.get("token", "").strip()
+                if word in LETTERS[:n_options]:
+                    j = LETTERS.index(word)
+                    scores[j] = max(scores[j], float(alt["logprob"]))
+            return scores if max(scores) > -float("inf") else None
+        pos += len(t.get("token", ""))
+    return None
+
+
+class EndpointAnswerer:
+    """`embodied.eval.answerer.Answerer` over an `EndpointClient` (see the module docstring)."""
+
+    def __init__(
+        self,
+        client: EndpointClient,
+        video: VideoConfig,
+        max_new_tokens: int = 48,
+        media: str = "auto",
+        processor_kwargs: bool = True,
+        logprobs: bool = False,
+    ):
+        check_media(media)
+        self.client, self.video, self.max_new_tokens = client, video, max_new_tokens
+        self.media = "images" if media == "auto" else media
+        self.processor_kwargs, self.logprobs = processor_kwargs, logprobs
+        self._urls: dict[int, list[dict]] = {}
+        self._greedy: dict[tuple[int, int], dict | Failure] = {}
+
+    def _parts(self, record: dict, clip: Clip) -> list[dict]:
+        """The content parts showing `clip` (encoded once per clip object)."""
+        if id(clip) not in self._urls:
+            if len(self._urls) > 4096:
+                self._urls.clear()
+            if self.media == "video" and "video" in record:
+                self._urls[id(clip)] = [{"type": "video_url", "video_url": {"url": mp4_url(clip)}}]
+            else:
+                self._urls[id(clip)] = [
+                    {"type": "image_url", "image_url": {"url": png_url(f)}} for f in clip.frames
+                ]
+        return self._urls[id(clip)]
+
+    def _body(self, record: dict, clips: Sequence[Clip], history: Sequence, temperature: float, seed=None):
+        text = format_question(record["question"], record["options"], record.get("instruction"))
+        messages = [
+            {"role": "user", "content": [*self._parts(record, clips[0]), {"type": "text", "text": text}]}
+        ]
+        for (answer, words), clip in zip(history, clips[1:]):
+            messages.append({"role": "assistant", "content": answer})
+            messages.append(
+                {"role": "user", "content": [*self._parts(record, clip), {"type": "text", "text": words}]}
+            )
+        body: dict = {
+            "messages": messages,
+            "max_tokens": self.max_new_tokens,
+            "temperature": float(temperature),
+        }
+        if temperature > 0:
+            body |= {"top_p": 1.0, "seed": int(seed) % 2**31}
+        elif self.logprobs:
+            body |= {"logprobs": True, "top_logprobs": TOP_LOGPROBS}
+        if self.processor_kwargs:
+            body["chat_template_kwargs"] = {"processor_kwargs": self._processor_kwargs(record, clips)}
+        return body
+
+    def _processor_kwargs(self, record: dict, clips: Sequence[Clip]) -> dict:
+        """The pixel budget `media_kwargs` gives the local processor, for the kind of parts sent."""
+        size = {"shortest_edge": self.video.min_pixels}
+        cap = frame_pixel_cap(max(len(c.frames) for c in clips), self.video)
+        if self.media == "video" and "video" in record:
+            return {"do_sample_frames": False, "videos_kwargs": {"size": size | {"longest_edge": cap}}}
+        return {"images_kwargs": {"size": size | {"longest_edge": cap}}}
+
+    def greedy(self, records: Sequence[dict], clips: Sequence[Clip]) -> list:
+        bodies = [self._body(r, [c], [], 0.0) for r, c in zip(records, clips)]
+        responses = self.client.complete(bodies)
+        self._greedy = {(id(r), id(c)): x for r, c, x in zip(records, clips, responses)}
+        return [response_text(x) for x in responses]
+
+    def sample(self, records, clips, n: int, temperature: float, seeds: Sequence[int]) -> list[list]:
+        bodies = [
+            self._body(r, [c], [], temperature, sampling_seed(s, j))
+            for r, c, s in zip(records, clips, seeds)
+            for j in range(n)
+        ]
+        texts = [response_text(x) for x in self.client.complete(bodies)]
+        return [texts[i * n : (i + 1) * n] for i in range(len(records))]
+
+    def choice(self, records, clips, responses) -> list:
+        got = [self._greedy.get((id(r), id(c))) for r, c in zip(records, clips)]
+        return [
+            None if x is None else choice_from_logprobs(x, len(r["options"])) for r, x in zip(records, got)
+        ]
+
+    def play(self, examples: Sequence, reward_fn, turns: int, turn_reward: str, **kwargs) -> list:
+        """Multi-turn episodes through the endpoint, as `embodied.rl.episodes.play` plays them locally:
+        each trajectory's `(text, terms)` per turn, or a `Failure` when one of its requests failed."""
+        return play_served(self, examples, reward_fn, turns, **kwargs)
+
+    def settings(self) -> dict:
+        return {"media": self.media, "processor_kwargs": self.processor_kwargs}
+
+
+def _temperature(temperature, t: int) -> float:
+    if temperature is None:
+        return 0.0
+    return float(temperature[t]) if hasattr(temperature, "__len__") else float(temperature)
+
+
+def play_served(
+    answerer: EndpointAnswerer,
+    examples: Sequence,
+    reward_fn,
+    turns: int,
+    group_size: int = 1,
+    temperature=None,
+    seeds: Sequence[int] | None = None,
+    first: tuple[list, list] | None = None,
+    words: bool = False,
+    turn_clip: str = "outcome",
+    **_unused,
+) -> list:
+    """`group_size` trajectories per example (`temperature` None: greedy; else one per trajectory or one
+    for all, drawn with `sampling_seed(seeds[i], g[, k])`), `first` the answered turn 1 of greedy play."""
+    G, video = group_size, answerer.video
+    n = len(examples) * G
+    trajs: list = [[] for _ in range(n)]
+    clips = [[examples[t // G].clip] for t in range(n)]
+    history: list[list] = [[] for _ in range(n)]
+    active = list(range(n))
+    for k in range(1, turns + 1):
+        recs = [examples[t // G].record for t in active]
+        if k == 1 and first is not None:
+            texts, terms = list(first[0]), list(first[1])
+        else:
+            bodies = []
+            for t, rec in zip(active, recs):
+                temp = _temperature(temperature, t)
+                key = (seeds[t // G] if seeds is not None else 0, t % G) + ((k,) if k > 1 else ())
+                bodies.append(answerer._body(rec, clips[t], history[t], temp, sampling_seed(*key)))
+            texts = [response_text(x) for x in answerer.client.complete(bodies)]
+            ok = [i for i, x in enumerate(texts) if not isinstance(x, Failure)]
+            scored = iter(reward_fn([texts[i] for i in ok], [recs[i] for i in ok]) if ok else [])
+            terms = [texts[i] if isinstance(texts[i], Failure) else next(scored) for i in range(len(texts))]
+        going = []
+        for t, rec, text, term in zip(active, recs, texts, terms):
+            if isinstance(text, Failure):
+                trajs[t] = text  # the whole episode is unscored
+                continue
+            trajs[t].append((text, term))
+            if k < turns and continues(rec, term):
+                clips[t].append(outcome_clip(rec, text, video, clips[t][0], turn_clip))
+                history[t].append((text, again(term, words)))
+                going.append(t)
+        active = going
+        if not active:
+            break
+    return trajs

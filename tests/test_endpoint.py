@@ -1,0 +1,318 @@
+"""`embodied eval` through an OpenAI-compatible endpoint, against a real `transformers serve` on 127.0.0.1.
+
+No mock: the module trains the shipped tiny base for a few SFT steps (so that it answers in the format and
+an episode's turn 1 executes, fails, and a turn 2 follows), saves it, serves the folder with `transformers
+serve` on a free loopback port, and evaluates it both ways on a small generated MCQ split and a small
+episode split. The server is killed mid-evaluation and restarted once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from embodied.config import Config
+from embodied.eval.endpoint import EndpointClient, cache_key
+from embodied.eval.loop import evaluate_answers
+from embodied.eval.served import EndpointAnswerer
+from embodied.video import VideoConfig
+
+SHORT = "<think></think><answer>0.05</answer>"  # push: an impulse far too small, so turn 1 fails
+KEY_ENV = "EMBODIED_TEST_ENDPOINT_KEY"
+KEY = "sk-test-7f3a9c1e-do-not-write-me"
+N_MCQ = 8
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """`transformers serve FOLDER` on 127.0.0.1:`port`, started and killed by the tests."""
+
+    def __init__(self, folder: Path, log: Path):
+        self.folder, self.log, self.port, self.proc = folder, log, _free_port(), None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> None:
+        exe = Path(sys.executable).parent / "transformers"
+        cmd = [str(exe), "serve", str(self.folder), "--host", "127.0.0.1", "--port", str(self.port)]
+        env = os.environ | {"OMP_NUM_THREADS": "1"}
+        self.proc = subprocess.Popen(
+            [*cmd, "--device", "cpu"], stdout=self.log.open("a"), stderr=subprocess.STDOUT, env=env
+        )
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"transformers serve exited: {self.log.read_text()[-2000:]}"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.2)
+        raise AssertionError(f"transformers serve did not come up: {self.log.read_text()[-2000:]}")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """A generated MCQ split (arrow of time, 112 px) and a generated push episode split (56 px)."""
+    from embodied.data.build import generate_dataset
+    from embodied.data.episodes import generate_episodes
+    from embodied.envs.config import EnvConfig
+
+    root = tmp_path_factory.mktemp("endpoint_data")
+    cfg = Config()
+    cfg.data.root, cfg.data.n_train, cfg.data.n_val, cfg.data.n_test = str(root / "aot"), 0, 0, N_MCQ
+    cfg.data.workers = 1
+    generate_dataset(cfg.data, progress=False)
+    env = EnvConfig(root=str(root / "env"), tasks=["push"], n_train=0, n_test=3, width=56, height=56)
+    generate_episodes(env, progress=False)
+    return cfg.data.root, env.root
+
+
+@pytest.fixture(scope="module")
+def served_folder(tmp_path_factory, data):
+    """The tiny base after 40 SFT steps towards SHORT on the push episodes, shown as images
+    (`eval.media=images`, the form the server takes), saved as a folder."""
+    from embodied.config import SFTConfig
+    from embodied.data.load import Example, load_split
+    from embodied.eval.answerer import as_images
+    from embodied.policy.model import load_policy, save_policy
+    from embodied.policy.tiny import SHIPPED
+    from embodied.train.sft import train_sft
+
+    out = tmp_path_factory.mktemp("served")
+    model, processor = load_policy(SHIPPED)
+    train = load_split(data[1], "test", VideoConfig())
+    train = [Example(as_images(e.record, e.clip), e.clip) for e in train]
+    cfg = SFTConfig(steps=40, batch_size=1, lr=5e-3, eval_every=0, checkpoint_every=0, warmup_steps=0)
+    train_sft(
+        model, processor, train, cfg, VideoConfig(), out / "sft", progress=False, target_fn=lambda r: SHORT
+    )
+    save_policy(model, processor, out / "model")
+    return out / "model"
+
+
+@pytest.fixture(scope="module")
+def server(served_folder, tmp_path_factory):
+    s = Server(served_folder, tmp_path_factory.mktemp("server") / "server.log")
+    s.start()
+    yield s
+    s.kill()
+
+
+def _cfg(run_dir: Path, root: str, **eval_settings) -> Config:
+    cfg = Config()
+    cfg.run_dir, cfg.data.root, cfg.threads = str(run_dir), root, 1
+    for key, value in eval_settings.items():
+        setattr(cfg.eval, key, value)
+    return cfg
+
+
+def _same_text(served: str, local: str) -> bool:
+    """The same response, as far as a chat server lets one tell: `transformers serve` splits
+    `<think>...</think>` off into `reasoning_content` (put back by the client), trimmed, drops an empty one,
+    and trims the content: compared without whitespace and without an empty `<think></think>`."""
+    squeeze = lambda t: "".join(t.split()).replace("<think></think>", "", 1)  # noqa: E731
+    return squeeze(served) == squeeze(local)
+
+
+def _predictions(run_dir: Path) -> dict[str, dict]:
+    return {p["id"]: p for p in json.loads((run_dir / "eval_test.json").read_text())["predictions"]}
+
+
+def test_endpoint_answers_equal_local_answers_and_the_key_is_written_nowhere(
+    server, served_folder, data, tmp_path, monkeypatch
+):
+    from embodied.run import eval as run_eval
+
+    monkeypatch.setenv(KEY_ENV, KEY)
+    local = run_eval(_cfg(tmp_path / "local", data[0], media="images") | _policy(served_folder), False)
+    served_cfg = _cfg(tmp_path / "served", data[0], endpoint=server.url, api_key_env=KEY_ENV)
+    served = run_eval(served_cfg, False)
+    a, b = _predictions(tmp_path / "local"), _predictions(tmp_path / "served")
+    assert len(a) == len(b) == N_MCQ and served["n"] == N_MCQ and not served["failed"]
+    for qid, row in a.items():  # the same greedy text (the server trims trailing spaces) and letter
+        assert _same_text(b[qid]["response"], row["response"]), qid
+        assert b[qid]["predicted"] == row["predicted"]
+    assert served["accuracy"] == local["accuracy"] and served["unparseable"] == local["unparseable"]
+    # transformers serve returns no log-probs: forced choice is unavailable, never a number
+    assert "choice_accuracy" not in served and "unavailable" in served["settings"]["choice"]
+    ep = served["endpoint"]
+    assert ep["sent"] == ep["requests"] == N_MCQ and ep["sent_completion_tokens"] > 0 and ep["seconds"] > 0
+    written = [p for p in (tmp_path / "served").rglob("*") if p.is_file()]
+    assert (
+        any("endpoint_cache" in str(p) for p in written) and (tmp_path / "served" / "config.yaml") in written
+    )
+    assert all(KEY.encode() not in p.read_bytes() for p in written)
+    assert KEY_ENV in (tmp_path / "served" / "config.yaml").read_text()  # the variable's name only
+
+
+def _policy(folder: Path):
+    """`| _policy(folder)`: a tiny helper so the local config reads like the served one."""
+    return _PolicyPath(str(folder))
+
+
+class _PolicyPath:
+    def __init__(self, path: str):
+        self.path = path
+
+    def __ror__(self, cfg: Config) -> Config:
+        cfg.policy.path = self.path
+        return cfg
+
+
+def test_interactive_split_through_the_endpoint_executes_answers_and_shows_outcomes(
+    server, served_folder, data, tmp_path
+):
+    from embodied.run import eval as run_eval
+
+    local = run_eval(_cfg(tmp_path / "local", data[1], media="images") | _policy(served_folder), False)
+    cfg = _cfg(tmp_path / "served", data[1], endpoint=server.url, samples=2, k=[1, 2])
+    cfg.env.turns = 2
+    served = run_eval(cfg, False)
+    a, b = _predictions(tmp_path / "local"), _predictions(tmp_path / "served")
+    for qid, row in a.items():  # turn 1 is the single-turn greedy answer, executed in MuJoCo
+        assert _same_text(b[qid]["response"], row["response"])
+        # transformers serve drops an empty `<think></think>`, read by `reward/format` (docs/evaluation.md)
+        same = lambda t: {k: v for k, v in t.items() if k not in ("reward/format", "reward/total")}  # noqa: E731
+        assert same(b[qid]["terms"]) == same(row["terms"])
+    assert served["success"] == local["success"] and served["n"] == 3
+    assert all(r["terms"]["reward/unparseable"] == 0 for r in b.values())  # answers parse and execute
+    second = [r for r in b.values() if len(r["turns"]) == 2]
+    assert second, "a failed turn 1 is followed by a turn 2 that sees its outcome"
+    assert "success@2" in served["turns"]["greedy"] and "best_of@2" in served["test_time"]
+    assert all(len(r["sampled"]) == 2 for r in b.values())
+
+
+def test_server_killed_mid_evaluation_loses_nothing_and_resume_sends_only_what_is_missing(
+    server, data, tmp_path
+):
+    from embodied.data.load import load_split
+
+    examples = load_split(data[0], "test", VideoConfig())
+    cache = tmp_path / "cache"
+
+    def answerer(on_response=None) -> EndpointAnswerer:
+        client = EndpointClient(
+            server.url, "", cache, concurrency=1, retries=1, backoff=0.05, on_response=on_response
+        )
+        return EndpointAnswerer(client, VideoConfig())
+
+    def kill_at_half(done: int) -> None:
+        if done == N_MCQ // 2:
+            server.kill()
+
+    first = answerer(kill_at_half)
+    broken = evaluate_answers(first, examples, choice=False, progress=False)
+    lost = set(broken["failed"])
+    assert lost and broken["n"] == N_MCQ - len(lost) and broken["requested"] == N_MCQ
+    assert first.client.usage.failed == len(lost) and first.client.usage.retries == len(lost)
+    assert all("predicted" not in r for r in broken["predictions"] if r.get("failed"))  # listed, not scored
+    assert broken["unparseable"] < 1.0 or broken["n"] > 0  # accuracy is over the answered questions only
+
+    server.start()
+    again = answerer()
+    resumed = evaluate_answers(again, examples, choice=False, progress=False)
+    assert again.client.usage.sent == len(lost) and again.client.usage.cached == N_MCQ - len(lost)
+    assert resumed["n"] == N_MCQ and not resumed["failed"]
+    once = evaluate_answers(answerer(), examples, choice=False, progress=False)  # all cached now
+    assert [r["response"] for r in once["predictions"]] == [r["response"] for r in resumed["predictions"]]
+    kept = {r["id"]: r["response"] for r in broken["predictions"] if not r.get("failed")}
+    assert all(r["response"] == kept[r["id"]] for r in resumed["predictions"] if r["id"] in kept)
+
+
+def test_a_refused_request_is_counted_and_listed_never_scored(server, data, tmp_path):
+    """A model the server does not serve: HTTP 400, not retried (it would fail the same way), every question
+    listed as failed, none scored as wrong."""
+    from embodied.data.load import load_split
+
+    examples = load_split(data[0], "test", VideoConfig(), limit=3)
+    client = EndpointClient(server.url, "not-this-model", tmp_path / "cache", retries=3, backoff=0.05)
+    result = evaluate_answers(EndpointAnswerer(client, VideoConfig()), examples, choice=False, progress=False)
+    assert result["n"] == 0 and result["requested"] == 3 and len(result["failed"]) == 3
+    assert client.usage.failed == 3 and client.usage.retries == 0 and "HTTP 400" in client.usage.errors[0]
+    assert not any((tmp_path / "cache").rglob("*.json"))  # a failure is not cached: the next run asks again
+
+
+def test_a_server_error_is_retried_then_counted(server, data, tmp_path):
+    """A real 5xx: transformers serve 5.24 answers a Qwen2.5-VL `video_url` with HTTP 500 (it tries to load
+    the clip's audio, docs/evaluation.md). Each request is retried `retries` times, then listed as failed. If
+    this test fails because the server answered, it has learned video: update docs/evaluation.md."""
+    from embodied.data.load import load_split
+
+    examples = load_split(data[0], "test", VideoConfig(), limit=2)
+    client = EndpointClient(server.url, "", tmp_path / "cache", retries=2, backoff=0.05)
+    answerer = EndpointAnswerer(client, VideoConfig(), media="video")
+    result = evaluate_answers(answerer, examples, choice=False, progress=False)
+    assert result["n"] == 0 and len(result["failed"]) == 2
+    assert (
+        client.usage.retries == 4
+        and client.usage.failed == 2
+        and client.usage.errors[0].startswith("HTTP 500")
+    )
+
+
+def test_response_text_puts_the_reasoning_back_and_choice_needs_log_probs():
+    from embodied.eval.served import choice_from_logprobs, response_text
+
+    def response(message: dict, logprobs=None) -> dict:  # the shape transformers serve returns
+        return {"choices": [{"index": 0, "message": message} | ({"logprobs": logprobs} if logprobs else {})]}
+
+    said = response({"role": "assistant", "content": "<answer>B</answer>", "reasoning_content": "it rises"})
+    assert response_text(said) == "<think>it rises</think><answer>B</answer>"
+    assert response_text(response({"content": "<answer>B</answer>"})) == "<answer>B</answer>"
+    unclosed = response({"content": "", "reasoning_content": ".0.0<|im_end|>"})  # `<think>.0.0` never closed
+    assert response_text(unclosed) == "<think>.0.0"
+    assert choice_from_logprobs(said, 2) is None  # no log-probs: unavailable, never a guess
+    tokens = [{"token": t, "logprob": -0.1, "top_logprobs": []} for t in ("<answer>", "B", "</answer>")]
+    tokens[1]["top_logprobs"] = [{"token": "B", "logprob": -0.1}, {"token": " A", "logprob": -2.5}]
+    assert choice_from_logprobs(response({"content": ""}, {"content": tokens}), 2) == [-2.5, -0.1]
+
+
+def test_frames_travel_losslessly_as_png_and_as_mp4(data):
+    """What the server decodes is the clip the local policy sees, pixel for pixel, at the clip's rate."""
+    import base64
+    import io
+
+    import av
+    import numpy as np
+    from PIL import Image
+
+    from embodied.data.load import load_split
+    from embodied.eval.served import mp4_url, png_url
+
+    clip = load_split(data[0], "test", VideoConfig(), limit=1)[0].clip
+    png = base64.b64decode(png_url(clip.frames[1]).split(",", 1)[1])
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(png)).convert("RGB")), clip.frames[1])
+    with av.open(io.BytesIO(base64.b64decode(mp4_url(clip).split(",", 1)[1]))) as container:
+        stream = container.streams.video[0]
+        assert float(stream.average_rate) == clip.fps
+        frames = np.stack([f.to_ndarray(format="rgb24") for f in container.decode(stream)])
+    assert np.array_equal(frames, clip.frames)
+
+
+def test_cache_key_is_the_model_and_the_request_content():
+    body = {"messages": [{"role": "user", "content": "x"}], "temperature": 0.0}
+    assert cache_key("m", body) == cache_key("m", dict(reversed(body.items())))
+    assert cache_key("m", body) != cache_key("n", body)
+    assert cache_key("m", body) != cache_key("m", body | {"temperature": 1.0})
