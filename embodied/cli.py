@@ -92,7 +92,7 @@ def _parser() -> argparse.ArgumentParser:
             s.add_argument(
                 "--episodes",
                 action="store_true",
-                help="write interactive episodes (train and test) from the env section under env.root instead",
+                help="write interactive episodes (train and test) of the env section under env.root instead",
             )
         s.add_argument(
             "--config",

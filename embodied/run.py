@@ -9,10 +9,11 @@ from pathlib import Path
 
 import torch
 
-from embodied.config import Config, to_yaml
+from embodied.config import Config, CosmosConfig, RecipesConfig, ZeroLabelConfig, to_yaml
 from embodied.data.build import ensure_dataset, generate_dataset
 from embodied.data.load import load_split
 from embodied.envs import answer_examples, is_interactive
+from embodied.envs.config import Turns
 from embodied.eval.loop import evaluate, format_result, markdown_table
 from embodied.policy.fits import check_command
 from embodied.policy.model import count_parameters, load, save_policy
@@ -29,7 +30,52 @@ def _run_dir(cfg: Config, command: str) -> Path:
     return out
 
 
+UNREAD = {
+    "recipes": "recipes",
+    "zero_label": "zero-label",
+    "cosmos": "cosmos",
+    "env.feedback": "env-feedback",
+}
+"""Config sections that only one experiment reads (`embodied experiment NAME`)."""
+
+
+def refuse_unread(cfg: Config, command: str) -> None:
+    """Refuse, in one line, a setting this command would silently drop: an experiment's section changed for a
+    command that is not that experiment, or later-turn settings for a command that plays no episodes."""
+    from embodied.envs.config import FeedbackConfig
+
+    defaults = {"recipes": RecipesConfig(), "zero_label": ZeroLabelConfig(), "cosmos": CosmosConfig()}
+    defaults["env.feedback"] = FeedbackConfig()
+    for key, experiment in UNREAD.items():
+        value = cfg.env.feedback if key == "env.feedback" else getattr(cfg, key)
+        if value != defaults[key] and command != f"experiment/{experiment}":
+            raise ValueError(
+                f"{key}.* is read by `embodied experiment {experiment}` only; `embodied {command}` would "
+                "ignore it: drop it from the command line or the config file"
+            )
+    if (
+        cfg.env.turns > 1
+        and command not in ("grpo", "expert", "eval")
+        and not command.startswith("experiment")
+    ):
+        raise ValueError(
+            f"env.turns={cfg.env.turns}: `embodied {command}` plays no interactive episodes (multi-turn "
+            "episodes are trained by `embodied grpo` or `expert` and evaluated by `embodied eval`)"
+        )
+
+
+def refuse_turns_on_questions(cfg: Config, examples, split: str) -> None:
+    """`env.turns` > 1 plays interactive episodes: refuse it on a split of multiple-choice questions."""
+    if cfg.env.turns > 1 and not all(is_interactive(x.record) for x in examples):
+        raise ValueError(
+            f"{cfg.data.root}/{split}: env.turns={cfg.env.turns} plays interactive episodes, and this split "
+            "holds multiple-choice questions; set env.turns=1 (or data.root to episodes: embodied generate "
+            "--episodes)"
+        )
+
+
 def _setup(cfg: Config, command: str) -> Path:
+    refuse_unread(cfg, command)
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)
@@ -86,6 +132,7 @@ def eval(cfg: Config, progress: bool = True) -> dict:  # noqa: A001 - the comman
         skipped: list[str] = []
         examples = load_split(cfg.data.root, e.split, cfg.video, progress, e.limit, skipped)
         examples = answer_examples(examples, cfg.env.answer)  # interactive records in env.answer's form
+        refuse_turns_on_questions(cfg, examples, e.split)
         if any(is_interactive(x.record) for x in examples):
             return _eval_env(cfg, source, examples, skipped, out, progress)
         result = _eval_mcq(cfg, source, examples, progress)
@@ -160,7 +207,7 @@ def _eval_env(cfg: Config, source, examples, skipped, out: Path, progress: bool)
     """`embodied eval` on interactive episodes: greedy answers executed in MuJoCo and, with `eval.samples`,
     best-of-N with the simulator as the verifier and majority vote for each N in `eval.k`; with
     `env.turns` > 1 each failed answer's outcome clip is shown back for another turn."""
-    from embodied.eval.envs import env_markdown, evaluate_env, evaluate_env_answers, turn_settings
+    from embodied.eval.envs import env_markdown, evaluate_env, evaluate_env_answers
 
     e, t0 = cfg.eval, time.perf_counter()
     if e.baseline != "none" or not all(is_interactive(x.record) for x in examples):
@@ -170,7 +217,7 @@ def _eval_env(cfg: Config, source, examples, skipped, out: Path, progress: bool)
         )
     args = (cfg.env.backend, e.batch_size)
     kwargs = {"samples": e.samples, "k": e.k, "temperature": e.temperature, "seed": cfg.seed}
-    kwargs |= turn_settings(cfg.env)
+    kwargs["turns"] = Turns.of(cfg.env)
     if isinstance(source, tuple):
         model, processor = source
         args = (*args, e.max_new_tokens, cfg.env.format_weight, progress)
@@ -209,11 +256,13 @@ def _train(cfg: Config, stage: str, progress: bool) -> dict:
 
     loop, stage_cfg = {"sft": (train_sft, cfg.sft), "grpo": (train_grpo, cfg.grpo)}[stage]
     check_command(cfg, stage)  # a policy too big for the device stops here, in one line
-    extra = {"reward_fn": rewards_for(cfg)} if stage == "grpo" else {}  # questions, episodes or both
+    # the reward routes questions, episodes or both; the turns are how episodes are played (env.turns, ...)
+    extra = {"reward_fn": rewards_for(cfg), "turns": Turns.of(cfg.env)} if stage == "grpo" else {}
     procs = Processes(cfg.mixed_precision, cpu=cfg.policy.device == "cpu", strategy=cfg.distributed)
     out = _setup(cfg, stage)
     model, processor = load(cfg.policy, stage)
     train = answer_examples(load_split(cfg.data.root, "train", cfg.video, progress), cfg.env.answer)
+    refuse_turns_on_questions(cfg, train, "train")
     val = (  # only a stage that validates needs the split (episode datasets have none)
         answer_examples(load_split(cfg.data.root, "val", cfg.video, progress), cfg.env.answer)
         if stage_cfg.eval_every > 0
@@ -285,6 +334,7 @@ def expert(cfg: Config, progress: bool = True) -> dict:
     out = _setup(cfg, "expert")
     model, processor = load(cfg.policy, "expert")
     train = answer_examples(load_split(cfg.data.root, "train", cfg.video, progress), cfg.env.answer)
+    refuse_turns_on_questions(cfg, train, "train")
     info = train_expert_config(model, processor, train, cfg, out, progress, cfg.resume, to_yaml(cfg))
     save_policy(model, processor, out / "model")
     plot_curves(read_metrics(out / "metrics.jsonl"), out / "curves.png")

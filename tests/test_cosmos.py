@@ -14,6 +14,7 @@ from embodied.policy.model import load_policy
 REPO = Path(__file__).parents[1]
 
 
+@pytest.mark.slow  # 21 s: the experiment end to end (its pieces are tested by default below)
 def test_cosmos_experiment_end_to_end(tmp_path):
     from embodied.experiments.cosmos import run
 

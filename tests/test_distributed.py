@@ -43,7 +43,9 @@ def _weights(path):
 SFT = ["sft.steps=3", "sft.batch_size=4", "sft.log_every=1", "sft.eval_every=0", "sft.checkpoint_every=2"]
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+@pytest.mark.parametrize(
+    "strategy", ["ddp", pytest.param("fsdp", marks=pytest.mark.slow)]
+)  # FSDP: grpo, resume
 def test_two_processes_equal_one_process_sft(setup, strategy):
     root, common = setup
     if not (root / "sft1").exists():

@@ -11,6 +11,7 @@ import torch
 
 from embodied.data.load import Example
 from embodied.envs import push
+from embodied.envs.config import Turns
 from embodied.envs.reward import unparseable_penalty
 from embodied.policy.families import family_of
 from embodied.policy.model import (
@@ -236,9 +237,8 @@ def test_two_turn_grpo_end_to_end(answering_policy, push_examples, tmp_path, mon
         "_CURRENT",
         tracking.Tracking(tracking.LogConfig(["jsonl", "tensorboard"], samples_every=1, samples=2)),
     )
-    train_grpo(
-        model, processor, push_examples, cfg, video, tmp_path, progress=False, reward_fn=reward, turns=2
-    )
+    args = (model, processor, push_examples, cfg, video, tmp_path)
+    train_grpo(*args, progress=False, reward_fn=reward, turns=Turns(2))
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     logged = [r for r in rows if "turns/success@2" in r]
     assert len(logged) == 2 and all(r["turns/success@2"] >= r["turns/success@1"] for r in logged)
@@ -256,7 +256,7 @@ def test_two_turn_grpo_end_to_end(answering_policy, push_examples, tmp_path, mon
             tmp_path,
             progress=False,
             reward_fn=reward,
-            turns=2,
+            turns=Turns(2),
         )
 
 
@@ -272,7 +272,7 @@ def test_evaluate_env_reports_success_after_each_turn(answering_policy, push_exa
         max_new_tokens=12,
         samples=2,
         k=[1, 2],
-        turns=2,
+        turns=Turns(2),
         seed=0,
     )
     t = res["turns"]["per_task"]["push"]
@@ -384,7 +384,7 @@ def test_expert_iteration_over_two_turns_keeps_the_answer_that_worked_after_a_mi
     # the whole loop with two turns: runs, logs per-turn success and what it kept at each turn
     ex = ExpertConfig(rounds=1, prompts_per_round=2, samples=2, sft_steps=1, batch_size=2)
     info = train_expert(
-        model, processor, push_examples, ex, cfg, video, tmp_path / "ei", 0, False, reward, 12, turns=2
+        model, processor, push_examples, ex, cfg, video, tmp_path / "ei", 0, False, reward, 12, turns=Turns(2)
     )
     [row] = read_metrics(tmp_path / "ei" / "metrics.jsonl")
     assert info["answers_scored"] == row["expert/answers_scored"] >= 4
@@ -399,7 +399,7 @@ def test_expert_iteration_over_two_turns_keeps_the_answer_that_worked_after_a_mi
         )
     with pytest.raises(ValueError, match="keep=success"):
         train_expert(
-            model, processor, push_examples, ExpertConfig(keep="best"), cfg, video, tmp_path, turns=2
+            model, processor, push_examples, ExpertConfig(keep="best"), cfg, video, tmp_path, turns=Turns(2)
         )
 
 

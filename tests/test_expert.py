@@ -11,6 +11,7 @@ import torch
 
 from embodied.config import ExpertConfig, SFTConfig
 from embodied.data.load import Example
+from embodied.envs.config import Turns
 from embodied.rl.rollout import Rollout
 from embodied.train.expert import (
     answers_scored,
@@ -94,6 +95,7 @@ def test_round_prompts_are_seeded_and_cover_the_set():
             train_expert(None, None, [None], bad, SFTConfig(), VideoConfig(), "unused")
 
 
+@pytest.mark.slow  # 25 s; learning itself is the default suite's tests/test_rl_learns.py (GRPO)
 def test_expert_iteration_from_format_only_learns_a_visible_answer(tmp_path):
     """As tests/test_rl_learns.py for GRPO: from the format-only start, rounds of keeping the verified answer
     and fine-tuning on it must lift the tiny base from chance to >= 0.9 on "which colour fills the video?"."""
@@ -161,7 +163,14 @@ def test_cli_expert_and_grpo_train_on_episodes_scored_by_the_simulator(tmp_path)
     assert [r["step"] for r in read_metrics(tmp_path / "ei" / "metrics.jsonl")] == [1]  # its own rows only
 
 
-@pytest.mark.parametrize("replay,balance", [(False, "none"), (True, "none"), (True, "failures")])
+@pytest.mark.parametrize(
+    "replay,balance",  # each 15 s: the replay variants run with -m slow, the plain resume by default
+    [
+        (False, "none"),
+        pytest.param(True, "none", marks=pytest.mark.slow),
+        pytest.param(True, "failures", marks=pytest.mark.slow),
+    ],
+)
 def test_expert_resumed_with_more_rounds_reproduces_the_uninterrupted_run(tmp_path, replay, balance):
     """One round, then resumed to two, gives the same weights and metrics as two rounds at once: a round
     depends only on the policy it starts from, on (seed, round) and, with `replay`, on the earlier rounds'
@@ -205,7 +214,7 @@ def test_expert_resumed_with_more_rounds_reproduces_the_uninterrupted_run(tmp_pa
         assert replayed[0] == first and max(first, second) <= replayed[1] <= first + second
         assert replayed[1] > second  # the two rounds' prompts differ, so some earlier answers stay
         with pytest.raises(ValueError, match="expert.replay"):
-            train_expert(model, processor, train, cfg, fmt, video, tmp_path / "mt", 3, False, turns=2)
+            train_expert(model, processor, train, cfg, fmt, video, tmp_path / "mt", 3, False, turns=Turns(2))
         three = dataclasses.replace(cfg, rounds=3)  # resumed on one prompt: the replayed others are missing
         with pytest.raises(ValueError, match="not in this training set"):
             train_expert(

@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import model_folders  # noqa: E402
 
 from embodied.config import load_config  # noqa: E402
+from embodied.envs.config import Turns
 from embodied.policy.config import PolicyConfig  # noqa: E402
 from embodied.policy.families import family_of  # noqa: E402
 from embodied.policy.model import (  # noqa: E402
@@ -285,7 +286,7 @@ def test_qwen3_vl_plays_two_turn_episodes(tiny_models, tmp_path):
     assert row["video_grid_thw"].shape[0] == 2  # the episode's clip, then turn 1's outcome
     text = processor.tokenizer.decode(row["input_ids"][0][row["attention_mask"][0].bool()])
     assert text.count("<0.2 seconds>") == 2  # both clips' first temporal patch, at their own times
-    res = evaluate_env(model, processor, episodes, VideoConfig(), max_new_tokens=12, turns=2, seed=0)
+    res = evaluate_env(model, processor, episodes, VideoConfig(), max_new_tokens=12, turns=Turns(2), seed=0)
     assert res["turns"]["per_task"]["push"]["n"] == 2
 
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from embodied.config import load_config
 
 REPO = Path(__file__).parents[1]
 
 
+@pytest.mark.slow  # 17 s; tests/test_training_state.py runs the recipe experiment end to end by default
 def test_recipes_run_every_arm_from_its_seed_start_in_two_workers(tmp_path):
     from embodied.experiments.recipes import run
 

@@ -49,6 +49,39 @@ class FeedbackConfig:
     """Frame rate of those rollout videos (playback only: the policy's frames come at `video.fps`)."""
 
 
+@dataclass(frozen=True)
+class Turns:
+    """How interactive episodes are played over turns, as the `env` section sets them (`Turns.of(cfg.env)`):
+    one value handed to everything that plays, trains on or evaluates episodes (`embodied grpo`, `expert`,
+    `eval`, the env-feedback experiment), so that no caller passes the six settings one by one, or drops one.
+    The fields are `env.turns`, `env.turn_reward`, `env.turn_words`, `env.turn_clip`, `env.retry_temperature`
+    and `env.retry_min_p` (see `EnvConfig`)."""
+
+    n: int = 1
+    reward: str = "last"
+    words: bool = False
+    clip: str = "outcome"
+    retry_temperature: float = 0.0
+    retry_min_p: float = 0.0
+
+    @classmethod
+    def of(cls, env: EnvConfig) -> Turns:
+        later = (env.turn_words, env.turn_clip, env.retry_temperature, env.retry_min_p)
+        return cls(env.turns, env.turn_reward, *later)
+
+    def play_kwargs(self, sampling: bool = True) -> dict:
+        """The keywords of `rl.episodes.play` and `sample_episodes`; evaluation's greedy later turns take no
+        retry sampling (`sampling=False`)."""
+        kwargs = {"turns": self.n, "turn_reward": self.reward, "words": self.words, "turn_clip": self.clip}
+        if sampling:
+            kwargs |= {"retry_temperature": self.retry_temperature, "retry_min_p": self.retry_min_p}
+        return kwargs
+
+
+ONE_TURN = Turns()
+"""The default play: one answer per episode."""
+
+
 @dataclass
 class EnvConfig:
     """Interactive episodes: which tasks, how hard, how many, and which physics backend scores them."""

@@ -32,6 +32,7 @@ import torch
 from tqdm.auto import tqdm
 
 from embodied.envs import action_seconds, answer_form, answer_text, grid_action, parse, render_action, task
+from embodied.envs.config import ONE_TURN, Turns
 from embodied.envs.reward import env_reward
 from embodied.eval.answerer import LocalAnswerer
 from embodied.eval.endpoint import Failure
@@ -39,13 +40,6 @@ from embodied.eval.stats import majority_vote, pass_at_k, resolve_k, seed_interv
 from embodied.rl.episodes import check_turn_clip, check_turns
 from embodied.rl.rollout import sampling_seed
 from embodied.tasks import LETTERS, parse_answer
-
-
-def turn_settings(env) -> dict:
-    """The multi-turn keywords of :func:`evaluate_env` as set in an `EnvConfig` (`env.turns`, ...): one place
-    for every caller that evaluates with the run's turn settings."""
-    return {"turns": env.turns, "turn_reward": env.turn_reward, "turn_words": env.turn_words,
-            "turn_clip": env.turn_clip}  # fmt: skip
 
 
 def by_task(rows: Sequence[dict]) -> dict[str, list[dict]]:
@@ -82,10 +76,7 @@ def evaluate_env(
     k: Sequence[int] = (),
     temperature: float = 1.0,
     seed: int = 0,
-    turns: int = 1,
-    turn_reward: str = "last",
-    turn_words: bool = False,
-    turn_clip: str = "outcome",
+    turns: Turns = ONE_TURN,
     sample_episodes: int = 0,
     media: str = "auto",
 ) -> dict:
@@ -98,7 +89,8 @@ def evaluate_env(
     greedy answer is turn 1, a failed one is followed by greedy later turns, each row keeping its turns in
     ``row["turns"]``; with ``samples``, also ``samples`` sampled trajectories per episode. ``result["turns"]``
     (`turn_summary`) holds the success after each turn beside best-of-N at the same simulator calls.
-    ``turn_words`` and ``turn_clip`` are `env.turn_words` and `env.turn_clip`; ``media`` is `eval.media`."""
+    ``turns`` is `Turns.of(cfg.env)` (later turns are greedy: its retry sampling is for training);
+    ``media`` is `eval.media`."""
     if samples:
         torch.manual_seed(seed)
     was_training = model.training
@@ -107,8 +99,8 @@ def evaluate_env(
     try:
         return evaluate_env_answers(
             answerer, examples, backend, batch_size, format_weight, progress, desc,
-            samples=samples, k=k, temperature=temperature, seed=seed, turns=turns, turn_reward=turn_reward,
-            turn_words=turn_words, turn_clip=turn_clip, sample_episodes=sample_episodes,
+            samples=samples, k=k, temperature=temperature, seed=seed, turns=turns,
+            sample_episodes=sample_episodes,
         )  # fmt: skip
     finally:
         model.train(was_training)
@@ -127,10 +119,7 @@ def evaluate_env_answers(
     k: Sequence[int] = (),
     temperature: float = 1.0,
     seed: int = 0,
-    turns: int = 1,
-    turn_reward: str = "last",
-    turn_words: bool = False,
-    turn_clip: str = "outcome",
+    turns: Turns = ONE_TURN,
     sample_episodes: int = 0,
 ) -> dict:
     """`evaluate_env` with any answer source (`embodied.eval.answerer`: a local model or a served one).
@@ -139,8 +128,8 @@ def evaluate_env_answers(
     listed under ``failed`` (id and error) and left out of every figure: ``n`` counts the episodes answered,
     ``requested`` all of them."""
     ks = resolve_k(samples, k)
-    check_turns(turns, turn_reward)
-    check_turn_clip(turn_clip)
+    check_turns(turns.n, turns.reward)
+    check_turn_clip(turns.clip)
     check_sample_episodes(sample_episodes)
     predictions, seconds = [], {"generate": 0.0, "simulate": 0.0}
     everything = ([], list(range(len(examples))))
@@ -152,7 +141,7 @@ def evaluate_env_answers(
             predictions += _answer_batch(
                 answerer, chunk, backend, format_weight, n_samples, temperature,
                 [sampling_seed(seed, start + i) for i in range(len(chunk))], seconds,
-                turns, turn_reward, {"words": turn_words, "turn_clip": turn_clip},
+                turns.n, turns.reward, {"words": turns.words, "turn_clip": turns.clip},
             )  # fmt: skip
             bar.update(len(chunk))
     bar.close()
@@ -172,8 +161,8 @@ def evaluate_env_answers(
         result["settings"] = {"samples": samples, "k": ks, "temperature": temperature, "seed": seed,
                               "sampled_episodes": len(sampled)}  # fmt: skip
     result["settings"] = result.get("settings", {}) | answerer.settings()
-    if turns > 1:
-        result["turns"] = turn_summary(predictions, turns)
+    if turns.n > 1:
+        result["turns"] = turn_summary(predictions, turns.n)
         result["turns"]["corrections"] = correction_summary(predictions, by_id)
     return result | {"predictions": predictions}
 

@@ -40,12 +40,12 @@ from embodied.data.build import ensure_dataset
 from embodied.data.episodes import ensure_episodes
 from embodied.data.load import load_examples
 from embodied.envs import answer_examples
+from embodied.envs.config import Turns
 from embodied.eval.envs import (
     best_constant,
     check_sample_episodes,
     evaluate_env,
     rollout_video,
-    turn_settings,
 )
 from embodied.eval.loop import evaluate_free
 from embodied.experiments.env_report import write_env_report
@@ -134,7 +134,7 @@ def evaluate_stage(model, processor, data: dict, cfg, test_time: bool) -> dict:
         k=ks,
         seed=cfg.seed,
         sample_episodes=fb.test_time_episodes,
-        **turn_settings(cfg.env),
+        turns=Turns.of(cfg.env),
     )
     return result
 
@@ -195,11 +195,11 @@ def run_arm(cfg, data: dict, out: Path, arm: str, progress: bool) -> dict:
         answers = info["answers_scored"]
     else:
         grpo = dataclasses.replace(cfg.grpo, checkpoint_every=0)
-        env = cfg.env  # env.turns: multi-turn episodes
-        turns = turn_settings(env) | {"retry_temperature": env.retry_temperature}
-        turns |= {"retry_min_p": env.retry_min_p}
+        turns = Turns.of(cfg.env)  # env.turns: multi-turn episodes
         reward = rewards_for(cfg)
-        train_grpo(model, processor, train, grpo, cfg.video, arm_dir, (), cfg.seed, progress, reward, **turns)
+        train_grpo(
+            model, processor, train, grpo, cfg.video, arm_dir, (), cfg.seed, progress, reward, turns=turns
+        )
         answers = cfg.grpo.steps * cfg.grpo.prompts_per_step * cfg.grpo.group_size
     wall = time.perf_counter() - t
     save_policy(model, processor, arm_dir / "model")  # for `embodied eval policy.path=...`

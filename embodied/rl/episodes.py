@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from embodied.envs import action_seconds, is_interactive, parse, render_action
+from embodied.envs.config import Turns
 from embodied.policy.model import (
     concat_batches,
     decode,
@@ -83,15 +84,18 @@ def check_turn_clip(turn_clip: str) -> None:
 
 
 def check_env_turns(env) -> None:
-    """Check the multi-turn settings of an `EnvConfig` up front: `turns`, `turn_reward`, `turn_clip` and
-    `retry_*` must be valid, and the settings of later turns are refused with `turns` = 1 (they would be
-    ignored)."""
-    check_turns(env.turns, env.turn_reward)
-    check_turn_clip(env.turn_clip)
-    check_retry_sampling(env.retry_temperature, env.retry_min_p)
-    if env.turns == 1:
-        later = {"turn_words": False, "turn_clip": "outcome", "retry_temperature": 0.0, "retry_min_p": 0.0}
-        if given := [f"env.{k}={getattr(env, k)!r}" for k, v in later.items() if getattr(env, k) != v]:
+    """Check the multi-turn settings of an `EnvConfig` (or a `Turns` value) up front: `turns`,
+    `turn_reward`, `turn_clip` and `retry_*` must be valid, and the settings of later turns are refused with
+    `turns` = 1 (they would be ignored)."""
+    t = env if isinstance(env, Turns) else Turns.of(env)
+    check_turns(t.n, t.reward)
+    check_turn_clip(t.clip)
+    check_retry_sampling(t.retry_temperature, t.retry_min_p)
+    if t.n == 1:
+        later = {"turn_words": t.words, "turn_clip": t.clip, "retry_temperature": t.retry_temperature}
+        later |= {"retry_min_p": t.retry_min_p}
+        default = {"turn_words": False, "turn_clip": "outcome", "retry_temperature": 0.0, "retry_min_p": 0.0}
+        if given := [f"env.{k}={v!r}" for k, v in later.items() if v != default[k]]:
             raise ValueError(
                 f"{', '.join(given)}: set(s) the turns after the first, and env.turns=1 plays none: set "
                 "env.turns > 1, or leave them at their defaults"

@@ -39,13 +39,8 @@ from tqdm.auto import tqdm
 
 from embodied.data.load import Example
 from embodied.envs import parse, task
-from embodied.rl.episodes import (
-    again,
-    check_env_turns,
-    check_retry_sampling,
-    check_turn_clip,
-    sample_episodes,
-)
+from embodied.envs.config import ONE_TURN, Turns
+from embodied.rl.episodes import again, check_env_turns, sample_episodes
 from embodied.rl.rewards import RewardFn, mcq_rewards, rewards_for
 from embodied.rl.rollout import Rollout, sample_groups, sampling_seed
 from embodied.train.checkpoint import load_checkpoint, resolve_resume, save_checkpoint, set_aside
@@ -272,12 +267,7 @@ def train_expert(
     timeout_s: float | None = 60.0,
     resume: str = "",
     config_yaml: str = "",
-    turns: int = 1,
-    turn_reward: str = "last",
-    words: bool = False,
-    retry_temperature: float = 0.0,
-    retry_min_p: float = 0.0,
-    turn_clip: str = "outcome",
+    turns: Turns = ONE_TURN,
 ) -> dict:
     """Run `cfg.rounds` rounds of expert iteration (`cfg` is an `ExpertConfig`; `sft_cfg` an `SFTConfig`
     whose warmup, clip, weight decay and vision scale the fine-tuning uses) on `train`, scoring answers with
@@ -287,17 +277,16 @@ def train_expert(
     goes to `out_dir/checkpoints/expert` (the newest `sft_cfg.keep_checkpoints`); `resume` ("", "auto" or a
     checkpoint folder) continues from one, with the same `expert:` settings but any number of rounds.
 
-    `turns` > 1 (`env.turns`) samples `cfg.samples` multi-turn trajectories per prompt (`rl.episodes`;
-    `words` is `env.turn_words`) and keeps, per prompt and turn, the best answer that succeeded at that turn
+    `turns` (`Turns.of(cfg.env)`) with more than one turn samples `cfg.samples` multi-turn trajectories per
+    prompt (`rl.episodes`) and keeps, per prompt and turn, the best answer that succeeded at that turn
     (`select_turns`, `keep=success` only): a turn-2 target is the answer that worked after the policy saw
-    its first answer fail; turns after the first sample at `retry_temperature` (when > 0) among the tokens
-    `retry_min_p` keeps (`env.retry_*`), and a later turn's video is chosen by `turn_clip` (`env.turn_clip`).
-    Every executed answer counts in `answers_scored`."""
-    check_retry_sampling(retry_temperature, retry_min_p)
-    check_turn_clip(turn_clip)
-    if turns > 1 and cfg.keep != "success":
+    its first answer fail; turns after the first sample at `turns.retry_temperature` (when > 0) among the
+    tokens `turns.retry_min_p` keeps, and a later turn's video is chosen by `turns.clip`. Every executed
+    answer counts in `answers_scored`."""
+    check_env_turns(turns)
+    if turns.n > 1 and cfg.keep != "success":
         raise ValueError(
-            f"env.turns={turns}: expert iteration over turns keeps successes only; set expert.keep=success"
+            f"env.turns={turns.n}: expert iteration over turns keeps successes only; set expert.keep=success"
         )
     if cfg.rounds < 1 or cfg.samples < 1 or cfg.sft_steps < 1 or cfg.sample_batch < 1:
         raise ValueError(
@@ -309,13 +298,13 @@ def train_expert(
         raise ValueError(f"expert.balance={cfg.balance!r}; choose one of {list(BALANCE)}")
     if cfg.retry_targets not in RETRY_TARGETS:
         raise ValueError(f"expert.retry_targets={cfg.retry_targets!r}; choose one of {list(RETRY_TARGETS)}")
-    if cfg.retry_targets != "own" and turns < 2:
+    if cfg.retry_targets != "own" and turns.n < 2:
         raise ValueError(
             f"expert.retry_targets={cfg.retry_targets!r} sets the targets of later turns: set env.turns > 1"
         )
-    if cfg.replay and turns > 1:
+    if cfg.replay and turns.n > 1:
         raise ValueError(
-            f"expert.replay keeps single-turn targets, env.turns={turns}: "
+            f"expert.replay keeps single-turn targets, env.turns={turns.n}: "
             "set expert.replay=false or env.turns=1"
         )
     if not train:
@@ -326,9 +315,9 @@ def train_expert(
     tune = round_sft(sft_cfg, cfg.sft_steps, cfg.batch_size, cfg.lr)
     # what a round's outcome depends on, besides the policy (sample_batch only groups the sampling)
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("rounds", "sample_batch")}
-    settings |= {"seed": seed, "turns": turns, "turn_reward": turn_reward, "words": words}
-    settings |= {"retry_temperature": float(retry_temperature), "retry_min_p": float(retry_min_p)}
-    settings |= {"turn_clip": turn_clip}
+    settings |= {"seed": seed, "turns": turns.n, "turn_reward": turns.reward, "words": turns.words}
+    settings |= {"retry_temperature": float(turns.retry_temperature), "retry_min_p": float(turns.retry_min_p)}
+    settings |= {"turn_clip": turns.clip}
     ckpt_dir, first, scored, kept_total, before = out_dir / "checkpoints" / "expert", 1, 0, 0, 0.0
     by_id = {ex.record["id"]: ex for ex in train} if cfg.replay else {}
     replayed: dict[str, str] = {}  # replay: prompt id -> its latest kept answer, in the order first kept
@@ -366,13 +355,12 @@ def train_expert(
         for start in range(0, len(idx), cfg.sample_batch):
             chunk = idx[start : start + cfg.sample_batch]
             examples, seeds = [train[i] for i in chunk], [sampling_seed(seed, r, i) for i in chunk]
-            if turns > 1:  # G trajectories per prompt; every turn's answer is executed
+            if turns.n > 1:  # G trajectories per prompt; every turn's answer is executed
                 ro = sample_episodes(
-                    model, processor, examples, video, reward_fn, cfg.samples, max_new_tokens, turns,
-                    turn_reward, cfg.temperature, seeds=seeds, timeout_s=timeout_s, words=words,
-                    retry_temperature=retry_temperature, retry_min_p=retry_min_p, turn_clip=turn_clip,
+                    model, processor, examples, video, reward_fn, cfg.samples, max_new_tokens,
+                    temperature=cfg.temperature, seeds=seeds, timeout_s=timeout_s, **turns.play_kwargs(),
                 )  # fmt: skip
-                chosen = select_turns(ro, words, cfg.retry_targets)
+                chosen = select_turns(ro, turns.words, cfg.retry_targets)
                 for name, value in ro.stats.items():
                     turn_stats.setdefault(name, []).append((value, len(chunk)))
             else:
@@ -434,9 +422,9 @@ def train_expert(
             metrics["expert/replayed"] = len(replayed)
         for name, parts in turn_stats.items():  # multi-turn: turns/success@k etc., weighted by prompts
             metrics[name] = sum(v * n for v, n in parts) / sum(n for _, n in parts)
-        if turns > 1:
+        if turns.n > 1:
             metrics["expert/kept_examples"] = len(kept) / len(idx)
-            for k in range(1, turns + 1):
+            for k in range(1, turns.n + 1):
                 metrics[f"expert/kept_turn{k}"] = sum(len(e.history) == k - 1 for e in kept) / len(idx)
         log.log(r, metrics)
         counters = {
@@ -490,12 +478,7 @@ def train_expert_config(
         cfg.grpo.reward_timeout_s,
         resume,
         config_yaml,
-        cfg.env.turns,
-        cfg.env.turn_reward,
-        cfg.env.turn_words,
-        cfg.env.retry_temperature,
-        cfg.env.retry_min_p,
-        cfg.env.turn_clip,
+        Turns.of(cfg.env),
     )
 
 

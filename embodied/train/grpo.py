@@ -22,10 +22,11 @@ import torch
 from tqdm.auto import tqdm
 
 from embodied.data.load import Example
+from embodied.envs.config import ONE_TURN, Turns
 from embodied.eval.loop import evaluate
 from embodied.policy.model import completion_logprobs, decode, generate, select_rows
 from embodied.rl.advantages import ESTIMATORS, compute_advantages
-from embodied.rl.episodes import check_retry_sampling, check_turn_clip, check_turns, sample_episodes
+from embodied.rl.episodes import check_env_turns, sample_episodes
 from embodied.rl.losses import (
     COV_MODES,
     LOSS_AGGREGATIONS,
@@ -395,31 +396,24 @@ def train_grpo(
     resume: str = "",
     config_yaml: str = "",
     procs: Processes | None = None,
-    turns: int = 1,
-    turn_reward: str = "last",
-    turn_words: bool = False,
-    retry_temperature: float = 0.0,
-    retry_min_p: float = 0.0,
-    turn_clip: str = "outcome",
+    turns: Turns = ONE_TURN,
 ) -> dict:
     """Run `cfg.steps` GRPO steps (`cfg` is a `GRPOConfig`): rollout -> advantages -> loss -> step ->
     log/eval/checkpoint; metrics go to `out_dir/metrics.jsonl`, checkpoints to `out_dir/checkpoints/grpo`
     (`resume`: "", "auto" or a checkpoint folder). `reward_fn(texts, records)` scores a batch (default: the
     MCQ rules; a failing one stops the run with a `RewardError`). Under several processes (`procs`) each
     samples and trains on its share of every step's prompts (whole groups, so advantages are exact); only
-    the first logs, evaluates and writes checkpoints. `turns` > 1 plays multi-turn episodes (`env.turns`,
-    `embodied.rl.episodes`): a group is G whole trajectories, rewarded by `turn_reward`
-    (`env.turn_reward`), the outcome also said in words with `turn_words` (`env.turn_words`), turns after
-    the first sampled at `retry_temperature` among the tokens `retry_min_p` keeps (`env.retry_*`), a later
-    turn's video chosen by `turn_clip` (`env.turn_clip`)."""
+    the first logs, evaluates and writes checkpoints. `turns` (`Turns.of(cfg.env)`) with more than one turn
+    plays multi-turn episodes (`embodied.rl.episodes`): a group is G whole trajectories, rewarded by
+    `turns.reward`, the outcome also said in words with `turns.words`, turns after the first sampled at
+    `turns.retry_temperature` among the tokens `turns.retry_min_p` keeps, a later turn's video chosen by
+    `turns.clip`."""
     procs = procs or Processes()
     check_config(cfg, procs.world)
-    check_turns(turns, turn_reward)
-    check_retry_sampling(retry_temperature, retry_min_p)
-    check_turn_clip(turn_clip)
-    if turns > 1 and (cfg.dynamic_sampling or cfg.advantage == "gae" or procs.world > 1):
+    check_env_turns(turns)
+    if turns.n > 1 and (cfg.dynamic_sampling or cfg.advantage == "gae" or procs.world > 1):
         raise ValueError(
-            f"env.turns={turns} runs with the group estimators in one process: not with "
+            f"env.turns={turns.n} runs with the group estimators in one process: not with "
             "grpo.dynamic_sampling, grpo.advantage=gae or several processes (yet)"
         )
     if inert := inert_clip_settings(cfg):
@@ -441,30 +435,17 @@ def train_grpo(
     elif cfg.checkpoint_every:
         set_aside(ckpt_dir, procs.main)
     sampling, critic_watch = sampling_args(cfg), CriticWatch(cfg.value_ev_patience)
-    keep = keeps_prefix(net, model, cfg, procs, head, turns)
+    keep = keeps_prefix(net, model, cfg, procs, head, turns.n)
 
     def draw() -> Rollout:
         state["drawn"] += 1
         idx = procs.shard(next(order))
         # each prompt's answers are seeded by (run seed, draw, prompt): the same whatever the process count
         seeds = [sampling_seed(seed, state["drawn"], i) for i in idx]
-        if turns > 1:
+        if turns.n > 1:
             examples = [train[i] for i in idx]
-            return sample_episodes(
-                model,
-                processor,
-                examples,
-                video,
-                reward_fn,
-                turns=turns,
-                turn_reward=turn_reward,
-                words=turn_words,
-                retry_temperature=retry_temperature,
-                retry_min_p=retry_min_p,
-                turn_clip=turn_clip,
-                seeds=seeds,
-                **sampling,
-            )
+            kwargs = turns.play_kwargs() | sampling
+            return sample_episodes(model, processor, examples, video, reward_fn, seeds=seeds, **kwargs)
         return sample_groups(
             model,
             processor,

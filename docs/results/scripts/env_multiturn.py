@@ -35,7 +35,8 @@ import torch
 from embodied.config import load_config
 from embodied.data.load import load_examples
 from embodied.envs import answer_examples
-from embodied.eval.envs import evaluate_env, turn_settings
+from embodied.envs.config import Turns
+from embodied.eval.envs import evaluate_env
 from embodied.eval.stats import seed_interval
 from embodied.policy.model import load_policy, save_policy
 from embodied.rl.episodes import check_env_turns
@@ -60,7 +61,7 @@ def evaluate(model, processor, test, cfg) -> dict:
         samples=fb.test_time_samples,
         k=list(range(1, cfg.env.turns + 1)),
         seed=cfg.seed,
-        **turn_settings(cfg.env),
+        turns=Turns.of(cfg.env),
     )
     res["eval_s"] = round(time.perf_counter() - t, 1)
     if "turns" not in res:  # env.turns=1 (single-turn expert or GRPO): the greedy success is turn 1's
@@ -137,12 +138,7 @@ def main() -> None:
                         seed,
                         True,
                         reward_fn=rewards_for(cfg),
-                        turns=cfg.env.turns,
-                        turn_reward=cfg.env.turn_reward,
-                        turn_words=cfg.env.turn_words,
-                        retry_temperature=cfg.env.retry_temperature,
-                        retry_min_p=cfg.env.retry_min_p,
-                        turn_clip=cfg.env.turn_clip,
+                        turns=Turns.of(cfg.env),
                     )
                 row["train_s"] = round(time.perf_counter() - t, 1)
                 save_policy(model, processor, stage_dir / "model")
