@@ -515,6 +515,10 @@ class QuickstartConfig:
     sft_targets: str = "format"
     """Targets of its SFT stage (`sft.targets` of that stage): format (random letters: SFT teaches the answer
     format and reinforcement learning alone finds which letter the clip calls for) | answer (labels)."""
+    grpo_eval_every: int = 50
+    """Held-out accuracy on `grpo.eval_examples` validation clips every this many steps of its GRPO stage
+    (the curve of report.html through GRPO), unless `grpo.eval_every` is set; 0: none. Greedy answers: the
+    training is the same with or without them."""
 
 
 @dataclass

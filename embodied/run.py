@@ -430,7 +430,9 @@ def quickstart(cfg: Config, progress: bool = True) -> dict:
     run_eval("sft")
     save_policy(model, processor, out / "sft_model")
     t = time.perf_counter()
-    train_grpo(model, processor, train, cfg.grpo, cfg.video, out, val, cfg.seed, progress)
+    every = cfg.grpo.eval_every or cfg.quickstart.grpo_eval_every  # held-out points through GRPO
+    grpo_cfg = dataclasses.replace(cfg.grpo, eval_every=every)
+    train_grpo(model, processor, train, grpo_cfg, cfg.video, out, val, cfg.seed, progress)
     t = lap("grpo", t)
     run_eval("grpo")
     save_policy(model, processor, out / "grpo_model")

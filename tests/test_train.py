@@ -79,10 +79,13 @@ def test_quickstart_cli_end_to_end(tmp_path, monkeypatch, capsys):
             "grpo.prompts_per_step=2",
             "grpo.group_size=4",
             "eval.max_new_tokens=16",
+            "quickstart.grpo_eval_every=1",
         ]
     )
     assert rc == 0
     out = tmp_path / "runs" / "quickstart"
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if r["stage"] == "grpo" and "eval/accuracy" in r] == [1, 2]  # held out
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["accuracy"]) == {"initial", "sft", "grpo"}
     assert summary["chance"] == 0.5 and summary["n_test"] == 6
