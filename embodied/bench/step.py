@@ -210,6 +210,15 @@ def _fresh_run(run_dir: Path) -> Path:
     return run_dir
 
 
+def _warm_up(loop, model, processor, examples: list[Example], base, cfg, out: Path) -> None:
+    """`bench.warmup` untimed steps of `loop` (`train_sft` or `train_grpo`, settings `base`) in their own
+    run folder: first calls and the allocator's warm-up stay out of the timed steps."""
+    if cfg.bench.warmup:
+        warm = dataclasses.replace(base, steps=cfg.bench.warmup)
+        run_dir = _fresh_run(out / "warmup")
+        loop(model, processor, examples, warm, cfg.video, run_dir, seed=cfg.seed, progress=False)
+
+
 def measure_sft(cfg, examples: list[Example], out: Path, peak: dict) -> dict:
     """Warm-up, then `bench.steps` timed SFT steps of a fresh policy; their seconds, tokens, FLOPs, memory."""
     b = cfg.bench
@@ -219,18 +228,7 @@ def measure_sft(cfg, examples: list[Example], out: Path, peak: dict) -> dict:
     model, processor = load(cfg.policy)
     device = next(model.parameters()).device
     reset_peak(device)
-    if b.warmup:
-        warm = dataclasses.replace(base, steps=b.warmup)
-        train_sft(
-            model,
-            processor,
-            examples,
-            warm,
-            cfg.video,
-            _fresh_run(out / "warmup"),
-            seed=cfg.seed,
-            progress=False,
-        )
+    _warm_up(train_sft, model, processor, examples, base, cfg, out)
     with observing(SFT_TAPS, []) as (taps, _):
         timed = dataclasses.replace(base, steps=b.steps)
         run_dir = _fresh_run(out / "timed")
@@ -267,18 +265,7 @@ def measure_grpo(cfg, examples: list[Example], out: Path, peak: dict) -> dict:
     model, processor = load(cfg.policy)
     device = next(model.parameters()).device
     reset_peak(device)
-    if b.warmup:
-        warm = dataclasses.replace(base, steps=b.warmup)
-        train_grpo(
-            model,
-            processor,
-            examples,
-            warm,
-            cfg.video,
-            _fresh_run(out / "warmup"),
-            seed=cfg.seed,
-            progress=False,
-        )
+    _warm_up(train_grpo, model, processor, examples, base, cfg, out)
     with observing(GRPO_TAPS, GRPO_TIMERS) as (taps, timers):
         run_dir = _fresh_run(out / "timed")
         timed = dataclasses.replace(base, steps=b.steps)
