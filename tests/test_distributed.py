@@ -70,6 +70,7 @@ def test_two_processes_equal_one_process_sft(setup, strategy):
     assert all(torch.allclose(m1[k], m2[k], atol=1e-5) for k in m1.keys() & m2.keys())
 
 
+@pytest.mark.slow  # 10-12 s; the one all-reduce a step is test_ddp_accumulates_micro_batches_locally...
 def test_two_processes_with_micro_batches_equal_one_process_sft(setup):
     """DDP with gradient accumulation: each process splits its 2 rows into 2 micro-batches and all-reduces
     once per step (no_sync on the first part); the update is still the one-process whole-batch one."""
@@ -128,6 +129,7 @@ def test_ddp_accumulates_micro_batches_locally_and_all_reduces_once(tmp_path):
     assert grads_once == pytest.approx(grads_every, abs=1e-6)
 
 
+@pytest.mark.slow  # 10-23 s; resume itself is tests/test_training_state.py's, FSDP's gathering grpo[fsdp]'s
 def test_fsdp_resume_continues_the_run(setup):
     """Two FSDP processes resume from the step-2 checkpoint of a 3-step run and end where it ended."""
     root, common = setup
