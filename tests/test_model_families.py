@@ -300,3 +300,17 @@ def test_qwen3_5_trains_from_the_config_alone(dataset, tmp_path):
     grpo = ["grpo.steps=1", "grpo.prompts_per_step=2", "grpo.group_size=2", "grpo.eval_every=0"]
     info = run.grpo(_cfg(tmp_path / "g", "tiny:qwen3.5", root, *grpo), progress=False)
     assert info["steps"] == 1 and (tmp_path / "g" / "model" / "config.json").is_file()
+
+
+def test_a_checkpoint_with_other_patch_sizes_is_sized_on_its_own_grid(tiny_models):
+    """The unit of a Qwen3-VL processor is its patch x merge: a checkpoint built with 14 px patches sizes its
+    frames on a 28 px grid, as qwen-vl-utils would (the published 16 px gives 32)."""
+    import copy
+
+    _, processor = tiny_models["qwen3-vl"]
+    other = copy.deepcopy(processor)
+    other.video_processor.patch_size = 14
+    assert family_of(other).unit == 28 and family_of(processor).unit == 32
+    clip, video = _clip(4, 112, 112), VideoConfig()
+    batch = encode_prompts(other, [{**RECORD, "video": "c.mp4"}], [clip], video)
+    assert batch["video_grid_thw"][0].tolist() == _reference_grid(clip, video, 14)

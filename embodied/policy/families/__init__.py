@@ -21,6 +21,7 @@ discovery, or `register(...)` from outside.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import json
 import math
@@ -65,6 +66,17 @@ class Family:
     GRPO groups need it."""
     videos_as_video: bool = True
     """A video record's clip goes in as one video (False: its frames as that many images)."""
+
+    def for_processor(self, processor) -> Family:
+        """This family as `processor` sizes frames: `unit` from its video processor's patch and merge sizes
+        when they differ from the family's published ones (a checkpoint built with other sizes)."""
+        vp = getattr(processor, "video_processor", None)
+        patch, merge = getattr(vp, "patch_size", None), getattr(vp, "merge_size", None)
+        if not isinstance(patch, int) or not isinstance(merge, int) or patch * merge == self.unit:
+            return self
+        family = copy.copy(self)
+        family.unit = patch * merge
+        return family
 
     def is_vision(self, name: str) -> bool:
         """True for a parameter of the vision tower (or its merger), by its name."""
@@ -198,7 +210,7 @@ def family_of(obj) -> Family:
     name = type(obj).__name__
     for f in families().values():
         if name in f.processors:
-            return f
+            return f.for_processor(obj)
     generic = families()["generic"]
     return generic.for_processor(obj) if hasattr(obj, "tokenizer") else generic
 

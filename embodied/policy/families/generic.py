@@ -27,7 +27,7 @@ class Generic(Family):
     def __init__(self, videos_as_video: bool = True):
         self.videos_as_video = videos_as_video
 
-    def for_processor(self, processor) -> Generic:
+    def for_processor(self, processor) -> Generic:  # its processor keeps its own sizes: no unit
         """This family as `processor` can take it: videos as videos only where it has a video processor."""
         has_video = getattr(processor, "video_processor", None) is not None
         return self if has_video == self.videos_as_video else Generic(videos_as_video=has_video)
