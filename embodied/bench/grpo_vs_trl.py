@@ -89,7 +89,8 @@ def trl_dataset(examples: list[Example]):
     return Dataset.from_list(rows)
 
 
-def _summary(times: list[float]) -> dict:
+def seconds_summary(times: list[float]) -> dict:
+    """Count, mean, median, min and max of step times in seconds (`{"n": 0}` for none)."""
     if not times:
         return {"n": 0}
     return {
@@ -305,8 +306,8 @@ def _report(cfg, rows: dict, trl_version: str, tf_version: str, prompt_tokens: d
         lens = [x["len"] for x in flat if "len" in x]
         inner = [x["inner"] for x in flat if "inner" in x]
         result["contenders"][c] = {
-            "s_per_step": _summary([x["s"] for x in flat]),
-            **({"trl_training_step_s": _summary(inner)} if inner else {}),
+            "s_per_step": seconds_summary([x["s"] for x in flat]),
+            **({"trl_training_step_s": seconds_summary(inner)} if inner else {}),
             "median_per_round": [round(statistics.median([x["s"] for x in blk]), 4) for blk in blocks if blk],
             "completion_len_mean": round(statistics.fmean(lens), 2) if lens else None,
             "steps_s": [round(x["s"], 4) for x in flat],

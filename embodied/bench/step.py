@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from embodied.bench.flops import device_peak, model_shape, rollout_forward, sft_step, update_forwards
-from embodied.bench.grpo_vs_trl import as_images, simulate_examples, trl_block, trl_dataset
+from embodied.bench.grpo_vs_trl import as_images, seconds_summary, simulate_examples, trl_block, trl_dataset
 from embodied.bench.timers import Timers, install
 from embodied.data.load import Example
 from embodied.policy.fits import check_command
@@ -186,16 +186,6 @@ def _loop_times(run_dir: Path) -> list[float]:
     return [m["time/step"] for m in read_metrics(run_dir / "metrics.jsonl") if "time/step" in m]
 
 
-def _timed(seconds: list[float]) -> dict:
-    return {
-        "n": len(seconds),
-        "median": round(statistics.median(seconds), 4),
-        "mean": round(statistics.fmean(seconds), 4),
-        "min": round(min(seconds), 4),
-        "max": round(max(seconds), 4),
-    }
-
-
 def _rates(flops: float, seconds: float, peak: dict, **tokens: int) -> dict:
     """Tokens per second, achieved TFLOP/s and MFU over `seconds` of timed steps."""
     out = {f"{k}_tokens_per_s": round(v / seconds, 2) for k, v in tokens.items()}
@@ -249,7 +239,7 @@ def measure_sft(cfg, examples: list[Example], out: Path, peak: dict) -> dict:
     n_prompt, n_target = sum(map(sum, prompts)), sum(map(sum, targets))
     return {
         "batch_size": cfg.sft.batch_size,
-        "s_per_step": _timed(seconds),
+        "s_per_step": seconds_summary(seconds),
         "tokens": {"prompt": n_prompt, "completion": n_target, "visual_items": sum(map(len, items))},
         **_rates(flops, sum(seconds), peak, prompt=n_prompt, completion=n_target),
         "model_flops_per_step": flops / b.steps,
@@ -283,7 +273,7 @@ def measure_grpo(cfg, examples: list[Example], out: Path, peak: dict) -> dict:
     return {
         "prompts_x_group": [g.prompts_per_step, g.group_size],
         "max_new_tokens": g.max_new_tokens,
-        "s_per_step": _timed(seconds),
+        "s_per_step": seconds_summary(seconds),
         "seconds_in": split,
         "tokens": {"prompt": n_prompt, "completion": n_completion, "rollouts": len(sampled)},
         "generated_tokens_per_s": round(n_completion / split["generate"], 2),
@@ -312,13 +302,13 @@ def measure_trl(cfg, examples: list[Example], out: Path, peak: dict) -> dict:
     timed = [r["s"] for r in rows[cfg.bench.warmup :]]
     lens = [r["len"] for r in rows[cfg.bench.warmup :] if "len" in r]
     inner = [r["inner"] for r in rows[cfg.bench.warmup :] if "inner" in r]
-    trl_s = _timed(timed)
+    trl_s = seconds_summary(timed)
     return {
         "status": "ran",
         "trl": trl.__version__,
         "trl_images": {
             "s_per_step": trl_s,
-            **({"training_step_s": _timed(inner)} if inner else {}),
+            **({"training_step_s": seconds_summary(inner)} if inner else {}),
             "completion_len_mean": round(statistics.fmean(lens), 2) if lens else None,
             "peak_memory": memory,
         },

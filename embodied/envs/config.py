@@ -69,13 +69,10 @@ class Turns:
         later = (env.turn_words, env.turn_clip, env.retry_temperature, env.retry_min_p)
         return cls(env.turns, env.turn_reward, *later)
 
-    def play_kwargs(self, sampling: bool = True) -> dict:
-        """The keywords of `rl.episodes.play` and `sample_episodes`; evaluation's greedy later turns take no
-        retry sampling (`sampling=False`)."""
+    def play_kwargs(self) -> dict:
+        """The keywords of `rl.episodes.play` and `sample_episodes` (the training rollouts)."""
         kwargs = {"turns": self.n, "turn_reward": self.reward, "words": self.words, "turn_clip": self.clip}
-        if sampling:
-            kwargs |= {"retry_temperature": self.retry_temperature, "retry_min_p": self.retry_min_p}
-        return kwargs
+        return kwargs | {"retry_temperature": self.retry_temperature, "retry_min_p": self.retry_min_p}
 
 
 ONE_TURN = Turns()

@@ -181,9 +181,8 @@ def repeat_cache(cache, n: int) -> None:
     (`_store_states`): the completions' pass has to backpropagate into the prompt's states, which an
     in-place copy would overwrite."""
     for layer in cache.layers:
-        if getattr(layer, "keys", None) is not None and layer.keys.numel():
-            layer.keys = layer.keys.repeat_interleave(n, dim=0)
-            layer.values = layer.values.repeat_interleave(n, dim=0)
+        if hasattr(layer, "batch_repeat_interleave"):  # keys and values (and any index a layer keeps)
+            layer.batch_repeat_interleave(n)
         states = _layer_states(layer)
         for by_index in states.values():
             for i, t in by_index.items():

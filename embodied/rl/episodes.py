@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from embodied.envs import action_seconds, is_interactive, parse, render_action
-from embodied.envs.config import Turns
+from embodied.envs.config import ONE_TURN, Turns
 from embodied.policy.model import (
     concat_batches,
     decode,
@@ -92,10 +92,10 @@ def check_env_turns(env) -> None:
     check_turn_clip(t.clip)
     check_retry_sampling(t.retry_temperature, t.retry_min_p)
     if t.n == 1:
-        later = {"turn_words": t.words, "turn_clip": t.clip, "retry_temperature": t.retry_temperature}
-        later |= {"retry_min_p": t.retry_min_p}
-        default = {"turn_words": False, "turn_clip": "outcome", "retry_temperature": 0.0, "retry_min_p": 0.0}
-        if given := [f"env.{k}={v!r}" for k, v in later.items() if v != default[k]]:
+        keys = {"words": "turn_words", "clip": "turn_clip", "retry_temperature": "retry_temperature"}
+        keys["retry_min_p"] = "retry_min_p"  # the later-turn fields of `Turns` and their `env.` names
+        changed = [f for f in keys if getattr(t, f) != getattr(ONE_TURN, f)]
+        if given := [f"env.{keys[f]}={getattr(t, f)!r}" for f in changed]:
             raise ValueError(
                 f"{', '.join(given)}: set(s) the turns after the first, and env.turns=1 plays none: set "
                 "env.turns > 1, or leave them at their defaults"
