@@ -54,7 +54,7 @@ def examples():
     import numpy as np
 
     from embodied.data.load import Example
-    from embodied.tasks import arrow_of_time
+    from embodied.questions import arrow_of_time
     from embodied.video import Clip
     from embodied.worlds import DropWorld
 

@@ -27,7 +27,7 @@ from embodied.eval.baselines import (
 )
 from embodied.eval.loop import evaluate
 from embodied.eval.stats import prediction_stats, wilson_interval
-from embodied.tasks import arrow_of_time
+from embodied.questions import arrow_of_time
 from embodied.video import Clip, VideoConfig
 
 

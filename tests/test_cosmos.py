@@ -156,7 +156,7 @@ def test_trace_targets_must_fit_the_responses_grpo_and_eval_generate(tiny_path):
 
     from embodied.experiments.cosmos import check_response_room
     from embodied.policy.model import load_policy
-    from embodied.tasks import LETTERS
+    from embodied.questions import LETTERS
     from embodied.train.sft import longest_target
 
     class E:

@@ -105,7 +105,7 @@ def test_other_seed_gives_other_records(dataset, tmp_path):
 
 
 def test_reversed_clip_is_same_frames_reversed():
-    from embodied.tasks.arrow_of_time import ClipSpec, make_example
+    from embodied.questions.arrow_of_time import ClipSpec, make_example
     from embodied.worlds import DropWorld
 
     world = DropWorld(112, 112)

@@ -24,7 +24,7 @@ from embodied.envs import (
 )
 from embodied.envs.reward import env_reward, unparseable_penalty
 from embodied.eval.envs import best_constant, vote_action
-from embodied.tasks import LETTERS, format_question
+from embodied.questions import LETTERS, format_question
 
 
 def _answer(x: str) -> str:

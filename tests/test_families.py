@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from embodied.tasks import (
+from embodied.questions import (
     LETTERS,
     Ambiguous,
     FamilySpec,
@@ -15,9 +15,9 @@ from embodied.tasks import (
     restoring_order,
     sft_target,
 )
-from embodied.tasks import arrow_of_time as aot
-from embodied.tasks import spatial_puzzle as sp
-from embodied.tasks import temporal_puzzle as tp
+from embodied.questions import arrow_of_time as aot
+from embodied.questions import spatial_puzzle as sp
+from embodied.questions import temporal_puzzle as tp
 
 
 def _noise(shape, seed=0) -> np.ndarray:

@@ -129,7 +129,7 @@ def test_a_dataset_made_before_the_rename_is_reused(tmp_path):
 
     from embodied.data.load import manifest_matches
     from embodied.data.schema import DataConfig
-    from embodied.tasks import FamilySpec
+    from embodied.questions import FamilySpec
 
     cfg = DataConfig(root=str(tmp_path), families=[FamilySpec(family="spatial_puzzle", variant="patch")])
     old = asdict(cfg)
@@ -147,8 +147,8 @@ def test_a_dataset_from_an_older_family_version_is_not_reused(tmp_path):
 
     from embodied.data.build import dataset_matches
     from embodied.data.schema import DataConfig
-    from embodied.tasks import FamilySpec
-    from embodied.tasks import temporal_puzzle as tp
+    from embodied.questions import FamilySpec
+    from embodied.questions import temporal_puzzle as tp
 
     cfg = DataConfig(root=str(tmp_path), families=[FamilySpec(family="temporal_puzzle")])
     for version, reused in ((tp.VERSION, True), (tp.VERSION - 1, False)):

@@ -14,9 +14,9 @@ import pytest
 from embodied.data.build import generate_dataset
 from embodied.data.from_videos import motion
 from embodied.data.schema import DataConfig
-from embodied.tasks import Ambiguous, FamilySpec, changed_area
-from embodied.tasks import spatial_puzzle as sp
-from embodied.tasks import temporal_puzzle as tp
+from embodied.questions import Ambiguous, FamilySpec, changed_area
+from embodied.questions import spatial_puzzle as sp
+from embodied.questions import temporal_puzzle as tp
 from embodied.video import write_video
 
 SIZE = 112

@@ -14,7 +14,7 @@ from embodied.data.build import generate_dataset as generate
 from embodied.data.families import apportion
 from embodied.data.load import load_examples
 from embodied.data.schema import DataConfig, split_seeds
-from embodied.tasks import LETTERS, FamilySpec, family
+from embodied.questions import LETTERS, FamilySpec, family
 from embodied.video import write_video
 
 FAMILIES = [
@@ -252,7 +252,7 @@ def _has_world(name: str) -> bool:
 
 @pytest.mark.skipif(not _has_world("occluder"), reason="the occluder world is not in this checkout")
 def test_object_permanence_outcomes_balanced_and_visible(tmp_path):
-    from embodied.tasks import object_permanence as op
+    from embodied.questions import object_permanence as op
     from embodied.worlds import make_world
 
     fams = [

@@ -13,8 +13,7 @@ from safetensors.torch import load_file
 from embodied.config import load_config
 from embodied.policy.model import resolve_policy_path
 from embodied.policy.tiny import SHIPPED, SHIPPED_WORLDS
-from embodied.run import pretrain
-from embodied.tasks.caption import (
+from embodied.questions.caption import (
     caption,
     colour_name,
     make_scene_clip,
@@ -22,6 +21,7 @@ from embodied.tasks.caption import (
     scene_caption,
     scene_objects,
 )
+from embodied.run import pretrain
 from embodied.train.pretrain import PretrainConfig, occupancy
 
 
@@ -41,7 +41,7 @@ def test_occupancy_marks_the_squares_objects_fill_in_each_frame():
 def test_colour_occupancy_names_hues_as_the_captions_do_and_splits_occupancy():
     import colorsys
 
-    from embodied.tasks.caption import COLOUR_WORDS, COLOURS, colour_index, colour_name
+    from embodied.questions.caption import COLOUR_WORDS, COLOURS, colour_index, colour_name
 
     rng = np.random.default_rng(0)
     rgb = rng.uniform(0, 255, (500, 3)).astype(np.float32)

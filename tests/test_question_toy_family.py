@@ -12,15 +12,15 @@ import types
 import numpy as np
 import pytest
 
-from embodied import envs, tasks
-from embodied.tasks import protocol
+from embodied import envs, questions
+from embodied.questions import protocol
 
 TOY = '''
 """Negative: is the clip shown in its true colours or as a photographic negative?"""
 
 import numpy as np
 
-from embodied.tasks import LETTERS, answer_text, reset_world, scene_meta
+from embodied.questions import LETTERS, answer_text, reset_world, scene_meta
 
 NAME = "negative"
 VERSION = 1
@@ -75,9 +75,9 @@ def toy(tmp_path_factory):
     spec = importlib.util.spec_from_file_location("negative", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    tasks.register(module)
+    questions.register(module)
     yield module
-    tasks.unregister("negative")
+    questions.unregister("negative")
 
 
 def _config(root, run_dir, families: str, *extra: str):
@@ -97,34 +97,34 @@ def _config(root, run_dir, families: str, *extra: str):
 
 
 def test_registered_toy_is_a_family(toy):
-    assert tasks.family("negative") is toy and tasks.is_family("negative")
-    assert tasks.family_names()[-1] == "negative"
-    assert tasks.TASKS == ("arrow_of_time", "spatial_puzzle", "temporal_puzzle", "object_permanence")
-    assert not set(tasks.family_names()) & set(envs.task_names())  # `schema.upgrade` relies on it
+    assert questions.family("negative") is toy and questions.is_family("negative")
+    assert questions.family_names()[-1] == "negative"
+    assert questions.FAMILIES == ("arrow_of_time", "spatial_puzzle", "temporal_puzzle", "object_permanence")
+    assert not set(questions.family_names()) & set(envs.task_names())  # `schema.upgrade` relies on it
     # the hooks' defaults where the toy defines none, its own where it does
-    assert tasks.hook(toy, "NEEDS_MOTION") is False and tasks.hook(toy, "phrases")() == ()
-    assert tasks.hook(toy, "VARIANTS") == ("",)
-    assert tasks.hook(tasks.family("spatial_puzzle"), "VARIANTS")[0] == "arrangement"
-    assert tasks.hook(toy, "footage_frames")("easy", None, None) == 2
-    answers = tasks.hook(toy, "quickstart_answers")(5, np.random.default_rng(0))
+    assert questions.hook(toy, "NEEDS_MOTION") is False and questions.hook(toy, "phrases")() == ()
+    assert questions.hook(toy, "VARIANTS") == ("",)
+    assert questions.hook(questions.family("spatial_puzzle"), "VARIANTS")[0] == "arrangement"
+    assert questions.hook(toy, "footage_frames")("easy", None, None) == 2
+    answers = questions.hook(toy, "quickstart_answers")(5, np.random.default_rng(0))
     assert sorted(answers.tolist()) == [0, 0, 0, 1, 1]
     frames = np.arange(2 * 4 * 4 * 3, dtype=np.uint8).reshape(2, 4, 4, 3)
     record, shown = toy.from_frames(frames, 2.0, np.random.default_rng(0), 1, "easy", None)
     assert toy.verify(record, shown, frames) and not toy.verify(record | {"answer": "A"}, shown, frames)
-    assert tasks.option_orders(record) is None  # not an ordering question (the default hook)
+    assert questions.option_orders(record) is None  # not an ordering question (the default hook)
     target = "<think>negative</think><answer>B</answer>"
-    assert tasks.sft_target(record | {"id": "x"}, "trace") == target
+    assert questions.sft_target(record | {"id": "x"}, "trace") == target
 
 
 def test_protocol_is_checked_on_register_and_on_discovery(toy, tmp_path):
     with pytest.raises(TypeError, match=r"half is not a question family: it lacks \[.*'make'.*'trace_for'\]"):
-        tasks.register(types.ModuleType("half"))
+        questions.register(types.ModuleType("half"))
     with pytest.raises(ValueError, match="already known"):
-        tasks.register(tasks.family("spatial_puzzle"))
+        questions.register(questions.family("spatial_puzzle"))
     twin = types.ModuleType("twin")
     twin.__dict__.update({k: v for k, v in vars(toy).items() if not k.startswith("__")})
     with pytest.raises(ValueError, match="'negative' is already known"):
-        tasks.register(twin)
+        questions.register(twin)
     (tmp_path / "helper.py").write_text("X = 1\n")  # no NAME and no verify: not a family
     (tmp_path / "puzzle.py").write_text('NAME = "puzzle"\nVERSION = 1\n\ndef verify(r):\n    pass\n')
     with pytest.raises(ImportError, match=r"puzzle.py: a question family module must define \['num_options'"):

@@ -141,7 +141,7 @@ def test_batch_metrics_keep_accuracy_exact():
 def test_generated_puzzles_are_ordering_questions():
     """Records made by the family generators themselves: their options parse as orders and the right letter
     earns accuracy, never credit; every wrong one earns at most 0.2 x (k-1)/k."""
-    from embodied.tasks import spatial_puzzle, temporal_puzzle
+    from embodied.questions import spatial_puzzle, temporal_puzzle
 
     rng = np.random.default_rng(0)
     frames = rng.integers(0, 256, (8, 32, 32, 3), dtype=np.uint8)

@@ -59,8 +59,8 @@ def test_reward_edge_cases(text, answer, acc, fmt):
     ],
 )
 def test_an_answer_chooses_an_option_by_letter_or_by_text(content, chosen):
+    from embodied.questions import chosen_option
     from embodied.rl.rewards import record_reward
-    from embodied.tasks import chosen_option
 
     options = ["1, 3, 2", "2, 1, 3", "3, 2, 1"]
     text = f"<think>x</think><answer>{content}</answer>"
@@ -73,7 +73,7 @@ def test_an_answer_chooses_an_option_by_letter_or_by_text(content, chosen):
 
 
 def test_nearest_order_only_on_ordering_questions():
-    from embodied.tasks import chosen_option, nearest_order_option
+    from embodied.questions import chosen_option, nearest_order_option
 
     assert nearest_order_option("2, 1, 4, 3", ["1, 2, 3, 4", "2, 1, 3, 4", "4, 3, 2, 1"]) == "B"
     assert nearest_order_option("2, 1", ["forward", "backward"]) is None  # options that are no orders

@@ -4,7 +4,7 @@ decoded clips load the same from the thread pool."""
 import numpy as np
 
 from embodied.data.load import load_examples
-from embodied.tasks import arrow_of_time
+from embodied.questions import arrow_of_time
 from embodied.video import read_video
 
 

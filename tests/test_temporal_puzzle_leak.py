@@ -18,8 +18,8 @@ import pytest
 
 from embodied.data.build import generate_dataset
 from embodied.data.schema import DataConfig
-from embodied.tasks import LETTERS, Ambiguous, FamilySpec
-from embodied.tasks import temporal_puzzle as tp
+from embodied.questions import LETTERS, Ambiguous, FamilySpec
+from embodied.questions import temporal_puzzle as tp
 
 _spec = importlib.util.spec_from_file_location(
     "option_leak", Path(__file__).resolve().parents[1] / "docs" / "results" / "scripts" / "option_leak.py"

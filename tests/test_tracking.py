@@ -155,9 +155,9 @@ def rollout(tiny_policy):
     """A real GRPO rollout of the tiny policy: 2 drop clips, 4 answers each, MCQ rewards."""
     from embodied.config import GRPOConfig
     from embodied.data.load import Example
+    from embodied.questions import arrow_of_time
     from embodied.rl.rewards import mcq_rewards
     from embodied.rl.rollout import sample_groups
-    from embodied.tasks import arrow_of_time
     from embodied.video import Clip, VideoConfig
     from embodied.worlds import DropWorld
 

@@ -236,7 +236,7 @@ def test_format_targets_never_carry_a_trace():
     """Format-only SFT (random letters) must not teach the answer through `<think>`: a puzzle's trace lists
     the shown pieces' places, which decide the answer."""
     from embodied.data.families import FamilySpec
-    from embodied.tasks import spatial_puzzle as sp
+    from embodied.questions import spatial_puzzle as sp
     from embodied.train.sft import sft_targets
 
     image = np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)
@@ -252,8 +252,8 @@ def test_text_answers_write_the_option_and_score_as_its_letter():
     """`sft.answer_as=text` writes the right option's text in `<answer>`, and evaluation reads it back as
     that option's letter."""
     from embodied.data.families import FamilySpec
-    from embodied.tasks import chosen_option, sft_target
-    from embodied.tasks import spatial_puzzle as sp
+    from embodied.questions import chosen_option, sft_target
+    from embodied.questions import spatial_puzzle as sp
     from embodied.train.sft import sft_targets
 
     image = np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)
@@ -279,7 +279,7 @@ def test_rationale_families_choose_who_carries_the_trace(tiny_path):
     """`sft.rationale_families` keeps the trace on the listed families and leaves `<think>` empty on the
     others; an unknown family name is an error, not a silent `none`."""
     from embodied.data.families import FamilySpec
-    from embodied.tasks import spatial_puzzle as sp
+    from embodied.questions import spatial_puzzle as sp
     from embodied.train.sft import longest_target, sft_targets
 
     image = np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)

@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 from embodied.config import GRPOConfig, SFTConfig
 from embodied.data.load import Example
 from embodied.policy.model import load_policy
-from embodied.tasks import arrow_of_time
+from embodied.questions import arrow_of_time
 from embodied.train.checkpoint import (
     list_checkpoints,
     load_checkpoint,

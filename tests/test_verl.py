@@ -27,8 +27,9 @@ from embodied.envs import is_interactive, push, task
 from embodied.envs.config import EnvConfig
 from embodied.integrations import verl_reward
 from embodied.integrations.export import export_dataset
+from embodied.questions import FAMILIES as QUESTION_FAMILIES
+from embodied.questions import LETTERS, FamilySpec, format_question
 from embodied.rl.rewards import mcq_rewards, option_orders, routed_rewards
-from embodied.tasks import LETTERS, TASKS, FamilySpec, format_question
 from embodied.video import VideoConfig, frame_pixel_cap, read_video
 
 ROOT = Path(__file__).parents[1]
@@ -113,7 +114,7 @@ def test_export_verl_reads_back_with_datasets(roots, tmp_path):
             "data_source"
         ]
     )
-    assert tasks == {f"embodied/{t}" for t in TASKS}
+    assert tasks == {f"embodied/{t}" for t in QUESTION_FAMILIES}
 
 
 def test_exported_video_fields_give_our_frames_in_qwen_vl_utils(roots, tmp_path):
@@ -145,7 +146,7 @@ def test_exported_video_fields_give_our_frames_in_qwen_vl_utils(roots, tmp_path)
 
 def test_reward_entry_equals_the_trainer_reward(roots):
     cases = scored_cases(roots)
-    assert {kind(r) for r, _ in cases} == set(TASKS) | set(ENV_TASKS)
+    assert {kind(r) for r, _ in cases} == set(QUESTION_FAMILIES) | set(ENV_TASKS)
     g = GRPOConfig()
     trainer = routed_rewards(
         EnvConfig().backend, EnvConfig().format_weight, g.accuracy_weight, g.format_weight

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from embodied.tasks import FamilySpec
+from embodied.questions import FamilySpec
 
 FRAMES, FPS, SIZE = 8, 2.0, 128
 TARGETS = {"clips_per_s": 20, "pipeline_vs_raw": 0.8}

@@ -31,8 +31,8 @@ import torch
 from embodied.data.load import Example
 from embodied.policy.families import family_of
 from embodied.policy.model import encode_prompts, load_policy, resolve_policy_path
+from embodied.questions import arrow_of_time, format_question
 from embodied.rl.rewards import mcq_reward
-from embodied.tasks import arrow_of_time, format_question
 from embodied.video import Clip
 
 CONTENDERS = ("trl_images", "ours_images", "ours_video")

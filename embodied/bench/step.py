@@ -36,7 +36,7 @@ from embodied.bench.timers import Timers, install
 from embodied.data.load import Example
 from embodied.policy.fits import check_command
 from embodied.policy.model import load
-from embodied.tasks import LETTERS, arrow_of_time
+from embodied.questions import LETTERS, arrow_of_time
 from embodied.train.grpo import train_grpo
 from embodied.train.metrics import read_metrics
 from embodied.train.sft import train_sft

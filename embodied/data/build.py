@@ -11,7 +11,7 @@ from embodied.data.families import FamilySource, QuickstartSource
 from embodied.data.from_videos import VideoSource
 from embodied.data.load import manifest_matches
 from embodied.data.schema import DataConfig
-from embodied.tasks import family, is_family
+from embodied.questions import family, is_family
 
 
 def source_of(cfg: DataConfig) -> Source:

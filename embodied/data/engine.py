@@ -57,7 +57,7 @@ class Source:
     def versions(self, kinds: list[str]) -> dict[str, int]:
         """Generator version of each question family in the dataset (bumped whenever a seed makes something
         else)."""
-        from embodied.tasks import family
+        from embodied.questions import family
 
         return {f: family(f).VERSION for f in kinds}
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from embodied.data.engine import Made, Source, store
 from embodied.data.schema import SPLITS, DataConfig, split_seeds, stream_code
-from embodied.tasks import (
+from embodied.questions import (
     TIERS,
     Ambiguous,
     FamilySpec,

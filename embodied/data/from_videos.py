@@ -25,7 +25,16 @@ import numpy as np
 
 from embodied.data.engine import Made, Source, store
 from embodied.data.schema import DataConfig
-from embodied.tasks import TASKS, TIERS, Ambiguous, FamilySpec, changed_area, family, family_names, hook
+from embodied.questions import (
+    FAMILIES,
+    TIERS,
+    Ambiguous,
+    FamilySpec,
+    changed_area,
+    family,
+    family_names,
+    hook,
+)
 from embodied.video import VideoError
 
 VIDEO_EXTENSIONS = (".mp4", ".m4v", ".mov", ".avi", ".mkv", ".webm", ".mpg", ".mpeg", ".wmv", ".flv", ".gif")
@@ -89,7 +98,7 @@ def decode(path: Path, fps: float, width: int, height: int) -> tuple[np.ndarray,
 
 def motion(frames: np.ndarray) -> float:
     """Moving area: the share of the picture that changes visibly between consecutive frames
-    (`embodied.tasks.changed_area`), averaged over the window (0-1)."""
+    (`embodied.questions.changed_area`), averaged over the window (0-1)."""
     if len(frames) < 2:
         return 0.0
     return float(np.mean([changed_area(a, b) for a, b in zip(frames[:-1], frames[1:])]))
@@ -178,7 +187,9 @@ class VideoSource(Source):
     def __init__(self, cfg: DataConfig) -> None:
         split = "test" if cfg.benchmark else cfg.from_videos_split  # a benchmark is a test split
         super().__init__(cfg, cfg.root, [split], workers=0, sheets=cfg.sheets)
-        fams = cfg.families or [FamilySpec(family=t, tiers=["easy", "hard"]) for t in footage_families(TASKS)]
+        fams = cfg.families or [
+            FamilySpec(family=t, tiers=["easy", "hard"]) for t in footage_families(FAMILIES)
+        ]
         makes = footage_families()
         bad = [f.family for f in fams if f.family not in makes]
         if bad:

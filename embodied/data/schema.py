@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from embodied.tasks import ClipSpec, FamilySpec, is_family
+from embodied.questions import ClipSpec, FamilySpec, is_family
 
 FORMAT_VERSION = 2
 """2: a question record names its family in `family` (1 called it `task`; `load_records` still reads 1)."""
@@ -73,8 +73,8 @@ class DataConfig:
     """Split that the records made from videos go to (`test` when `benchmark` is set)."""
     min_moving_area: float = 0.25
     """Arrow of time and temporal puzzles refuse video windows where less than this share of the picture
-    changes visibly between consecutive frames (`embodied.tasks.changed_area`, at `clip.fps`): a still scene
-    or a person standing still has no arrow of time and no order. Chosen at 2 fps on the shared clips
+    changes visibly between consecutive frames (`embodied.questions.changed_area`, at `clip.fps`): a still
+    scene or a person standing still has no arrow of time and no order. Chosen at 2 fps on the shared clips
     (docs/data.md); lower it for a small object moving in a static shot, or at higher fps (frames closer in
     time change less)."""
     sheets: bool = True

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from embodied.data.schema import kind
-from embodied.tasks import LETTERS
+from embodied.questions import LETTERS
 from embodied.video import VideoError, read_video
 
 

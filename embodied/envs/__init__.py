@@ -51,7 +51,7 @@ import importlib
 from pathlib import Path
 from types import ModuleType
 
-from embodied.tasks import is_family
+from embodied.questions import is_family
 
 __all__ = [
     "ANSWER_FORMS",
@@ -274,7 +274,7 @@ def random_answer(record: dict, rng) -> str:
     physics in it."""
     grid = record.get("meta", {}).get("answer_grid")
     if grid is not None:
-        from embodied.tasks import LETTERS
+        from embodied.questions import LETTERS
 
         return f"<think></think><answer>{LETTERS[int(rng.integers(len(grid)))]}</answer>"
     return f"<think></think><answer>{task(record['task']).random_answer(rng)}</answer>"
@@ -285,7 +285,7 @@ def answer_text(name: str, action, record: dict | None = None) -> str:
     the letter of that action (an action that is not one of its options is an error)."""
     grid = (record or {}).get("meta", {}).get("answer_grid")
     if grid is not None:
-        from embodied.tasks import LETTERS
+        from embodied.questions import LETTERS
 
         options = [grid_action(a) for a in grid]
         if action not in options:

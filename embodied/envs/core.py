@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import mujoco
 import numpy as np
 
-from embodied.tasks import parse_answer
+from embodied.questions import parse_answer
 from embodied.worlds import scene_path
 
 DIFFICULTIES = ("easy", "hard")

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from embodied.envs import core
-from embodied.tasks import LETTERS
+from embodied.questions import LETTERS
 
 NAME = "place"
 NUMERIC = False  # the answer is a lettered option

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from embodied.envs import parse, task, task_names
 from embodied.envs.backend import simulate_jobs
 from embodied.envs.core import EnvError
-from embodied.tasks import format_reward
+from embodied.questions import format_reward
 
 ENV_FORMAT_WEIGHT = 0.2
 """Weight of ``reward/format`` (the ``<think>...</think><answer>...</answer>`` layout) in the total."""

@@ -30,7 +30,7 @@ from embodied.policy.model import (
     generate,
     repeat_batch,
 )
-from embodied.tasks import LETTERS
+from embodied.questions import LETTERS
 from embodied.video import Clip, VideoConfig
 
 MEDIA = ("auto", "video", "images")

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from embodied.data.load import load_records
-from embodied.tasks import LETTERS
+from embodied.questions import LETTERS
 from embodied.video import Clip
 
 MODEL_FREE = ("random", "majority")

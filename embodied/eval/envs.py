@@ -37,9 +37,9 @@ from embodied.envs.reward import env_reward
 from embodied.eval.answerer import LocalAnswerer
 from embodied.eval.endpoint import Failure
 from embodied.eval.stats import majority_vote, pass_at_k, resolve_k, seed_interval, wilson_interval
+from embodied.questions import LETTERS, parse_answer
 from embodied.rl.episodes import check_turn_clip, check_turns
 from embodied.rl.rollout import sampling_seed
-from embodied.tasks import LETTERS, parse_answer
 
 
 def by_task(rows: Sequence[dict]) -> dict[str, list[dict]]:

@@ -33,8 +33,8 @@ from embodied.eval.stats import (
     wilson_interval,
 )
 from embodied.policy.families import family_of
+from embodied.questions import LETTERS, chosen_option
 from embodied.rl.rollout import sampling_seed
-from embodied.tasks import LETTERS, chosen_option
 from embodied.video import Clip, VideoConfig
 
 __all__ = [

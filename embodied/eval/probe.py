@@ -21,7 +21,7 @@ import torch
 
 from embodied.data.load import Example
 from embodied.eval.stats import wilson_interval
-from embodied.tasks import family, hook, is_family
+from embodied.questions import family, hook, is_family
 
 WEIGHT_DECAYS = (1e-3, 1e-2, 1e-1, 1.0)
 

@@ -4,7 +4,7 @@ sampled frames as a local model gets, sent as OpenAI chat requests (`embodied.ev
 What a request holds, and why:
 
 * The messages a local prompt is made of (`embodied.policy.model.prompt_text` / `conversation_text`): the
-  clip, then the question text (`embodied.tasks.format_question`); on a later turn of an episode each
+  clip, then the question text (`embodied.questions.format_question`); on a later turn of an episode each
   earlier answer as an assistant message and a user message with that answer's outcome clip and the words
   of `embodied.rl.episodes.again`. No system message: the server's chat template adds its default, as the
   local one does.
@@ -31,9 +31,9 @@ import numpy as np
 
 from embodied.eval.answerer import check_media
 from embodied.eval.endpoint import EndpointClient, Failure
+from embodied.questions import LETTERS, format_question
 from embodied.rl.episodes import again, continues, outcome_clip
 from embodied.rl.rollout import sampling_seed
-from embodied.tasks import LETTERS, format_question
 from embodied.video import Clip, VideoConfig, frame_pixel_cap
 
 TOP_LOGPROBS = 20

@@ -9,7 +9,7 @@ verl (`verl/utils/dataset/rl_dataset.py`, `RLHFDataset`; the layout of `examples
 
 - `data_source`: `embodied/<family>` (an episode: `embodied/<task>`; verl groups validation metrics by it);
 - `prompt`: chat messages, one user turn whose text is `<video>` (or one `<image>` per image) followed by
-  exactly the text our trainer shows (`embodied.tasks.format_question`); verl applies the model's chat
+  exactly the text our trainer shows (`embodied.questions.format_question`); verl applies the model's chat
   template, which adds the same default system turn;
 - `videos`: `[{"video": PATH, "fps", "max_frames", "min_pixels", "max_pixels", "total_pixels"}]`, passed to
   `qwen_vl_utils.fetch_video`: frames at `video.fps`, at most `video.max_frames`, each frame within
@@ -80,7 +80,7 @@ def verl_row(record: dict, split: str, index: int, root: Path, media_root: str, 
     """One row of verl's multimodal RL dataset for `record` (fields in the module docstring)."""
     from embodied.data.schema import kind as record_kind
     from embodied.envs import is_interactive
-    from embodied.tasks import format_question
+    from embodied.questions import format_question
 
     kind, items = _media(record, root, media_root, video)
     text = format_question(record["question"], record["options"], record.get("instruction"))
@@ -104,7 +104,7 @@ def verl_row(record: dict, split: str, index: int, root: Path, media_root: str, 
 
 def easyr1_row(record: dict, root: Path, media_root: str, video) -> dict:
     """One row of EasyR1's dataset for `record`: `prompt` string, `answer` (the record JSON), paths."""
-    from embodied.tasks import format_question
+    from embodied.questions import format_question
 
     kind, items = _media(record, root, media_root, video)
     text = format_question(record["question"], record["options"], record.get("instruction"))

@@ -42,7 +42,7 @@ from embodied.policy.lora import (
 )
 from embodied.policy.random_weights import build_random_policy, is_random
 from embodied.policy.tiny import SHIPPED, SHIPPED_QWEN3_VL, SHIPPED_WORLDS, TinySpec, build_tiny_policy
-from embodied.tasks import format_question
+from embodied.questions import format_question
 from embodied.video import Clip, VideoConfig
 
 

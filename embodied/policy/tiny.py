@@ -31,7 +31,7 @@ SHIPPED_QWEN3_VL = Path(__file__).parents[1] / "assets" / "tiny_base_qwen3_vl"
 `embodied pretrain pretrain.family=qwen3-vl` rebuilds it)."""
 
 TINY_VERSION = 2
-"""2: the tokenizer corpus holds the perception captions' words (embodied.tasks.caption)."""
+"""2: the tokenizer corpus holds the perception captions' words (embodied.questions.caption)."""
 
 # Qwen2.5-VL's special tokens, in Qwen's order, so ids line up with the real vocabulary's tail layout.
 QWEN_SPECIAL_TOKENS = [
@@ -97,10 +97,10 @@ def family_phrases() -> Iterator[str]:
     Only the default family's phrases (arrow of time): adding the other families' phrases would change the
     tiny model's tokenizer (and its cache key); byte-level BPE encodes their text anyway.
     """
-    from embodied.tasks import INSTRUCTION, TASKS, family, hook
+    from embodied.questions import FAMILIES, INSTRUCTION, family, hook
 
     yield INSTRUCTION
-    yield from hook(family(TASKS[0]), "phrases")()
+    yield from hook(family(FAMILIES[0]), "phrases")()
 
 
 def _tokenizer_corpus() -> list[str]:
@@ -108,7 +108,7 @@ def _tokenizer_corpus() -> list[str]:
 
     The question families contribute their own phrasing, so prompts tokenize into few tokens.
     """
-    from embodied.tasks.caption import caption_words
+    from embodied.questions.caption import caption_words
 
     words = [
         "the",

@@ -22,7 +22,7 @@ import torch
 from embodied.data.schema import kind
 from embodied.envs import is_interactive
 from embodied.envs.reward import ENV_FORMAT_WEIGHT, env_reward  # noqa: F401  (re-exported)
-from embodied.tasks import (  # noqa: F401  (parse_answer, option_orders re-exported)
+from embodied.questions import (  # noqa: F401  (parse_answer, option_orders re-exported)
     LETTERS,
     chosen_option,
     format_reward,

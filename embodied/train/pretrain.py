@@ -9,7 +9,7 @@ the whole tiny Qwen2.5-VL (vision tower and language model) to caption them from
     3 objects: red box, blue sphere, green capsule.
     frame 1: red high, blue high, green low. frame 2: red floor, blue low, green floor. ...
 
-The captions (`embodied.tasks.caption`) never say which way time runs: the base has never been told an
+The captions (`embodied.questions.caption`) never say which way time runs: the base has never been told an
 arrow-of-time answer: reinforcement learning on top of it gets the answer only through its reward. The
 clips come from the data engine's workers and stay in memory.
 
@@ -30,7 +30,7 @@ import numpy as np
 
 from embodied.data.engine import Source, make_all
 from embodied.data.load import Example
-from embodied.tasks.caption import (
+from embodied.questions.caption import (
     COLOUR_WORDS,
     OBJECTS_QUESTION,
     QUESTION,
@@ -73,7 +73,7 @@ class PretrainConfig:
     captions: str = "drop"
     """drop: the drop scene's height captions (how `tiny-base` was made) | scene: every scene in `scenes`,
     captioned with where each object is in every frame, whether it is seen, how it stands and whether it
-    moves (`embodied.tasks.caption.make_scene_clip`) | objects: the same clips, captioned with their object
+    moves (`questions.caption.make_scene_clip`) | objects: the same clips, captioned with their object
     list alone (`2 objects: purple box, green sphere.`), so every target token is a count, colour or shape."""
     scenes: list[str] = field(default_factory=lambda: ["drop"])
     """Scenes the `scene` captions are drawn from, one per clip, uniformly."""
@@ -149,7 +149,7 @@ def occupancy(
     temporal patch's two frames. Objects are the saturated pixels (floor, sky and shadows are grey).
 
     With `colours`, `(..., 2 * len(COLOUR_WORDS))`: for each frame of the pair and each colour word, whether
-    that colour's pixels fill the share (hue binned as the captions name it, `embodied.tasks.caption`)."""
+    that colour's pixels fill the share (hue binned as the captions name it, `embodied.questions.caption`)."""
     rgb = frames.astype(np.float32)
     hi, lo = rgb.max(-1), rgb.min(-1)
     objects = (hi - lo > 0.4 * hi) & (hi > 60)

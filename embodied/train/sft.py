@@ -28,7 +28,7 @@ from embodied.policy.model import (
     select_rows,
     trim_left_padding,
 )
-from embodied.tasks import LETTERS, family_names, is_family, sft_target
+from embodied.questions import LETTERS, family_names, is_family, sft_target
 from embodied.train.checkpoint import resolve_resume, set_aside
 from embodied.train.common import (
     NonFiniteGuard,

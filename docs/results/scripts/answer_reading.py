@@ -20,7 +20,7 @@ from pathlib import Path
 
 from embodied.data.schema import kind
 from embodied.eval.stats import seed_interval, wilson_interval
-from embodied.tasks import LETTERS, chosen_option, option_orders, parse_answer, written_order
+from embodied.questions import LETTERS, chosen_option, option_orders, parse_answer, written_order
 
 
 def load_predictions(path: Path) -> list[dict]:

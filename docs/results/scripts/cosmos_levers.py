@@ -29,7 +29,7 @@ TARGETS = ("none", "template", "trace", "order")
 
 
 def target_text(record: dict, targets: str, answer_as: str = "letter") -> str:
-    from embodied.tasks import answer_text, format_response, sft_target
+    from embodied.questions import answer_text, format_response, sft_target
 
     if targets == "order":
         return format_response(answer_text(record), record["answer"])
@@ -47,7 +47,7 @@ def trace_split(rows: list[dict], records: dict) -> dict:
     `letter_matches_order`: of those, the share whose letter is that option (matching; chance 0.25);
     `letter_matches_order_all`: the same count over every response with an order (the first runs' figure);
     `letter_right_when_order_right`: accuracy where the trace's order is right."""
-    from embodied.tasks import LETTERS, answer_text
+    from embodied.questions import LETTERS, answer_text
 
     seen = first = matched = with_order = in_options = right_given_seen = 0
     for row in rows:

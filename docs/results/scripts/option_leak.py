@@ -17,7 +17,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from embodied.data.schema import kind
-from embodied.tasks import answer_text
+from embodied.questions import answer_text
 
 
 def group(record: dict) -> str:

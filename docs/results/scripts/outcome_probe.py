@@ -33,7 +33,7 @@ from embodied.envs.reward import env_reward
 from embodied.eval.probe import linear_probe, padded_features, pooled
 from embodied.policy.model import load
 from embodied.rl.episodes import outcome_clip
-from embodied.tasks import LETTERS
+from embodied.questions import LETTERS
 from embodied.video import VideoConfig
 
 OUTCOMES = ("short", "overshoot")

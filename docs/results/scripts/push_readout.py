@@ -40,7 +40,7 @@ from embodied.eval.probe import linear_probe, padded_features, pooled
 from embodied.eval.stats import wilson_interval
 from embodied.experiments.reuse import code_hash, weights_hash
 from embodied.policy.model import load
-from embodied.tasks import LETTERS
+from embodied.questions import LETTERS
 from embodied.video import VideoConfig
 
 QUANTITIES = ("demo distance", "zone distance", "ratio J*/J_demo")

@@ -35,7 +35,7 @@ from embodied.envs.core import parse_letter
 from embodied.policy.model import load_policy, save_policy
 from embodied.rl.episodes import again, play
 from embodied.rl.rewards import rewards_for
-from embodied.tasks import LETTERS
+from embodied.questions import LETTERS
 from embodied.train.common import seed_everything
 from embodied.train.expert import round_sft
 from embodied.train.sft import train_sft

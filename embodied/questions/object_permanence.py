@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from embodied.tasks import LETTERS, reset_world, scene_meta
+from embodied.questions import LETTERS, reset_world, scene_meta
 
 NAME = "object_permanence"
 VERSION = 1

@@ -4,7 +4,7 @@ A family is one module, and that module declares everything the rest of the code
 outside it branches on its name (`PROTOCOL` is required, `HOOKS` optional with a default each):
 
 * ``NAME`` (the module's own name for a shipped family), ``VERSION`` (bumped whenever what it generates for
-  a seed changes) and, for a shipped family, ``RANK`` (its place in `TASKS`; rank 0 is the default family,
+  a seed changes) and, for a shipped family, ``RANK`` (its place in `FAMILIES`; rank 0 is the default family,
   the quickstart's);
 * the generator: ``num_options(tier, variant)`` and ``make(world, rng, answer, tier, fam, clip) -> (record,
   frames)``; the verifier ``verify(record, ...)``; the SFT ``<think>`` texts ``reasoning_for(record)`` and
@@ -17,7 +17,7 @@ outside it branches on its name (`PROTOCOL` is required, `HOOKS` optional with a
   ``quickstart_example(world, seed, answer, clip)`` (the dataset of ``data.families: []``, which the default
   family makes).
 
-A module of `embodied/tasks/` that assigns ``NAME`` (a string) and defines ``verify`` is a family: it is
+A module of `embodied/questions/` that assigns ``NAME`` (a string) and defines ``verify`` is a family: it is
 found by reading the package's sources without importing them (so the config loads in milliseconds), its
 required names are checked there, and again on import. A family kept elsewhere joins with `register`.
 """
@@ -122,9 +122,9 @@ def declares_family(path: Path) -> tuple[int, str] | None:
         raise ImportError(f"{path}: NAME = {consts['NAME']!r}, but a family's module is named after it")
     missing = [k for k in PROTOCOL if k not in names]
     if missing:
-        raise ImportError(f"{path}: a question family module must define {missing} (embodied.tasks.PROTOCOL)")
+        raise ImportError(f"{path}: a question family module must define {missing} (questions.PROTOCOL)")
     if not isinstance(consts.get("RANK"), int):
-        raise ImportError(f"{path}: a shipped question family needs RANK = <int> (its place in tasks.TASKS)")
+        raise ImportError(f"{path}: a shipped question family needs RANK = <int> (its place in FAMILIES)")
     return consts["RANK"], path.stem
 
 
@@ -141,13 +141,15 @@ def check(module: ModuleType) -> ModuleType:
     """``module`` if it follows `PROTOCOL`; a TypeError naming it and what it lacks otherwise."""
     missing = [k for k in PROTOCOL if not hasattr(module, k)]
     if missing:
-        raise TypeError(f"{module.__name__} is not a question family: it lacks {missing} (embodied.tasks)")
+        raise TypeError(
+            f"{module.__name__} is not a question family: it lacks {missing} (embodied.questions)"
+        )
     if not isinstance(module.NAME, str) or not module.NAME:
         raise TypeError(f"{module.__name__}: NAME must be a non-empty string, got {module.NAME!r}")
     return module
 
 
-TASKS = discover(Path(__file__).parent)
+FAMILIES = discover(Path(__file__).parent)
 """The question families shipped in this package, by ``RANK`` (the first is the default family)."""
 
 
@@ -155,8 +157,8 @@ TASKS = discover(Path(__file__).parent)
 class FamilySpec:
     """One question family in a generation spec (`data.families` in YAML)."""
 
-    family: str = TASKS[0]
-    """A question family's `NAME` (`embodied.tasks.family_names()`); the default is the family of `RANK` 0
+    family: str = FAMILIES[0]
+    """A question family's `NAME` (`embodied.questions.family_names()`); the default is the family of `RANK` 0
     (arrow_of_time)."""
     scene: str = "drop"
     """World it is simulated in (`embodied.worlds` registry); ignored with `data.from_videos`."""
@@ -188,12 +190,12 @@ _REGISTERED: dict[str, ModuleType] = {}
 
 def family_names() -> tuple[str, ...]:
     """Every known question family: the shipped ones, then the registered ones in registration order."""
-    return TASKS + tuple(_REGISTERED)
+    return FAMILIES + tuple(_REGISTERED)
 
 
 def is_family(name: object) -> bool:
     """Whether ``name`` is a known question family (shipped or registered)."""
-    return name in TASKS or name in _REGISTERED
+    return name in FAMILIES or name in _REGISTERED
 
 
 def register(module: ModuleType) -> ModuleType:
@@ -203,7 +205,7 @@ def register(module: ModuleType) -> ModuleType:
     (`registered_files`, `ensure_registered`)."""
     check(module)
     name = module.NAME
-    if name in TASKS or (name in _REGISTERED and _REGISTERED[name] is not module):
+    if name in FAMILIES or (name in _REGISTERED and _REGISTERED[name] is not module):
         raise ValueError(f"a question family named {name!r} is already known")
     _REGISTERED[name] = module
     return module
@@ -218,14 +220,14 @@ def family(name: str) -> ModuleType:
     """The module of question family ``name`` (a shipped one imported and checked on first use)."""
     if name in _REGISTERED:
         return _REGISTERED[name]
-    if name not in TASKS:
+    if name not in FAMILIES:
         raise KeyError(f"unknown question family {name!r}; known: {list(family_names())}")
     return _shipped(name)
 
 
 @functools.cache
 def _shipped(name: str) -> ModuleType:
-    return check(importlib.import_module(f"embodied.tasks.{name}"))
+    return check(importlib.import_module(f"embodied.questions.{name}"))
 
 
 def registered_files() -> dict[str, str]:

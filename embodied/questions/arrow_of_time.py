@@ -12,13 +12,13 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from embodied.tasks import LETTERS, ClipSpec, answer_text, reset_world, scene_meta, window_start
+from embodied.questions import LETTERS, ClipSpec, answer_text, reset_world, scene_meta, window_start
 
 NAME = "arrow_of_time"
 VERSION = 2
 """2: simulated scenes from the world registry, difficulty tiers, clips cut from real footage."""
 RANK = 0
-"""Place in `tasks.TASKS`; first: the default family, whose quickstart is `data.families: []`."""
+"""Place in `questions.FAMILIES`; first: the default family, whose quickstart is `data.families: []`."""
 QUESTION = "Is this video playing forward or reversed in time?"
 OPTIONS = ("forward", "reversed")
 # Short rationales for SFT targets: what a physicist would point at, tied to the label.

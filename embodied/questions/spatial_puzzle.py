@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from embodied.tasks import (
+from embodied.questions import (
     LETTERS,
     Ambiguous,
     answer_text,

@@ -4,7 +4,7 @@ A record is one JSON line (see data/FORMAT.md): `id`, `family`, `video` or `imag
 `answer` (a letter), `meta`. The prompt format follows Cosmos-Reason1: the question, the options as
 `(A) ...` lines, and an instruction to reason in `<think>` and answer in `<answer>`.
 
-A family is one module that follows `PROTOCOL` (`embodied/tasks/protocol.py` says what it must define and
+A family is one module that follows `PROTOCOL` (`embodied/questions/protocol.py` says what it must define and
 what it may): `NAME`, `VERSION` (bumped whenever what it generates for a seed changes), `num_options(tier,
 variant)`, `make(world, rng, answer, tier, fam, clip) -> (record, frames)` for simulated scenes, a
 `verify(...)` that checks the recorded answer is the one right option against the ground truth (the
@@ -15,7 +15,7 @@ work on any footage. `answer` is the index of the correct option, chosen by the 
 balanced per family and tier; `fam` is the `FamilySpec` and `clip` the dataset's `ClipSpec`. Material that
 cannot give a question with exactly one right answer raises `Ambiguous`.
 
-The modules of this package that declare a family are found without importing them (`TASKS`, by `RANK`);
+The modules of this package that declare a family are found without importing them (`FAMILIES`, by `RANK`);
 one kept elsewhere joins with `register(module)`. `family(name)` returns either kind.
 """
 
@@ -28,10 +28,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from embodied.tasks.protocol import (  # noqa: F401  (the protocol's names, re-exported here)
+from embodied.questions.protocol import (  # noqa: F401  (the protocol's names, re-exported here)
+    FAMILIES,
     HOOKS,
     PROTOCOL,
-    TASKS,
     ClipSpec,
     FamilySpec,
     ensure_registered,

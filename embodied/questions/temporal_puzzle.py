@@ -32,7 +32,7 @@ from functools import cache
 
 import numpy as np
 
-from embodied.tasks import (
+from embodied.questions import (
     LETTERS,
     Ambiguous,
     answer_text,
