@@ -230,6 +230,11 @@ class GRPOConfig:
     log_every: int = 5
     eval_every: int = 0
     eval_examples: int = 100
+    keep_best: bool = False
+    """With `eval_every`: end on the weights of the held-out point with the highest validation accuracy (the
+    latest of equals; the last step is always one), instead of the last step's. Selection on the
+    validation split only, so the test split stays unseen; one process, no `resume` (the best weights are
+    held in memory)."""
     checkpoint_every: int = 20
     """Write a resumable checkpoint every this many steps and at the end (0 = never)."""
     keep_checkpoints: int = 2
@@ -519,6 +524,9 @@ class QuickstartConfig:
     """Held-out accuracy on `grpo.eval_examples` validation clips every this many steps of its GRPO stage
     (the curve of report.html through GRPO), unless `grpo.eval_every` is set; 0: none. Greedy answers: the
     training is the same with or without them."""
+    keep_best: bool = True
+    """Its GRPO stage ends on its best held-out point (`grpo.keep_best`, chosen on validation clips; the test
+    clips the stages are scored on stay unseen). False: on the last step, whatever happened after the best."""
 
 
 @dataclass

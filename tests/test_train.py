@@ -377,3 +377,39 @@ def test_with_last_flags_only_the_final_item_and_reads_one_ahead():
 
     it = with_last(parts())
     assert next(it) == (0, False) and drawn == [0, 1]  # one ahead, not the whole generator
+
+
+def test_keep_best_ends_on_the_best_held_out_weights(examples, tiny_path, tmp_path):
+    """`grpo.keep_best`: the run ends on the weights of its best validation point (the latest of equals)."""
+    from embodied.train.grpo import BestWeights
+
+    model, _ = load_policy(tiny_path)
+    best, name = BestWeights(), next(iter(dict(model.named_parameters())))
+    param = dict(model.named_parameters())[name]
+    with torch.no_grad():
+        best.see(1, 0.5, model)
+        kept = param.detach().clone()
+        param.add_(1.0)
+        best.see(2, 0.4, model)  # worse: not kept
+        param.add_(1.0)
+        best.restore(model)
+    assert best.step == 1 and torch.equal(param, kept)
+    with torch.no_grad():
+        param.add_(1.0)
+        best.see(3, 0.5, model)  # equal: the later one is kept
+        later = param.detach().clone()
+        param.add_(1.0)
+        best.restore(model)
+    assert best.step == 3 and torch.equal(param, later)
+
+    model, processor = load_policy(tiny_path)
+    cfg = GRPOConfig(steps=3, prompts_per_step=2, group_size=2, max_new_tokens=8, log_every=1)
+    cfg.eval_every, cfg.eval_examples, cfg.keep_best = 2, 4, True
+    run = train_grpo(model, processor, examples, cfg, VideoConfig(), tmp_path, examples, progress=False)
+    held = [r for r in read_metrics(tmp_path / "metrics.jsonl") if "eval/accuracy" in r]
+    assert [r["step"] for r in held] == [2, 3]  # every eval_every steps, and the last step
+    accuracies = {r["step"]: r["eval/accuracy"] for r in held}
+    assert run["best_step"] == max(accuracies, key=lambda s: (accuracies[s], s))
+    cfg.eval_every = 0
+    with pytest.raises(ValueError, match="grpo.keep_best needs grpo.eval_every"):
+        train_grpo(model, processor, examples, cfg, VideoConfig(), tmp_path, examples, progress=False)

@@ -411,6 +411,11 @@ def train_grpo(
     procs = procs or Processes()
     check_config(cfg, procs.world)
     check_env_turns(turns)
+    if cfg.keep_best and (not cfg.eval_every or procs.world > 1 or resume):
+        raise ValueError(
+            "grpo.keep_best needs grpo.eval_every > 0 and validation clips, in one process, without resume "
+            "(the best weights are held in memory)"
+        )
     if turns.n > 1 and (cfg.dynamic_sampling or cfg.advantage == "gae" or procs.world > 1):
         raise ValueError(
             f"env.turns={turns.n} runs with the group estimators in one process: not with "
@@ -436,6 +441,7 @@ def train_grpo(
         set_aside(ckpt_dir, procs.main)
     sampling, critic_watch = sampling_args(cfg), CriticWatch(cfg.value_ev_patience)
     keep = keeps_prefix(net, model, cfg, procs, head, turns.n)
+    best = BestWeights() if cfg.keep_best else None
 
     def draw() -> Rollout:
         state["drawn"] += 1
@@ -482,8 +488,11 @@ def train_grpo(
             log.log(step, {k: v for k, v in metrics.items() if k.startswith(CRITIC_KEYS)})
         if procs.main:
             log.log_rollout(step, ro)  # every log.samples_every steps: frames, answers, rewards, truth
-        if procs.all_forward and cfg.eval_every and val and step % cfg.eval_every == 0:
-            validate(model, processor, val[: cfg.eval_examples], video, log, step, t_start, procs)
+        held_out = cfg.eval_every and val and (step % cfg.eval_every == 0 or (best and step == cfg.steps))
+        if procs.all_forward and held_out:
+            accuracy = validate(model, processor, val[: cfg.eval_examples], video, log, step, t_start, procs)
+            if best is not None:
+                best.see(step, accuracy, model)
         if cfg.checkpoint_every and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
             counters = state | {"skipped": guard.total, "in_row": guard.in_row}
             procs.save_checkpoint(
@@ -491,7 +500,29 @@ def train_grpo(
             )
     procs.barrier()
     model.eval()
-    return {"steps": cfg.steps, "wall_s": time.perf_counter() - t_start, "skipped_steps": guard.total}
+    summary = {"steps": cfg.steps, "wall_s": time.perf_counter() - t_start, "skipped_steps": guard.total}
+    if best is not None and best.step is not None:
+        best.restore(model)
+        summary |= {"best_step": best.step, "best_accuracy": best.accuracy}
+        if procs.main:
+            log.log(cfg.steps, {"eval/best_step": best.step, "eval/best_accuracy": best.accuracy})
+    return summary
+
+
+class BestWeights:
+    """The weights of the held-out point with the highest accuracy so far (the latest of equals), on CPU."""
+
+    def __init__(self):
+        self.step, self.accuracy, self.weights = None, -1.0, None
+
+    def see(self, step: int, accuracy: float, model) -> None:
+        if accuracy >= self.accuracy:
+            self.step, self.accuracy = step, accuracy
+            self.weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+    def restore(self, model) -> None:
+        if self.step is not None:
+            model.load_state_dict(self.weights)
 
 
 class CriticWatch:
@@ -625,8 +656,9 @@ def step_metrics(
 def validate(
     model, processor, val: Sequence[Example], video: VideoConfig, log, step: int, t_start: float, procs
 ):
-    """Greedy accuracy on the validation examples, logged as `eval/*`."""
+    """Greedy accuracy on the validation examples, logged as `eval/*` and returned."""
     res = evaluate(model, processor, val, video, choice=False, progress=False)
     if procs.main:
         metrics = {"eval/accuracy": res["accuracy"], "eval/unparseable": res["unparseable"]}
         log.log(step, metrics | {"time/elapsed": time.perf_counter() - t_start})
+    return res["accuracy"]
