@@ -61,7 +61,9 @@ def _table(head: list[str], rows: list[list], numeric_from: int = 99) -> str:
     return "\n".join(out) + "</table>"
 
 
-def _ci(acc: float, ci: list) -> str:
+def _ci(acc: float | None, ci: list | None) -> str:
+    if acc is None:
+        return "none answered"
     return f"{acc:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
 
 

@@ -21,9 +21,11 @@ from pathlib import Path
 import pytest
 
 from embodied.config import Config
+from embodied.eval.compare import cells_of, format_cell
 from embodied.eval.endpoint import EndpointClient, cache_key
 from embodied.eval.loop import evaluate_answers
 from embodied.eval.served import EndpointAnswerer
+from embodied.eval.stats import format_result, markdown_table
 from embodied.video import VideoConfig
 
 SHORT = "<think></think><answer>0.05</answer>"  # push: an impulse far too small, so turn 1 fails
@@ -250,6 +252,10 @@ def test_a_refused_request_is_counted_and_listed_never_scored(server, data, tmp_
     client = EndpointClient(server.url, "not-this-model", tmp_path / "cache", retries=3, backoff=0.05)
     result = evaluate_answers(EndpointAnswerer(client, VideoConfig()), examples, choice=False, progress=False)
     assert result["n"] == 0 and result["requested"] == 3 and len(result["failed"]) == 3
+    assert result["accuracy"] is None and result["ci95"] is None  # no figure, not a 0.000 that reads as one
+    assert format_result(result).startswith("no accuracy: none of the questions was answered (n=0, 3 failed)")
+    assert "| **all** | all | 0 | none answered |" in markdown_table(result)
+    assert format_cell(cells_of(result)[1][("all", "all")]) == "none answered n=0"
     assert client.usage.failed == 3 and client.usage.retries == 0 and "HTTP 400" in client.usage.errors[0]
     assert not any((tmp_path / "cache").rglob("*.json"))  # a failure is not cached: the next run asks again
 

@@ -43,8 +43,11 @@ class Result:
 
 
 def _cell(s: dict, metric: str) -> dict:
+    """A figure with its interval; `value` None where nothing was scored (n = 0: every request failed)."""
     n = int(s.get("n", 0))
-    value = float(s.get(metric, 0.0))
+    if s.get(metric) is None or not n:
+        return {"value": None, "ci95": None, "n": n, "chance": s.get("chance")}
+    value = float(s[metric])
     ci = s.get("ci95") or list(wilson_interval(value * n, n))
     return {"value": value, "ci95": [float(ci[0]), float(ci[1])], "n": n, "chance": s.get("chance")}
 
@@ -110,9 +113,11 @@ def row_keys(results: list[Result]) -> list[tuple[str, str]]:
     return [("all", "all")] * (("all", "all") in keys) + rest
 
 
-def _fmt_cell(c: dict | None) -> str:
+def format_cell(c: dict | None) -> str:
     if c is None:
         return ""
+    if c["value"] is None:
+        return f"none answered n={c['n']}"
     return f"{c['value']:.3f} [{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}] n={c['n']}"
 
 
@@ -132,7 +137,7 @@ def table_html(results: list[Result]) -> str:
         cells = [esc(key[0]), esc(key[1]), " / ".join(f"{c:.3f}" for c in chances)]
         for r, b in cols:
             c = r.cells.get(key) if b is None else r.baselines[b].get(key)
-            text = _fmt_cell(c)
+            text = format_cell(c)
             cells.append(f"<b>{text}</b>" if b is None and key == ("all", "all") else text)
         out.append(
             "<tr>" + "".join(f"<td{' class=num' * (i > 1)}>{c}</td>" for i, c in enumerate(cells)) + "</tr>"
@@ -156,7 +161,8 @@ def figure_png(results: list[Result]) -> bytes:
     )
     axes = [axes] if len(keys) == 1 else list(getattr(axes, "flat", axes))
     for ax, key in zip(axes, keys):
-        shown = [r for r in results if key in r.cells]  # a panel lists the results that have its key
+        # a panel lists the results that have a figure for its key
+        shown = [r for r in results if r.cells.get(key, {}).get("value") is not None]
         for y, r in enumerate(shown):
             c = r.cells[key]
             lo, hi = c["ci95"]

@@ -117,11 +117,15 @@ def _question(views: list[dict], n_options: int, ks: Sequence[int]) -> dict:
 
 
 def _stats(qs: list[dict]) -> dict:
+    """n, accuracy with its interval, chance and unparseable share of scored questions. With none scored
+    (every request of a served evaluation failed) there is no accuracy: None, not a 0 that reads as one."""
     n = len(qs)
+    if not n:
+        return {"n": 0, "accuracy": None, "ci95": None, "chance": None, "unparseable": None}
     correct = sum(q["correct"] for q in qs)
     out = {
         "n": n,
-        "accuracy": correct / n if n else 0.0,
+        "accuracy": correct / n,
         "ci95": list(wilson_interval(correct, n)),
         "chance": _mean(q["chance"] for q in qs),
         "unparseable": _mean(q["unparseable"] for q in qs),
@@ -171,6 +175,9 @@ def by_family(result: dict) -> tuple[dict, dict]:
 
 def format_result(result: dict) -> str:
     """One line for humans: accuracy [interval], chance, unparseable, forced choice, pass@k, cons@k."""
+    if result["accuracy"] is None:
+        failed = len(result.get("failed", []))
+        return f"no accuracy: none of the questions was answered (n=0, {failed} failed)"
     lo, hi = result["ci95"]
     line = (
         f"accuracy {result['accuracy']:.3f} [{lo:.3f}, {hi:.3f}] on n={result['n']} "
@@ -192,6 +199,8 @@ def markdown_table(result: dict, title: str = "") -> str:
     head += ["forced choice"] * choice + sampled
 
     def line(family: str, tier: str, s: dict) -> str:
+        if s["accuracy"] is None:
+            return "| " + " | ".join([family, tier, "0", "none answered"] + [""] * (len(head) - 4)) + " |"
         lo, hi = s["ci95"]
         cells = [family, tier, str(s["n"]), f"{s['accuracy']:.3f} [{lo:.3f}, {hi:.3f}]"]
         cells += [f"{s['chance']:.3f}", f"{s['unparseable']:.1%}"]
