@@ -112,6 +112,7 @@ def test_registered_toy_is_a_family(toy):
     record, shown = toy.from_frames(frames, 2.0, np.random.default_rng(0), 1, "easy", None)
     assert toy.verify(record, shown, frames) and not toy.verify(record | {"answer": "A"}, shown, frames)
     assert questions.option_orders(record) is None  # not an ordering question (the default hook)
+    assert not questions.asks_orders("negative") and questions.asks_orders("temporal_puzzle")
     target = "<think>negative</think><answer>B</answer>"
     assert questions.sft_target(record | {"id": "x"}, "trace") == target
 

@@ -37,12 +37,11 @@ from pathlib import Path
 import numpy as np
 
 from embodied.experiments.reuse import process_data, reuse_or_run, run_jobs
+from embodied.questions import asks_orders
 
 JOBS = ("main", "transfer", "zero")  # longest first
 ROWS = ("base", "sft", "sft_grpo", "sft_grpo_credit", "more_sft", "grpo_only", "blind", "single_frame")
 TRANSFER_ROWS = ("sft", "sft_grpo", "more_sft")
-ORDER_FAMILIES = ("spatial_puzzle", "temporal_puzzle")
-"""Families whose answers are orders (`grpo.order_credit` pays partial credit on them)."""
 ROW_NAMES = {
     "chance": "chance",
     "base": "base",
@@ -456,7 +455,7 @@ def summarise(base: dict, per_seed: dict, cfg) -> dict:
         targets["credit_minus_exact"] = {
             f: _stat([_per_family(a)[f]["accuracy"] - _per_family(b)[f]["accuracy"] for a, b in pairs])
             for f in families
-            if f in ORDER_FAMILIES
+            if asks_orders(f)  # the families `grpo.order_credit` pays partial credit on
         }
     return {
         "families": families,

@@ -143,6 +143,12 @@ def option_orders(record: dict) -> list[list[int]] | None:
     return [[int(x) for x in option.split(",")] for option in record["options"]]
 
 
+def asks_orders(name: str) -> bool:
+    """Whether some questions of family `name` have orders as options (its module says which, through
+    `options_are_orders`): the families `grpo.order_credit` can pay partial credit on."""
+    return is_family(name) and hook(family(name), "options_are_orders") is not HOOKS["options_are_orders"]
+
+
 def is_letter(content: str | None, n_options: int) -> bool:
     """Whether `content` is one of the first `n_options` option letters (`A`, not `AB` or an empty string)."""
     return content is not None and len(content) == 1 and content in LETTERS[:n_options]
