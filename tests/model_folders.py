@@ -49,12 +49,15 @@ def _vocab(tok) -> int:
     return 64 * ((len(tok) + 63) // 64)
 
 
-def qwen3_vl(out: Path) -> Path:
-    """Qwen3-VL: 16 px patches, deepstack from the first vision block, interleaved M-RoPE."""
+def qwen3_vl(out: Path, moe: bool = False) -> Path:
+    """Qwen3-VL: 16 px patches, deepstack from the first vision block, interleaved M-RoPE. `moe`: the
+    mixture-of-experts variant (Qwen3-VL-30B-A3B's architecture): 4 experts, 2 routed per token."""
     from transformers import (
         Qwen2VLImageProcessor,
         Qwen3VLConfig,
         Qwen3VLForConditionalGeneration,
+        Qwen3VLMoeConfig,
+        Qwen3VLMoeForConditionalGeneration,
         Qwen3VLProcessor,
     )
     from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
@@ -87,7 +90,9 @@ def qwen3_vl(out: Path) -> Path:
         num_position_embeddings=64,
         deepstack_visual_indexes=[0],
     )
-    config = Qwen3VLConfig(
+    if moe:
+        text |= dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, decoder_sparse_step=1)
+    config = (Qwen3VLMoeConfig if moe else Qwen3VLConfig)(
         text_config=text,
         vision_config=vision,
         image_token_id=ids("<|image_pad|>"),
@@ -102,7 +107,13 @@ def qwen3_vl(out: Path) -> Path:
         video_processor=Qwen3VLVideoProcessor(),
         chat_template=_template(_MEDIA["video"], _MEDIA["image"]),
     )
-    return _save(Qwen3VLForConditionalGeneration(config), processor, out)
+    model = (Qwen3VLMoeForConditionalGeneration if moe else Qwen3VLForConditionalGeneration)(config)
+    return _save(model, processor, out)
+
+
+def qwen3_vl_moe(out: Path) -> Path:
+    """Qwen3-VL's mixture-of-experts variant (see `qwen3_vl`)."""
+    return qwen3_vl(out, moe=True)
 
 
 def llava_onevision(out: Path) -> Path:
@@ -237,3 +248,29 @@ def gemma3(out: Path) -> Path:
         image_seq_length=4,
     )
     return _save(Gemma3ForConditionalGeneration(config), processor, out)
+
+
+def qwen3_5_moe(out: Path) -> Path:
+    """Qwen3.5's mixture-of-experts variant (linear-attention and full-attention layers, 4 routed experts, 2
+    per token, and a shared expert): `tiny:qwen3.5`'s tokenizer, processor and sizes, with the MoE
+    architecture built from transformers' `Qwen3_5MoeConfig` and fresh random weights."""
+    import json
+    import shutil
+
+    from transformers import Qwen3_5MoeConfig, Qwen3_5MoeForConditionalGeneration
+
+    from embodied.policy.model import resolve_policy_path
+
+    dense = Path(resolve_policy_path("tiny:qwen3.5"))
+    shutil.copytree(dense, out, ignore=shutil.ignore_patterns("model.safetensors", "embodied_tiny.json"))
+    raw = json.loads((dense / "config.json").read_text())
+    text = {k: v for k, v in raw["text_config"].items() if k not in ("model_type", "architectures")}
+    text |= dict(
+        num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64, shared_expert_intermediate_size=64
+    )
+    vision = {k: v for k, v in raw["vision_config"].items() if k != "model_type"}
+    rest = {k: v for k, v in raw.items() if k.endswith("_token_id")}
+    config = Qwen3_5MoeConfig(text_config=text, vision_config=vision, **rest)
+    torch.manual_seed(0)
+    Qwen3_5MoeForConditionalGeneration(config).save_pretrained(out)
+    return out
