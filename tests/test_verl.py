@@ -117,9 +117,11 @@ def test_export_verl_reads_back_with_datasets(roots, tmp_path):
     assert tasks == {f"embodied/{t}" for t in QUESTION_FAMILIES}
 
 
-def test_exported_video_fields_give_our_frames_in_qwen_vl_utils(roots, tmp_path):
+@pytest.mark.parametrize("patch", [14, 16])
+def test_exported_video_fields_give_our_frames_in_qwen_vl_utils(roots, tmp_path, patch):
     """The fields verl hands to `qwen_vl_utils.fetch_video` sample as many frames as our reader at 2 fps and
-    size them within our per-frame cap (fetch_video on the decoded frames: no video decoder needed)."""
+    size them within our per-frame cap (fetch_video on the decoded frames: no video decoder needed), for
+    Qwen2.5-VL's 14 px patches and Qwen3-VL's 16 px ones (verl passes the processor's `image_patch_size`)."""
     import av
     import pyarrow.parquet as pq
     from PIL import Image
@@ -138,7 +140,7 @@ def test_exported_video_fields_give_our_frames_in_qwen_vl_utils(roots, tmp_path)
         n = smart_nframes(item, total_frames=total, video_fps=rate)
         assert n == len(ours.frames) - len(ours.frames) % 2  # qwen keeps an even count (2-frame patches)
         frames = [Image.fromarray(f) for f in ours.frames[:n]]
-        pixels = fetch_video({**item, "video": frames})
+        pixels = fetch_video({**item, "video": frames}, image_patch_size=patch)
         assert pixels.shape[0] == n and pixels.shape[-2] * pixels.shape[-1] <= frame_pixel_cap(n, video)
         counts.add(n)
     assert len(counts) > 1  # still pairs and longer clips both checked
