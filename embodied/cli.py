@@ -3,12 +3,15 @@
 Every command takes `--config FILE.yaml` (differences from the defaults; repeat it to stack files) and
 dotted `key=value` overrides, e.g. `embodied sft -c configs/quickstart.yaml sft.lr=1e-3 run_dir=runs/try2`
 or `embodied grpo -c configs/quickstart.yaml -c configs/recipes/dapo.yaml --resume auto`.
-`embodied show-config` prints the merged config with every default.
+`embodied show-config` prints the merged config with every default: the core sections, which the commands
+that generate, train and evaluate read; `embodied show-config experiment NAME` (or `bench`) adds that
+command's own section (`cosmos.*`, `env_feedback.*`, `bench.*`, ...), which no other command takes.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -25,7 +28,8 @@ COMMANDS = {
     "quickstart": "generate -> evaluate -> SFT -> evaluate -> GRPO -> evaluate, on the tiny model",
     "bench": "run a benchmark (`embodied bench --list` names them); prints and writes JSON",
     "experiment": "run a named experiment (`embodied experiment --list`), e.g. env-feedback",
-    "show-config": "print the merged config (defaults <- --config file <- overrides) as YAML",
+    "show-config": "print the merged config (defaults <- --config file <- overrides) as YAML; "
+    "`show-config experiment NAME` (or `bench`): with that command's own section",
     "compare": "rank several runs' evaluations (eval_*.json) in one table and figure: RUN_DIR... [out=DIR]",
     "report": "rebuild RUN_DIR/report.html (summary, evaluations, curves, examples) from a run folder",
     "export": "write data.root as parquet for verl or EasyR1 (--format), with their reward entry point",
@@ -113,8 +117,52 @@ def _parser() -> argparse.ArgumentParser:
             help_ = "RUN_DIR: the run or experiment folder (as the run's run_dir)"
         if name == "compare":
             help_ = "RUN_DIR...: run folders holding eval_*.json; out=DIR for the page (default runs/compare)"
+        if name == "show-config":
+            help_ = "[COMMAND [NAME]]: the config it reads (e.g. experiment cosmos), then dotted overrides"
         s.add_argument("overrides", nargs="*", metavar="key=value", help=help_)
     return p
+
+
+def _schema(command: str | None, name: str | None):
+    """The config class `embodied COMMAND [NAME]` reads (the core `Config`, or an experiment's or a
+    benchmark's with its own section), and `load_config`'s `refused`: why each other command's section is
+    refused here."""
+    from embodied.bench.config import BenchRun
+    from embodied.config import Config
+    from embodied.experiments.config import RUNS
+
+    owners = {("bench", "NAME"): BenchRun} | {("experiment", n): run for n, run in RUNS.items()}
+    schema = {"bench": BenchRun, "experiment": RUNS.get(name or "", Config)}.get(command or "", Config)
+    core = {f.name for f in dataclasses.fields(Config)}
+    refused = {}
+    for (kind, who), run in owners.items():
+        reader = f"`embodied {kind} {who}`"
+        if command is None:  # plain `embodied show-config`: say how to show that section
+            shown = f"embodied show-config {kind}" + ("" if kind == "bench" else f" {who}")
+            why = f"read by {reader} only (`{shown}` shows it)"
+        else:
+            said = f"embodied {command}" + (f" {name}" if name else "")
+            why = f"read by {reader} only; `{said}` would ignore it: drop it from the command line or the "
+            why += "config file"
+        refused |= {f.name: why for f in dataclasses.fields(run) if f.name not in core and run is not schema}
+    return schema, refused
+
+
+def _shown(words: list[str]) -> tuple[str | None, str | None]:
+    """`embodied show-config [COMMAND [NAME]]`: the command (and bench or experiment) whose config to show."""
+    command, name = ([*words, None, None])[:2]
+    if len(words) > 2 or (command is not None and command not in set(COMMANDS) - {"show-config"}):
+        raise ValueError(
+            f"{' '.join(words)!r}: give a command (and a bench or experiment NAME), then key=value "
+            "overrides, e.g. `embodied show-config experiment cosmos cosmos.seeds=[0]`"
+        )
+    if command in NAMED and (name is not None or command == "experiment"):
+        names = _named(NAMED[command])
+        if name not in names:
+            raise ValueError(f"unknown or missing {command} name {name!r}; choose one of {names}")
+    elif name is not None:
+        raise ValueError(f"`embodied {command}` takes no NAME, got {name!r}")
+    return command, name
 
 
 def _report(arguments: list[str]) -> int:
@@ -189,15 +237,24 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides.append(f"bench.against={args.against}")
     if getattr(args, "from_videos", None):
         args.overrides.append(f"data.from_videos={args.from_videos}")
+    command, name = args.command, args.name
+    if command == "show-config":  # `show-config [COMMAND [NAME]] key=value...`
+        try:
+            command, name = _shown([o for o in args.overrides if "=" not in o])
+        except ValueError as e:
+            print(f"embodied show-config: {e}", file=sys.stderr)
+            return 2
+        args.overrides = [o for o in args.overrides if "=" in o]
     # the schema (omegaconf, numpy) loads only once the arguments parse; torch only past the config
     from embodied.config import ConfigError, config_yaml, load_config
 
+    schema, refused = _schema(command, name)
     try:
         if args.command == "show-config":
-            print(config_yaml(args.config, args.overrides), end="")
+            print(config_yaml(args.config, args.overrides, schema, refused), end="")
             return 0
         resume = [f"resume={args.resume}"] if getattr(args, "resume", None) else []
-        cfg = load_config(args.config, args.overrides + resume)
+        cfg = load_config(args.config, args.overrides + resume, schema=schema, refused=refused)
     except ConfigError as e:
         print(f"embodied: config error: {e}", file=sys.stderr)
         return 2

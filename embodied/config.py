@@ -1,10 +1,16 @@
 """One config system: typed dataclasses are the schema, YAML files hold differences, and dotted
 `key=value` overrides on the command line win last. Merging and type checking are OmegaConf's
 structured configs; an unknown key or a wrongly typed value is an error that names it.
+
+This module only composes: `Config`, the core schema, is the sections of the rooms below it, each imported
+from a light leaf beside its code, and the commands above it (`embodied experiment NAME`, `embodied bench
+NAME`) each subclass it with their own section beside their code (`embodied/experiments/config.py`,
+`embodied/bench/config.py`), so the core holds no experiment's or benchmark's keys.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,6 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from embodied.data.schema import DataConfig
 from embodied.envs.config import EnvConfig
+from embodied.eval.config import EvalConfig
 from embodied.integrations.export import ExportConfig
 from embodied.policy.config import PolicyConfig
 from embodied.train.pretrain import PretrainConfig
@@ -286,233 +293,6 @@ class ExpertConfig:
     (`train.expert.balanced`, logged as `expert/tuned_<task>`)."""
 
 
-# --- the commands' own sections: bench and the experiments (they sit above this module) -------------
-
-
-@dataclass
-class BenchConfig:
-    """Settings of `embodied bench ...`. The GRPO settings compared (G, tokens, KL, lr, temperature,
-    prompts per step) are the `grpo` section's; the video settings are the `video` section's."""
-
-    prompts: int = 16
-    """grpo-vs-trl: arrow-of-time prompts simulated for the comparison (4 frames at 112 x 112 each)."""
-    rounds: int = 3
-    """grpo-vs-trl, sft: interleaved rounds; each round runs every contender once, in a rotated order."""
-    steps: int = 4
-    """grpo-vs-trl, sft: timed steps per contender per round; step: timed steps per phase (SFT, GRPO, TRL)."""
-    warmup: int = 1
-    """grpo-vs-trl, sft, step: untimed steps at the start of every block (first-call, allocator warm-up)."""
-    sft_micro_batch: int = 8
-    """sft: the `sft.micro_batch_size` timed against the whole batch in one pass."""
-    video_files: list[str] = field(default_factory=lambda: ["tests/assets/videos/*.mp4"])
-    """video: glob patterns of real files to read besides the generated ones (missing ones are skipped)."""
-    video_repeats: int = 5
-    """video: reads per file and reader; the median time counts."""
-    memory_overrides: list[str] = field(
-        default_factory=lambda: [
-            "data.n_train=96",
-            "data.n_val=16",
-            "data.n_test=64",
-            "sft.steps=20",
-            "sft.eval_every=0",
-            "grpo.steps=4",
-        ]
-    )
-    """memory: dotted overrides of the quickstart run whose peak memory is measured (batch sizes stay the
-    defaults, so the per-step peak is the real quickstart's; fewer clips and steps keep it short)."""
-    trl_policies: list[str] = field(default_factory=list)
-    """grpo-vs-trl: more policies timed in the same run, their blocks interleaved with `policy.path`'s in
-    every round so that the ratios are measured side by side (e.g. `[tiny-base-qwen3-vl]`)."""
-    memory_quickstart: bool = True
-    """memory: also measure the quickstart's peak (minutes); false prints only the plan (seconds)."""
-    memory_architectures: list[str] = field(
-        default_factory=lambda: ["qwen2.5-vl-3b", "qwen2.5-vl-7b", "qwen3-vl-4b", "qwen3-vl-8b", "qwen3.5-2b"]
-    )
-    """memory: real architectures planned on the meta device (names of `random:NAME`, or config.json
-    files): parameters, FSDP2 units, per-GPU weights/grads/AdamW under DDP and FSDP2
-    (embodied/bench/memory_plan.py). Empty: no plan."""
-    memory_gpus: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
-    """memory: GPU counts of the plan."""
-    profile_clips: int = 200
-    """docs/results/scripts/profile_quickstart.py: clips also made in the main process (workers=0) to time
-    physics, render and encoding, which the quickstart's worker processes hide (0 = none)."""
-    against: str = ""
-    """quickstart: the commit (any git ref) this checkout's quickstart is compared with (`--against REF`)."""
-    quickstart_runs: int = 3
-    """quickstart: runs of each side, alternated (REF, this, REF, this, ...); their medians are compared."""
-    quickstart_swap: bool = False
-    """quickstart: every second pair starts with this checkout (REF, this, this, REF, ...)."""
-    quickstart_overrides: list[str] = field(default_factory=list)
-    """quickstart: dotted overrides given to both sides' quickstart (e.g. fewer steps for a smoke test)."""
-    step_clips: str = "sim"
-    """step: the clips of the measured steps: sim (MuJoCo drop clips, needs offscreen OpenGL) or noise
-    (random frames of the same shape, for a GPU machine without it: a step's cost depends on shapes only)."""
-    step_phases: list[str] = field(default_factory=lambda: ["sft", "grpo", "trl"])
-    """step: what to measure: sft, grpo, trl (TRL's GRPOTrainer beside ours on the same images; reported as
-    not installed without TRL). scripts/device/ splits them over two calls."""
-    step_peak_tflops: float = 0.0
-    """step: the device's dense bf16 peak (TFLOP/s) for MFU; 0 = from the GPU's name
-    (`embodied.bench.flops.GPU_BF16_TFLOPS`), or on a CPU an estimate from its clock and vector width."""
-
-
-@dataclass
-class RecipesConfig:
-    """The recipe comparison (`embodied experiment recipes`)."""
-
-    arms: list[str] = field(
-        default_factory=lambda: [
-            "configs/recipes/grpo.yaml",
-            "configs/recipes/dapo.yaml",
-            "configs/recipes/drgrpo.yaml",
-            "configs/recipes/gspo.yaml",
-            "configs/recipes/reinforce_pp.yaml",
-            "configs/recipes/papo.yaml",
-            "configs/recipes/ppo.yaml",
-        ]
-    )
-    """Preset YAML files, each layered on the run's config for its arm (paths relative to the working dir)."""
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    """One start per seed (its SFT draws and data order); every arm runs from each with that seed."""
-    start: str = ""
-    """A starting policy folder shared by every seed; empty: build one per seed (`format_steps`, then
-    labelled SFT until validation reaches `half_at`), kept in run_dir/start_seed<S>."""
-    format_steps: int = 200
-    """SFT steps with random-letter targets (`sft.targets=format`): the answer format, never the answer."""
-    half_at: float = 0.65
-    """Labelled SFT after the format steps stops at the first validation at or above this."""
-    half_high: float = 0.8
-    """When that step jumps above this (the tiny policy finds the cue in one step), the start is the point
-    between the last two steps whose validation lies in [half_at, half_high] (`recipes._bisect`)."""
-    half_lr: float = 3e-4
-    """Learning rate of the labelled steps: lower than SFT's, so that one step moves accuracy little."""
-    half_max_steps: int = 60
-    half_eval_examples: int = 200
-    """Validation clips read after every labelled step (the first of the val split)."""
-    steps: int = 60
-    """RL steps per arm (equal for all arms)."""
-    eval_every: int = 5
-    eval_examples: int = 200
-    """Validation clips of the curves (the first of the val split; the start was chosen on the first
-    `half_eval_examples` of them, so the start's test accuracy is the unbiased figure)."""
-    target: float = 0.9
-    """Report the first step and second at which validation accuracy reaches this."""
-    workers: int = 2
-    """Runs at once, each in its own process (set `threads=1` with 2 on a 2-core machine)."""
-
-
-@dataclass
-class ZeroLabelConfig:
-    """`embodied experiment zero-label`."""
-
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    starts: list[str] = field(default_factory=lambda: ["format", "half"])
-    """format (random-letter SFT targets) | half (format + `half_steps` of labelled SFT)."""
-    format_steps: int = 200
-    """SFT steps with random-letter targets: the answer format only."""
-    half_steps: int = 12
-    """Labelled SFT steps on top of the format start, for the half-solving start."""
-    eval_every: int = 25
-    eval_examples: int = 200
-    target: float = 0.9
-    """Report the first step and second at which validation accuracy reaches this."""
-
-
-@dataclass
-class CurriculumStage:
-    """One SFT stage before the mixed SFT of `embodied experiment cosmos`."""
-
-    families: list[str] = field(default_factory=list)
-    """Train only on these question families (`family` names of `data.families`)."""
-    steps: int = 0
-    """SFT steps of this stage (its own warm-up and cosine schedule at `sft.lr`)."""
-
-
-@dataclass
-class CosmosConfig:
-    """`embodied experiment cosmos`: Cosmos-Reason1's SFT -> RL table in miniature (stage lengths:
-    `sft.steps`, `grpo.steps`)."""
-
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    benchmark: str = "configs/physics_bench.yaml"
-    """The held-out benchmark's config (its `data:` section), evaluated at `benchmark_n_test` questions."""
-    benchmark_n_test: int = 400
-    format_steps: int = 200
-    """SFT steps with random-letter targets before GRPO alone (random letters: no target tied to the clip)."""
-    transfer_scenes: list[str] = field(default_factory=lambda: ["drop", "slide"])
-    """The transfer run trains on the families in these scenes and is tested on the benchmark's questions
-    of the same families in every other scene (empty: no transfer run)."""
-    probe_train: int = 2000
-    """Training clips of the linear probes of the base's visual tokens per family (0 = no probes): does the
-    vision tower carry the answer at all (`embodied.eval.probe`)?"""
-    workers: int = 2
-    """Jobs at once, each in its own process (set `threads=1` with 2 on a 2-core machine)."""
-    order_credit: float = 0.0
-    """> 0: the main job also runs its GRPO stage with `grpo.order_credit` at this discount, from the same SFT
-    policy and seed, and the table gets a row for it (partial credit against exact match on the ordering
-    families, paired by seed)."""
-    curriculum: list[CurriculumStage] = field(default_factory=list)
-    """SFT stages on subsets of the families, in order, before the `sft.steps` on every family (main job
-    only; its SFT row is the policy after all of them). Empty: the mix from the first step."""
-    sft_only: bool = False
-    """True: every seed's main job ends after its SFT row, and no zero or transfer job runs (no GRPO, more-SFT
-    or baseline rows). The cheap way to measure an SFT-side lever (the mix, the curriculum, the targets) on
-    every seed; the table then checks only the SFT target (every family's interval above chance)."""
-    keep_weights: bool = False
-    """True: every seed's main job also saves its SFT policy (`seed<S>/main/sft/model`) and, unless
-    `sft_only`, its SFT + GRPO policy (`seed<S>/main/grpo/model`) as Hugging Face folders that
-    `policy.path` loads (the tiny policy: about 20 MB each). A row saved without weights is recomputed once
-    when this is set; it changes no number."""
-
-
-@dataclass
-class EvalConfig:
-    split: str = "test"
-    batch_size: int = 64
-    max_new_tokens: int = 48
-    limit: int | None = None
-    """Evaluate only the first `limit` records of the split."""
-    choice: bool = True
-    """Also report forced-choice accuracy (the option letter the model finds most likely)."""
-    baseline: str = "none"
-    """none | random | majority | blind | single-frame | shuffled-frames (docs/evaluation.md)."""
-    samples: int = 0
-    """Responses sampled per question at `temperature` for pass@k and cons@k (0 = greedy only). Sampling
-    runs `batch_size x samples` sequences at once: lower `batch_size` for a large model."""
-    k: list[int] = field(default_factory=list)
-    """The k of pass@k and cons@k, each <= `samples` (empty = 1 and `samples`)."""
-    temperature: float = 1.0
-    """Sampling temperature of the `samples` responses."""
-    media: str = "auto"
-    """How a clip is shown: video (as its record says: a video record as one video) | images (its frames, one
-    image each) | auto (video for a local policy, images through `endpoint`: every OpenAI-compatible server
-    takes images; `transformers serve` 5.24 fails on a Qwen2.5-VL video, docs/evaluation.md)."""
-    endpoint: str = ""
-    """Evaluate a served model instead of `policy.path`: an OpenAI-compatible base URL such as
-    http://127.0.0.1:8000/v1 (chat completions). Empty: the local policy."""
-    model: str = ""
-    """The served model's name (the request's `model`); empty: the one model the endpoint lists at /models."""
-    api_key_env: str = ""
-    """Name of the environment variable that holds the endpoint's API key (sent as a bearer token). The key
-    itself is never a setting, so it is never written to a config, log or result; empty: no key."""
-    concurrency: int = 4
-    """Endpoint requests in flight at once."""
-    timeout: float = 120.0
-    """Seconds one endpoint request may take before it is retried."""
-    retries: int = 4
-    """Retries of an endpoint request after a 429, a 5xx, a timeout or a dropped connection, with exponential
-    backoff; a request that still fails is listed under `failed` and not scored."""
-    backoff: float = 1.0
-    """Seconds before the first retry; each later retry waits twice as long (at most 30 s, or the server's
-    Retry-After)."""
-    cache_dir: str = ""
-    """Where endpoint responses are cached, keyed by model and request content, so a rerun (after a kill or a
-    crash) sends only what is missing; empty: `<run_dir>/endpoint_cache`."""
-    processor_kwargs: bool = True
-    """Send the pixel budget (and do_sample_frames=false for a video) as
-    `chat_template_kwargs.processor_kwargs`, which `transformers serve` hands to its processor so that it
-    sizes frames as the local policy does. Set false for an API that refuses unknown request fields."""
-
-
 @dataclass
 class QuickstartConfig:
     """What `embodied quickstart` does beyond the sections it shares with the other commands."""
@@ -531,7 +311,10 @@ class QuickstartConfig:
 
 @dataclass
 class Config:
-    """A whole run. Each command reads the sections it needs."""
+    """The core schema, what `embodied show-config` prints: the sections of the commands that generate,
+    train and evaluate, each command reading those it needs. `embodied experiment NAME` and `embodied bench
+    NAME` read a subclass that adds their own section (`embodied/experiments/config.py`,
+    `embodied/bench/config.py`)."""
 
     run_dir: str = ""
     """Where metrics, plots, models and summaries are written; empty means `runs/<command>`."""
@@ -559,10 +342,6 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     quickstart: QuickstartConfig = field(default_factory=QuickstartConfig)
-    bench: BenchConfig = field(default_factory=BenchConfig)
-    recipes: RecipesConfig = field(default_factory=RecipesConfig)
-    zero_label: ZeroLabelConfig = field(default_factory=ZeroLabelConfig)
-    cosmos: CosmosConfig = field(default_factory=CosmosConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
     log: LogConfig = field(default_factory=LogConfig)
@@ -573,19 +352,25 @@ class ConfigError(ValueError):
 
 
 RENAMED = {
-    "env.feedback.video_fps": "env.feedback.rollout_fps",
+    "env.feedback": "env_feedback",
+    "env.bench_episodes": "bench.env_episodes",
+    "env.bench_backends": "bench.env_backends",
+    "env.bench_batches": "bench.env_batches",
+    "env.feedback.video_fps": "env_feedback.rollout_fps",
     "data.families[].task": "data.families[].family",
     "cosmos.curriculum[].tasks": "cosmos.curriculum[].families",
     "pretrain.worlds": "pretrain.scenes",
 }
-"""Config keys that were renamed: old dotted key -> new one (``[]`` stands for any item of a list). An old key
-in a file or on the command line is an error that names the new key, never silently ignored. Issue 23: a
-question family is a `family` (`task` is an interactive task only)."""
+"""Config keys that were renamed: old dotted key -> new one (``[]`` stands for any item of a list); a renamed
+section renames every key under it (`env.feedback.seeds` -> `env_feedback.seeds`). An old key in a file or on
+the command line is an error that names the new key, never silently ignored. Issue 23: a question family is a
+`family` (`task` is an interactive task only). Issue 52: the env-feedback experiment's section left `env` for
+a section of its own (`embodied/experiments/config.py`)."""
 
 
 def _paths(node, prefix: str = ""):
     """Every dotted key path in a YAML layer as plain containers (list items as ``[]``, also when an override
-    names one by its index: `data.families.0.task=...`)."""
+    names one by its index: `data.families.0.task=...`), each section before the keys under it."""
     if isinstance(node, dict):
         for key, value in node.items():
             if prefix and str(key).isdigit():
@@ -599,31 +384,65 @@ def _paths(node, prefix: str = ""):
             yield from _paths(item, f"{prefix}[]")
 
 
+def _renamed(path: str) -> str | None:
+    """The new name of a key path, if it or a section above it is in `RENAMED` (the longest entry wins)."""
+    for old in sorted(RENAMED, key=len, reverse=True):
+        if path == old or path.startswith((f"{old}.", f"{old}[]")):
+            return RENAMED[old] + path[len(old) :]
+    return None
+
+
 def _check_renamed(where: str, layer: DictConfig) -> None:
-    for path in _paths(OmegaConf.to_container(layer, resolve=False)):
-        if path in RENAMED:
-            raise ConfigError(f"{where}: `{path}` was renamed to `{RENAMED[path]}`")
+    paths = list(_paths(OmegaConf.to_container(layer, resolve=False)))
+    hits = [(i, p) for i, p in enumerate(paths) if _renamed(p)]
+    if not hits:
+        return
+    # name a whole key (`env.feedback.seeds`), not the section above it: the first hit no path extends
+    after = [*paths[1:], ""]
+    leaves = [p for i, p in hits if not after[i].startswith((f"{p}.", f"{p}[]"))]
+    path = (leaves or [hits[0][1]])[0]
+    raise ConfigError(f"{where}: `{path}` was renamed to `{_renamed(path)}`")
 
 
 def load_config(
-    path: str | Path | list | None = None, overrides: list[str] | None = None, base: Config | None = None
+    path: str | Path | list | None = None,
+    overrides: list[str] | None = None,
+    base: Config | None = None,
+    schema: type[Config] = Config,
+    refused: dict[str, str] | None = None,
 ) -> Config:
     """Schema defaults (or `base`) <- YAML files, in order <- dotted overrides, checked against the schema.
 
     Several files stack: `[configs/quickstart.yaml, configs/recipes/dapo.yaml]` is the quickstart run
-    with DAPO's switches.
+    with DAPO's switches. `schema` is the command's config: the core `Config`, or an experiment's or a
+    benchmark's, which adds its own section (`embodied.experiments.config.RUNS`,
+    `embodied.bench.config.BenchRun`). `refused` maps a section `schema` lacks to why (`read by ...
+    only`): a file or override that sets it fails with that, in one line.
     """
-    return OmegaConf.to_object(_merged(path, overrides, base))
+    return OmegaConf.to_object(_merged(path, overrides, base, schema, refused))
 
 
-def config_yaml(path: str | Path | list | None = None, overrides: list[str] | None = None) -> str:
-    """`to_yaml(load_config(path, overrides))`, what `embodied show-config` prints, from the one merged
+def config_yaml(
+    path: str | Path | list | None = None,
+    overrides: list[str] | None = None,
+    schema: type[Config] = Config,
+    refused: dict[str, str] | None = None,
+) -> str:
+    """`to_yaml(load_config(path, overrides, ...))`, what `embodied show-config` prints, from the one merged
     schema (building OmegaConf's schema from the dataclasses is most of show-config's time; no second one)."""
-    return OmegaConf.to_yaml(_merged(path, overrides, None), resolve=True)
+    return OmegaConf.to_yaml(_merged(path, overrides, None, schema, refused), resolve=True)
 
 
-def _merged(path, overrides: list[str] | None, base: Config | None) -> DictConfig:
-    merged = OmegaConf.structured(base if base is not None else Config())
+def as_schema(cfg: Config, schema: type[Config] = Config) -> Config:
+    """`cfg` as a `schema` config: the sections both have are `cfg`'s, a section only `schema` has is at its
+    defaults, one only `cfg` has is dropped. E.g. the core `Config` of a benchmark's config, for the command
+    it times."""
+    names = {f.name for f in dataclasses.fields(schema)}
+    return schema(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name in names})
+
+
+def _merged(path, overrides, base, schema: type[Config] = Config, refused=None) -> DictConfig:
+    merged = OmegaConf.structured(base if base is not None else schema())
     layers = []
     paths = [path] if isinstance(path, (str, Path)) else list(path or [])
     for p in map(Path, paths):
@@ -650,6 +469,9 @@ def _merged(path, overrides: list[str] | None, base: Config | None) -> DictConfi
             raise ConfigError(f"command line: cannot parse {overrides} ({why})") from None
     for where, layer in layers:
         _check_renamed(where, layer)
+        for section in layer:
+            if section in (refused or {}) and section not in merged:
+                raise ConfigError(f"{where}: `{section}.*` is {refused[section]}")
         try:
             merged = OmegaConf.merge(merged, layer)
         except OmegaConfBaseException as e:

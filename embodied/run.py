@@ -9,12 +9,14 @@ from pathlib import Path
 
 import torch
 
-from embodied.config import Config, CosmosConfig, RecipesConfig, ZeroLabelConfig, to_yaml
+from embodied.bench.config import BenchRun
+from embodied.config import Config, as_schema, to_yaml
 from embodied.data.build import ensure_dataset, generate_dataset
 from embodied.data.load import load_split
 from embodied.envs import answer_examples, is_interactive
 from embodied.envs.config import Turns
 from embodied.eval.loop import evaluate, format_result, markdown_table
+from embodied.experiments.config import RUNS
 from embodied.policy.fits import check_command
 from embodied.policy.model import count_parameters, load, save_policy
 from embodied.report import write_report
@@ -30,28 +32,25 @@ def _run_dir(cfg: Config, command: str) -> Path:
     return out
 
 
-UNREAD = {
-    "recipes": "recipes",
-    "zero_label": "zero-label",
-    "cosmos": "cosmos",
-    "env.feedback": "env-feedback",
-}
-"""Config sections that only one experiment reads (`embodied experiment NAME`)."""
+def schema_of(command: str) -> type[Config]:
+    """The config class `command` reads: `experiment/NAME`'s and `bench/NAME`'s add their own section to the
+    core `Config` (`embodied.experiments.config.RUNS`, `embodied.bench.config.BenchRun`)."""
+    kind, _, name = command.partition("/")
+    return {"bench": BenchRun, "experiment": RUNS.get(name, Config)}.get(kind, Config)
 
 
 def refuse_unread(cfg: Config, command: str) -> None:
-    """Refuse, in one line, a setting this command would silently drop: an experiment's section changed for a
-    command that is not that experiment, or later-turn settings for a command that plays no episodes."""
-    from embodied.envs.config import FeedbackConfig
-
-    defaults = {"recipes": RecipesConfig(), "zero_label": ZeroLabelConfig(), "cosmos": CosmosConfig()}
-    defaults["env.feedback"] = FeedbackConfig()
-    for key, experiment in UNREAD.items():
-        value = cfg.env.feedback if key == "env.feedback" else getattr(cfg, key)
-        if value != defaults[key] and command != f"experiment/{experiment}":
+    """Refuse, in one line, a setting this command would silently drop: another command's section changed
+    in a config built for it (the command line refuses it when it loads, `embodied.cli`), or later-turn
+    settings for a command that plays no episodes."""
+    schema = schema_of(command)
+    mine = {f.name for f in dataclasses.fields(schema)}
+    for f in dataclasses.fields(cfg):
+        default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+        if f.name not in mine and getattr(cfg, f.name) != default:
             raise ValueError(
-                f"{key}.* is read by `embodied experiment {experiment}` only; `embodied {command}` would "
-                "ignore it: drop it from the command line or the config file"
+                f"{f.name}.* is not read by `embodied {command.replace('/', ' ')}` (its config is "
+                f"{schema.__name__}): drop it from the command line or the config file"
             )
     if (
         cfg.env.turns > 1
@@ -454,6 +453,8 @@ def named(package: str, name: str, cfg: Config, progress: bool = True) -> dict:
 
     module = importlib.import_module(f"{package}.{name.replace('-', '_')}")
     kind = package.rsplit(".", 1)[-1].rstrip("s")
+    refuse_unread(cfg, f"{kind}/{name}")
+    cfg = as_schema(cfg, schema_of(f"{kind}/{name}"))  # e.g. a core `Config`: the section at its defaults
     out = _setup(cfg, f"{kind}/{name}")
     result = module.run(cfg, out, progress=progress)
     (out / f"{kind}_{name}.json").write_text(json.dumps(result, indent=2))

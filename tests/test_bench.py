@@ -5,6 +5,7 @@ import sys
 import numpy as np
 import pytest
 
+from embodied.bench.config import BenchRun
 from embodied.bench.memory import measure
 from embodied.bench.video import bench_file
 from embodied.config import load_config
@@ -47,7 +48,7 @@ def test_grpo_vs_trl_runs_both_and_reports_a_ratio(tmp_path):
     from embodied.bench.grpo_vs_trl import WORKLOAD, run
 
     settings = ["bench.prompts=4", "bench.rounds=1", "bench.steps=1", "threads=1"]  # the bench fixes the rest
-    cfg = load_config(None, [*settings, "bench.trl_policies=[tiny:qwen3-vl]"])
+    cfg = load_config(None, [*settings, "bench.trl_policies=[tiny:qwen3-vl]"], schema=BenchRun)
     r = run(cfg, tmp_path, progress=False)
     for rep in (r, r["side_by_side"]["tiny:qwen3-vl"]):  # the Qwen3-VL blocks ran in the same round
         tokens = rep["settings"]["prompt_tokens"]
@@ -76,6 +77,7 @@ def test_sft_bench_times_both_contenders_and_counts_the_padding_it_skips(tmp_pat
             "bench.sft_micro_batch=2",
             "threads=1",
         ],
+        schema=BenchRun,
     )
     r = run(cfg, tmp_path, progress=False)
     whole, micro = r["contenders"]["whole batch"], r["contenders"]["micro-batches of 2"]

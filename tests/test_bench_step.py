@@ -8,6 +8,7 @@ import json
 import pytest
 
 from embodied.bench import flops
+from embodied.bench.config import BenchRun
 from embodied.config import load_config
 
 OVERRIDES = [
@@ -28,7 +29,7 @@ def measured(tmp_path_factory):
     from embodied import run
 
     out = tmp_path_factory.mktemp("bench_step")
-    cfg = load_config(None, [*OVERRIDES, f"run_dir={out}"])
+    cfg = load_config(None, [*OVERRIDES, f"run_dir={out}"], schema=BenchRun)
     result = run.named("embodied.bench", "step", cfg, progress=False)
     assert json.loads((out / "bench_step.json").read_text()) == result
     return cfg, result, out

@@ -14,7 +14,9 @@ import embodied.config
 
 codes = {}
 for argv in (["--help"], ["show-config"], ["show-config", "sft.lrr=1"], ["bench", "--list"],
-             ["experiment", "--list"], ["eval", "--help"]):
+             ["experiment", "--list"], ["eval", "--help"], ["show-config", "experiment", "cosmos"],
+             ["show-config", "bench", "bench.stepz=1"], ["grpo", "cosmos.seeds=[0]"],
+             ["experiment", "env-feedback", "env_feedback.armz=[]"]):
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
@@ -36,12 +38,19 @@ def test_cli_and_config_do_not_import_torch():
     assert codes["--help"] == 0 and codes["show-config"] == 0 and codes["bench --list"] == 0
     assert codes["show-config sft.lrr=1"] == 2
     assert "Did you mean: 'lr'" in codes["show-config sft.lrr=1 stderr"]
+    # an experiment's or the benchmarks' section: shown, a misspelt key named, another command's refused
+    assert codes["show-config experiment cosmos"] == 0
+    assert "Did you mean: 'steps'" in codes["show-config bench bench.stepz=1 stderr"]
+    assert "Did you mean: 'arms'" in codes["experiment env-feedback env_feedback.armz=[] stderr"]
+    assert "read by `embodied experiment cosmos` only" in codes["grpo cosmos.seeds=[0] stderr"]
 
 
 def test_show_config_prints_what_load_config_gives():
     """`embodied show-config` prints the merged schema directly (one schema build, not two): the same YAML
     as `to_yaml(load_config(...))` for every shipped config and for overrides."""
     from pathlib import Path
+
+    from test_config import schema_for
 
     from embodied.config import config_yaml, load_config, to_yaml
 
@@ -54,4 +63,6 @@ def test_show_config_prints_what_load_config_gives():
         ([str(root / "configs/quickstart.yaml"), str(root / "configs/recipes/dapo.yaml")], ["seed=3"])
     )
     for paths, overrides in cases:
-        assert config_yaml(paths, overrides) == to_yaml(load_config(paths, overrides)), (paths, overrides)
+        schema = schema_for(paths[0]) if paths else schema_for(root / "configs/quickstart.yaml")
+        shown = config_yaml(paths, overrides, schema)
+        assert shown == to_yaml(load_config(paths, overrides, schema=schema)), (paths, overrides)

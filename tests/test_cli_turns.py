@@ -44,10 +44,12 @@ def test_settings_a_command_cannot_honour_are_refused(episodes, tmp_path, capsys
         (["grpo", f"data.root={mcq}", "env.turns=2"], "holds multiple-choice questions"),
         (["eval", f"data.root={mcq}", "eval.split=test", "env.turns=2"], "holds multiple-choice questions"),
         (["sft", f"data.root={episodes}", "env.turns=2"], "`embodied sft` plays no interactive episodes"),
-        (["grpo", f"data.root={episodes}", "env.feedback.seeds=[0]"], "env.feedback.* is read by"),
-        (["sft", f"data.root={episodes}", "recipes.seeds=[0]"], "recipes.* is read by"),
+        # another command's section: refused as the config loads (exit 2), before anything runs
+        (["grpo", f"data.root={episodes}", "env_feedback.seeds=[0]"], "`env_feedback.*` is read by"),
+        (["sft", f"data.root={episodes}", "recipes.seeds=[0]"], "`recipes.*` is read by"),
     ]
     for args, why in cases:
-        assert main([*args, f"run_dir={tmp_path / 'r'}", "-q"]) == 1, args
+        code = 2 if "is read by" in why else 1
+        assert main([*args, f"run_dir={tmp_path / 'r'}", "-q"]) == code, args
         err = capsys.readouterr().err
         assert why in err and len(err.strip().splitlines()) == 1, err

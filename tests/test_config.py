@@ -7,10 +7,23 @@ from pathlib import Path
 import pytest
 import yaml
 
+from embodied.bench.config import BenchRun
 from embodied.cli import main
-from embodied.config import Config, ConfigError, load_config, to_dict, to_yaml
+from embodied.config import Config, ConfigError, as_schema, load_config, to_dict, to_yaml
+from embodied.experiments.config import RUNS, CosmosRun, EnvFeedbackRun
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.y*ml"))
+
+
+def schema_for(path) -> type[Config]:
+    """The config a shipped file is for: the core, or the experiment's or bench's whose section it sets."""
+    sections = set(yaml.safe_load(Path(path).read_text()) or {})
+    return next((s for s in [BenchRun, *RUNS.values()] if sections & _own(s)), Config)
+
+
+def _own(schema: type[Config]) -> set[str]:
+    """The sections a command's config adds to the core."""
+    return set(schema.__dataclass_fields__) - set(Config.__dataclass_fields__)
 
 
 def test_defaults_load():
@@ -105,7 +118,44 @@ def test_missing_file_and_malformed_override(tmp_path):
 def test_shipped_configs_load(path):
     if path is None:
         pytest.skip("configs/ holds no YAML files")
-    assert isinstance(load_config(path), Config)
+    schema = schema_for(path)
+    assert isinstance(load_config(path, schema=schema), schema)
+
+
+def test_the_core_holds_no_experiment_or_benchmark_section():
+    """Issue 52: each experiment's and the benchmarks' section sits beside its code; the core schema (what
+    `embodied show-config` prints) has none of them."""
+    core = set(Config.__dataclass_fields__)
+    assert not core & {"bench", "recipes", "zero_label", "cosmos", "env_feedback"}
+    assert "feedback" not in Config().env.__dataclass_fields__
+    assert {s for r in RUNS.values() for s in _own(r)} == {"recipes", "zero_label", "cosmos", "env_feedback"}
+    assert _own(BenchRun) == {"bench"}
+
+
+def test_a_commands_section_loads_with_its_command(tmp_path):
+    f = tmp_path / "x.yaml"
+    f.write_text("env_feedback:\n  arms: [sim]\nsft:\n  lr: 0.5\n")
+    cfg = load_config(f, ["env_feedback.seeds=[7]"], schema=EnvFeedbackRun)
+    assert isinstance(cfg, EnvFeedbackRun) and cfg.env_feedback.arms == ["sim"] and cfg.sft.lr == 0.5
+    assert cfg.env_feedback.seeds == [7]
+    with pytest.raises(ConfigError, match="Did you mean: 'seeds'"):
+        load_config(None, ["cosmos.seedz=[1]"], schema=CosmosRun)
+    with pytest.raises(ConfigError, match="cosmos"):  # the core has no such section
+        load_config(None, ["cosmos.seeds=[1]"])
+    refused = {"cosmos": "read by `embodied experiment cosmos` only"}
+    with pytest.raises(
+        ConfigError, match=r"^command line: `cosmos.\*` is read by `embodied experiment cosmos`"
+    ):
+        load_config(None, ["cosmos.seeds=[1]"], refused=refused)
+    assert load_config(None, ["cosmos.seeds=[1]"], schema=CosmosRun, refused=refused).cosmos.seeds == [1]
+
+
+def test_as_schema_keeps_the_shared_sections():
+    cfg = load_config(None, ["sft.lr=0.5", "cosmos.seeds=[1]"], schema=CosmosRun)
+    core = as_schema(cfg)
+    assert type(core) is Config and core.sft.lr == 0.5 and not hasattr(core, "cosmos")
+    bench = as_schema(core, BenchRun)
+    assert bench.sft.lr == 0.5 and bench.bench == BenchRun().bench
 
 
 # --- CLI --------------------------------------------------------------------------------------------
@@ -119,6 +169,43 @@ def test_cli_show_config(capsys):
     assert shown["sft"]["lr"] == 0.5
     assert shown["grpo"]["lr"] == Config().grpo.lr  # only the named key changed
     assert shown["sft"]["steps"] == Config().sft.steps
+
+
+def test_cli_show_config_of_an_experiment(capsys):
+    """`embodied show-config` is the core; `show-config experiment NAME` (or `bench`) adds that section."""
+    assert main(["show-config"]) == 0
+    core = yaml.safe_load(capsys.readouterr().out)
+    assert set(core) == set(Config.__dataclass_fields__)
+    assert main(["show-config", "experiment", "env-feedback", "env_feedback.seeds=[5]", "sft.lr=0.5"]) == 0
+    shown = yaml.safe_load(capsys.readouterr().out)
+    assert shown["env_feedback"]["seeds"] == [5] and shown["sft"]["lr"] == 0.5 and "cosmos" not in shown
+    assert main(["show-config", "bench", "step", "bench.steps=3"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["bench"]["steps"] == 3
+    assert main(["show-config", "grpo"]) == 0 and "bench" not in yaml.safe_load(capsys.readouterr().out)
+    for argv in (["experiment"], ["experiment", "nope"], ["nope"], ["sft", "x"]):
+        assert main(["show-config", *argv]) == 2
+        assert "embodied show-config:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv,said",
+    [
+        (
+            ["grpo", "env_feedback.seeds=[0]"],
+            "`env_feedback.*` is read by `embodied experiment env-feedback` only",
+        ),
+        (["sft", "-c", "configs/experiment_cosmos.yaml"], "`embodied sft` would ignore it"),
+        (["experiment", "cosmos", "recipes.steps=2"], "is read by `embodied experiment recipes` only"),
+        (["experiment", "recipes", "bench.steps=2"], "`bench.*` is read by `embodied bench NAME` only"),
+        (["bench", "step", "zero_label.seeds=[0]"], "`embodied bench step` would ignore it"),
+        (["show-config", "cosmos.seeds=[0]"], "(`embodied show-config experiment cosmos` shows it)"),
+    ],
+)
+def test_cli_refuses_a_section_the_command_does_not_read(argv, said, capsys):
+    """A key of another command's section is refused in one line that names the command reading it."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert said in err and "config error" in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_cli_bad_override_exits_2(capsys):

@@ -9,12 +9,17 @@ import typing
 import pytest
 from omegaconf import OmegaConf
 
+from embodied.bench.config import BenchRun
 from embodied.config import RENAMED, Config, ConfigError, load_config
+from embodied.experiments.config import RUNS, CosmosRun, EnvFeedbackRun
+
+SCHEMAS = [Config, BenchRun, *RUNS.values()]
+"""Every command's config: the core and each experiment's and benchmark's (a moved key lives in one)."""
 
 
-def _field_type(path: str):
+def _field_type(path: str, schema: type = Config):
     """The type a dotted schema path (``[]``: an item of a list) leads to, or None if it names no field."""
-    tp = Config
+    tp = schema
     for part in path.replace("[]", ".[]").split("."):
         if part == "[]":
             args = typing.get_args(tp)
@@ -32,13 +37,15 @@ def _field_type(path: str):
 
 
 def test_new_keys_exist_in_the_schema():
-    schema = OmegaConf.structured(Config())
+    """A new key is in some command's config (`env_feedback.*` in the env-feedback experiment's), an old
+    one in none."""
     for old, new in RENAMED.items():
-        assert _field_type(new) is not None, new
-        assert _field_type(old) is None, old
+        assert any(_field_type(new, s) is not None for s in SCHEMAS), new
+        assert all(_field_type(old, s) is None for s in SCHEMAS), old
         if "[]" not in new:
-            assert OmegaConf.select(schema, new, throw_on_missing=False) is not None, new
-            assert OmegaConf.select(schema, old, default="absent") == "absent", old
+            schemas = [OmegaConf.structured(s()) for s in SCHEMAS]
+            assert any(OmegaConf.select(s, new, throw_on_missing=False) is not None for s in schemas), new
+            assert all(OmegaConf.select(s, old, default="absent") == "absent" for s in schemas), old
 
 
 def _override(old: str) -> str:
@@ -58,10 +65,28 @@ def test_old_key_in_a_file_names_the_new_one(tmp_path):
     path = tmp_path / "old.yaml"
     path.write_text("env:\n  feedback:\n    video_fps: 5\n")
     with pytest.raises(
-        ConfigError, match=r"old.yaml: `env.feedback.video_fps` was renamed to `env.feedback.rollout_fps`"
+        ConfigError, match=r"old.yaml: `env.feedback.video_fps` was renamed to `env_feedback.rollout_fps`"
     ):
-        load_config(path)
-    assert load_config(overrides=["env.feedback.rollout_fps=5"]).env.feedback.rollout_fps == 5
+        load_config(path, schema=EnvFeedbackRun)
+    cfg = load_config(overrides=["env_feedback.rollout_fps=5"], schema=EnvFeedbackRun)
+    assert cfg.env_feedback.rollout_fps == 5
+
+
+def test_a_renamed_section_renames_every_key_under_it(tmp_path):
+    """Issue 52: `env.feedback` became the section `env_feedback`; each old key names its new one, also for a
+    command that does not read it (the core's `embodied grpo`)."""
+    path = tmp_path / "old.yaml"
+    path.write_text("env:\n  turns: 1\n  feedback:\n    arms: [sim]\n    seeds: [0]\n")
+    for schema in (Config, EnvFeedbackRun):
+        with pytest.raises(
+            ConfigError, match=r"old.yaml: `env.feedback.arms` was renamed to `env_feedback.arms`$"
+        ):
+            load_config(path, schema=schema)
+    with pytest.raises(
+        ConfigError, match=r"`env.feedback.test_time_k` was renamed to `env_feedback.test_time_k`"
+    ):
+        load_config(overrides=["env.feedback.test_time_k=[1]"], schema=EnvFeedbackRun)
+    assert load_config(overrides=["env_feedback.seeds=[4]"], schema=EnvFeedbackRun).env_feedback.seeds == [4]
 
 
 def test_a_question_familys_old_key_inside_a_list_names_the_new_one(tmp_path):
@@ -75,14 +100,15 @@ def test_a_question_familys_old_key_inside_a_list_names_the_new_one(tmp_path):
     with pytest.raises(
         ConfigError, match=r"`cosmos.curriculum\[\].tasks` was renamed to `cosmos.curriculum\[\].families`"
     ):
-        load_config(overrides=["cosmos.curriculum=[{tasks: [arrow_of_time], steps: 2}]"])
+        load_config(overrides=["cosmos.curriculum=[{tasks: [arrow_of_time], steps: 2}]"], schema=CosmosRun)
     with pytest.raises(ConfigError, match=r"`data.families\[\].task` was renamed"):
         load_config(overrides=["data.families=[{task: arrow_of_time}]"])
     cfg = load_config(
         overrides=[
             "data.families=[{family: spatial_puzzle}]",
             "cosmos.curriculum=[{families: [a], steps: 2}]",
-        ]
+        ],
+        schema=CosmosRun,
     )
     assert cfg.data.families[0].family == "spatial_puzzle" and cfg.cosmos.curriculum[0].families == ["a"]
 
@@ -91,4 +117,6 @@ def test_the_cli_prints_it(capsys):
     from embodied.cli import main
 
     assert main(["show-config", "env.feedback.video_fps=5"]) == 2
-    assert "renamed to `env.feedback.rollout_fps`" in capsys.readouterr().err
+    assert "renamed to `env_feedback.rollout_fps`" in capsys.readouterr().err
+    assert main(["experiment", "env-feedback", "env.feedback.seeds=[0]"]) == 2
+    assert "`env.feedback.seeds` was renamed to `env_feedback.seeds`" in capsys.readouterr().err

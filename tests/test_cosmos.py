@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from embodied.config import load_config
+from embodied.experiments.config import CosmosRun
 from embodied.policy.model import load_policy
 
 REPO = Path(__file__).parents[1]
@@ -27,7 +28,8 @@ def test_cosmos_experiment_end_to_end(tmp_path):
         "cosmos.curriculum=[{families: [arrow_of_time], steps: 2}]",
         "sft.rationale=none", "sft.answer_as=letter",  # letters fit the 8 new tokens of this short test
     ]  # fmt: skip
-    cfg = load_config([REPO / "configs/physics_mix.yaml", REPO / "configs/experiment_cosmos.yaml"], overrides)
+    files = [REPO / "configs/physics_mix.yaml", REPO / "configs/experiment_cosmos.yaml"]
+    cfg = load_config(files, overrides, schema=CosmosRun)
     spec = (
         (REPO / "configs/physics_bench.yaml")
         .read_text()
@@ -193,7 +195,7 @@ def test_a_job_is_reused_only_under_the_same_evaluation_budget(tmp_path, monkeyp
 
     keys = []
     monkeypatch.setattr(cosmos, "reuse_or_run", lambda path, key, *a, **k: keys.append(key) or {})
-    cfg = load_config([REPO / "configs/experiment_cosmos.yaml"])
+    cfg = load_config([REPO / "configs/experiment_cosmos.yaml"], schema=CosmosRun)
     longer = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, max_new_tokens=80))
     for c in (cfg, longer):
         cosmos.run_job(c, tmp_path, 0, "main")

@@ -82,19 +82,20 @@ def test_env_feedback_experiment_end_to_end(tmp_path):
     """The whole experiment at toy size: data, benchmark, start, four arms, two seeds, test-time compute,
     tables, plots and videos; a rerun reuses the finished seeds."""
     from embodied.config import load_config
+    from embodied.experiments.config import EnvFeedbackRun
     from embodied.experiments.env_feedback import run
 
     overrides = [
         f"data.root={tmp_path}/mcq", "data.n_train=40", "data.n_val=4", "data.n_test=20", "data.workers=0",
         "sft.steps=4", "sft.batch_size=8", "grpo.steps=2", "grpo.prompts_per_step=4",
-        f"env.root={tmp_path}/env", "env.n_train=6", "env.n_test=4", "env.feedback.seeds=[0,1]",
-        "env.feedback.eval_mcq=20", "env.feedback.benchmark_n_test=16", "env.feedback.test_time_samples=2",
-        "env.feedback.test_time_k=[1,2]", "expert.rounds=1", "expert.prompts_per_round=4", "expert.samples=2",
+        f"env.root={tmp_path}/env", "env.n_train=6", "env.n_test=4", "env_feedback.seeds=[0,1]",
+        "env_feedback.eval_mcq=20", "env_feedback.benchmark_n_test=16", "env_feedback.test_time_samples=2",
+        "env_feedback.test_time_k=[1,2]", "expert.rounds=1", "expert.prompts_per_round=4", "expert.samples=2",
         "expert.sft_steps=2", "expert.batch_size=4", "env.workers=0",
-        "env.feedback.arms=[mcq,sim,mixed,expert]",
+        "env_feedback.arms=[mcq,sim,mixed,expert]",
     ]  # fmt: skip
-    cfg = load_config("configs/experiment_env_feedback.yaml", overrides)
-    cfg.env.feedback.benchmark = str(tmp_path / "bench.yaml")
+    cfg = load_config("configs/experiment_env_feedback.yaml", overrides, schema=EnvFeedbackRun)
+    cfg.env_feedback.benchmark = str(tmp_path / "bench.yaml")
     spec = Path("configs/physics_bench.yaml").read_text()
     (tmp_path / "bench.yaml").write_text(spec.replace("data/benchmarks/physics_v1", f"{tmp_path}/bench"))
     summary = run(cfg, tmp_path / "run", progress=False)

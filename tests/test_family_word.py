@@ -114,12 +114,16 @@ def test_the_committed_cosmos_summaries_still_render():
 
 
 def test_no_shipped_config_names_a_question_family_task():
+    from test_config import schema_for
+
     from embodied.config import load_config
 
     for path in sorted((ROOT / "configs").rglob("*.yaml")):
         text = path.read_text()
         assert "{task:" not in text and "{tasks:" not in text and "\n    task:" not in text, path
-        load_config(path)  # and each loads (an old key would fail naming the new one)
+        load_config(
+            path, schema=schema_for(path)
+        )  # and each loads (an old key would fail naming the new one)
 
 
 def test_a_dataset_made_before_the_rename_is_reused(tmp_path):

@@ -71,12 +71,13 @@ def test_a_folder_is_counted_from_its_safetensors_headers(tiny_path):
 
 
 def test_the_memory_bench_measures_the_quickstart_on_its_own_policy(tmp_path):
+    from embodied.bench.config import BenchRun
     from embodied.bench.memory import quickstart_config
 
-    cfg = load_config(None, ["policy.path=random:qwen2.5-vl-3b", "policy.dtype=bfloat16"])
+    cfg = load_config(None, ["policy.path=random:qwen2.5-vl-3b", "policy.dtype=bfloat16"], schema=BenchRun)
     measured = quickstart_config(cfg, tmp_path)
     assert measured.policy == load_config(None, []).policy  # the tiny base, float32, CPU
     assert measured.data.root == str(tmp_path / "data")
     fits.check_command(measured, "quickstart")  # and the guard lets it through
-    asked = load_config(None, ["bench.memory_overrides=[policy.path=tiny]"])
+    asked = load_config(None, ["bench.memory_overrides=[policy.path=tiny]"], schema=BenchRun)
     assert quickstart_config(asked, tmp_path).policy.path == "tiny"  # an explicit override still applies

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from embodied.config import load_config
+from embodied.experiments.config import RecipesRun
 
 REPO = Path(__file__).parents[1]
 
@@ -23,7 +24,7 @@ def test_recipes_run_every_arm_from_its_seed_start_in_two_workers(tmp_path):
         "recipes.half_eval_examples=8", "recipes.steps=2", "recipes.eval_every=1", "recipes.eval_examples=8",
         "recipes.workers=2", "grpo.prompts_per_step=4",
     ]  # fmt: skip
-    cfg = load_config([REPO / "configs/experiment_recipes.yaml"], overrides)
+    cfg = load_config([REPO / "configs/experiment_recipes.yaml"], overrides, schema=RecipesRun)
     run(cfg, tmp_path / "run", progress=False)
     result = json.loads((tmp_path / "run" / "recipes.json").read_text())
     assert [s["seed"] for s in result["starts"]] == [0, 1]

@@ -1,8 +1,9 @@
 """Benchmarks, one module each, run by `embodied bench NAME`.
 
 Each module defines `run(cfg: Config, out: Path, progress: bool) -> dict`; the dict is printed as JSON and
-written to `run_dir/bench_NAME.json`. Ratios are measured side by side in one process, because these
-machines are shared and noisy.
+written to `run_dir/bench_NAME.json`. Their `cfg` is the core `Config` plus the `bench` section
+(`config.BenchRun`), which no other command reads. Ratios are measured side by side in one process,
+because these machines are shared and noisy.
 """
 
 from __future__ import annotations

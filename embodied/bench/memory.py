@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from embodied.config import PolicyConfig, load_config, to_yaml
+from embodied.config import PolicyConfig, as_schema, load_config, to_yaml
 
 
 def _tree_rss(proc) -> int:
@@ -81,10 +81,11 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
 
 
 def quickstart_config(cfg, out: Path):
-    """The config of the measured quickstart: this run's, with the default `policy` section (the tiny
-    policy the quickstart is made for), then `bench.memory_overrides`, data and run folder under `out`."""
+    """The config of the measured quickstart: this run's core sections (no `bench`: the quickstart reads the
+    core), with the default `policy` section (the tiny policy the quickstart is made for), then
+    `bench.memory_overrides`, data and run folder under `out`."""
     overrides = [*cfg.bench.memory_overrides, f"data.root={out / 'data'}", f"run_dir={out / 'quickstart'}"]
-    return load_config(None, overrides, base=dataclasses.replace(cfg, policy=PolicyConfig()))
+    return load_config(None, overrides, base=dataclasses.replace(as_schema(cfg), policy=PolicyConfig()))
 
 
 def measure_quickstart(cfg, out: Path, progress: bool = True) -> dict:

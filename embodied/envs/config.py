@@ -1,4 +1,5 @@
-"""Config sections of the interactive tasks (`env:` in YAML) and of the env-feedback experiment.
+"""Config section of the interactive tasks (`env:` in YAML). The env-feedback experiment's own section is
+`env_feedback` (`embodied/experiments/config.py`).
 
 Kept free of heavy imports (no MuJoCo, no torch) because `embodied.config` imports it for every command.
 """
@@ -8,45 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from embodied.envs import TASKS
-
-
-@dataclass
-class FeedbackConfig:
-    """`embodied experiment env-feedback`: MCQ vs simulator vs mixed rewards (GRPO) and expert iteration
-    from one format-only start."""
-
-    arms: list[str] = field(default_factory=lambda: ["mcq", "sim", "mixed", "expert"])
-    """Which reward each arm trains on: mcq (rule-checked answers), sim (physics), mixed (both), all with
-    GRPO; expert: the sim arm's episodes and physics with expert iteration instead of GRPO (`expert:`, best
-    of N verified by the simulator, then fine-tuned on; compare at equal answers scored)."""
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    """One start and one run of every arm per seed (training order, sampling, initial noise)."""
-    eval_mcq: int = 200
-    """Held-out MCQ test questions each arm is evaluated on (0 = the whole test split)."""
-    benchmark: str = "configs/physics_bench.yaml"
-    """A YAML file whose `data:` section is a held-out MCQ benchmark of every family; each arm is also
-    evaluated on it (generated under its `data.root` when missing). Empty: none."""
-    benchmark_n_test: int = 400
-    """Questions of the benchmark to generate and evaluate (its `data.n_test` is replaced by this)."""
-    test_time_seeds: list[int] = field(default_factory=lambda: [0])
-    """Seeds whose arms are also evaluated with sampled answers: best-of-N with the simulator as the
-    verifier and majority vote on the episodes, majority vote on the MCQs."""
-    test_time_samples: int = 16
-    """Answers sampled per episode or question for the test-time compute curves."""
-    test_time_k: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
-    """The N of best-of-N and of the majority vote (each <= test_time_samples)."""
-    test_time_episodes: int = 60
-    """Held-out episodes per task (the first ones) that the test-time samples are drawn on (0: every one);
-    the greedy figures cover all `env.n_test`. Sampling costs `test_time_samples` answers an episode, so it
-    stays on 60 where the greedy check runs on more (the default's 200: at 60 a seed needed 29 successes
-    of 60 against push's best constant of 14, and one rerun's seed missed it, docs/environments.md)."""
-    workers: int = 1
-    """Seeds run side by side in this many processes (each with `threads` torch threads; results do not
-    depend on it)."""
-    videos_per_task: int = 1
-    """Rollout videos per task and arm of the first seed (the policy's answer and the outcome drawn)."""
-    rollout_fps: float = 10.0
-    """Frame rate of those rollout videos (playback only: the policy's frames come at `video.fps`)."""
 
 
 @dataclass(frozen=True)
@@ -86,8 +48,11 @@ class EnvConfig:
     tasks: list[str] = field(default_factory=lambda: list(TASKS))
     """Interactive tasks to generate and score (default: every task shipped in `embodied/envs/`)."""
     backend: str = "cpu"
-    """cpu (MuJoCo, one episode after another) | warp (MuJoCo Warp, all episodes of a call batched; CUDA
-    when present, else Warp's CPU device)."""
+    """cpu (MuJoCo, one episode after another; float64) | warp (MuJoCo Warp, all episodes of a task in a call
+    batched; CUDA when present, else Warp's CPU device; `pip install embodied[gpu-sim]`) | mjx (MJX, MuJoCo in
+    JAX, the same batching as one jitted `jax.vmap` per task; the GPU when JAX sees one, else JAX's CPU;
+    `pip install embodied[gpu-sim-mjx]`; batches padded to a power of two, each new size compiled once, tens
+    of seconds). Both batched backends run float32 (docs/scaling.md, "GPU physics")."""
     difficulty: str = "easy"
     """easy | hard (see each task's docstring)."""
     root: str = "data/generated/env"
@@ -157,6 +122,3 @@ class EnvConfig:
     """Weight of reward/format in reward/total for interactive answers."""
     workers: int = 0
     """Processes generating episodes (0 = in this process)."""
-    bench_episodes: int = 64
-    """`embodied bench envs`: answers per task run on both backends (4 answers per episode)."""
-    feedback: FeedbackConfig = field(default_factory=FeedbackConfig)

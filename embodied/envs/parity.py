@@ -1,4 +1,6 @@
-"""CPU MuJoCo vs MuJoCo Warp on the same seeds and actions: agreement of the success label, and speed.
+"""CPU MuJoCo vs a batched backend (MuJoCo Warp or MJX) on the same seeds and actions: agreement of the
+success label, and speed end to end through the reward (`embodied bench envs` times the physics alone, at
+several batch sizes: embodied/bench/envs.py).
 
 Each task chooses its own probe answers (``probe_actions``), covering both outcomes: every option of a
 lettered task, or for a numeric one half uniform over the stated ranges and half within 20% of a
@@ -12,7 +14,7 @@ import time
 import numpy as np
 
 from embodied.envs import answer_text, task, task_names
-from embodied.envs.backend import warp_device
+from embodied.envs.backend import backend_device
 from embodied.envs.reward import env_reward
 
 
@@ -40,21 +42,23 @@ def parity(
     difficulty: str = "easy",
     tasks=None,
     warmup: bool = True,
+    backend: str = "warp",
 ) -> dict:
-    """Success labels from both backends on identical episodes and answers, plus episodes/s of each, for
-    ``tasks`` (default: every known task).
+    """Success labels from the CPU backend and ``backend`` (warp or mjx) on identical episodes and answers,
+    plus episodes/s of each, for ``tasks`` (default: every known task).
 
-    Timed end to end through :func:`embodied.envs.reward.env_reward` (parse, build, simulate, score). The Warp
-    timing excludes kernel compilation (a first call on one episode per task when ``warmup``).
+    Timed end to end through :func:`embodied.envs.reward.env_reward` (parse, build, simulate, score). The
+    batched timing excludes compilation only when ``warmup`` (a first call on one episode per task: enough
+    for Warp's kernels; MJX compiles again for every new batch size, so its first batch pays it).
     """
     per_task, n_all, agree_all = {}, 0, 0
     for name in task_names() if tasks is None else tasks:
         records, texts = episodes(name, n_per_task, seed, difficulty)
         if warmup:
-            env_reward(texts[:1], records[:1], "warp")
+            env_reward(texts[:1], records[:1], backend)
         cpu, t_cpu = _timed(texts, records, "cpu")
-        warp, t_warp = _timed(texts, records, "warp")
-        labels = [(c["reward/success"], w["reward/success"]) for c, w in zip(cpu, warp)]
+        other, t_other = _timed(texts, records, backend)
+        labels = [(c["reward/success"], w["reward/success"]) for c, w in zip(cpu, other)]
         agree = sum(c == w for c, w in labels)
         n = len(texts)
         per_task[name] = {
@@ -62,14 +66,14 @@ def parity(
             "agree": agree,
             "agree_rate": agree / n,
             "success_cpu": float(np.mean([c for c, _ in labels])),
-            "success_warp": float(np.mean([w for _, w in labels])),
+            f"success_{backend}": float(np.mean([w for _, w in labels])),
             "disagreements": [
-                {"seed": r["meta"]["seed"], "answer": t, "cpu": c, "warp": w}
+                {"seed": r["meta"]["seed"], "answer": t, "cpu": c, backend: w}
                 for r, t, (c, w) in zip(records, texts, labels)
                 if c != w
             ],
-            "episodes_per_s": {"cpu": n / t_cpu, "warp": n / t_warp},
-            "wall_s": {"cpu": t_cpu, "warp": t_warp},
+            "episodes_per_s": {"cpu": n / t_cpu, backend: n / t_other},
+            "wall_s": {"cpu": t_cpu, backend: t_other},
         }
         n_all += n
         agree_all += agree
@@ -77,7 +81,8 @@ def parity(
         "n": n_all,
         "agree": agree_all,
         "agree_rate": agree_all / n_all if n_all else 0.0,
-        "warp_device": warp_device(),
+        "backend": backend,
+        "device": backend_device(backend),
         "difficulty": difficulty,
         "per_task": per_task,
     }

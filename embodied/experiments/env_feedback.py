@@ -1,6 +1,6 @@
 """`embodied experiment env-feedback`: does a simulator's verdict ground physical reasoning better than MCQs?
 
-Per seed, one starting point and, by default (`env.feedback.arms`), three GRPO arms with equal steps,
+Per seed, one starting point and, by default (`env_feedback.arms`), three GRPO arms with equal steps,
 prompts per step and group size, and one expert-iteration arm that scores as many answers:
 
 * ``mcq``: rule-checked answers to the generated multiple-choice questions (`data:`),
@@ -12,17 +12,17 @@ The start is format-only SFT (`sft.targets=format`) on the MCQ and interactive t
 random letters and random in-range actions as targets, so the policy learns to answer in the format and
 nothing about which answer is right; whatever beats chance or the best constant answer afterwards is the
 reinforcement learning's. Every stage of every seed is evaluated on the held-out MCQ test split, on the
-held-out MCQ benchmark of every family (`env.feedback.benchmark`) and on held-out interactive episodes:
+held-out MCQ benchmark of every family (`env_feedback.benchmark`) and on held-out interactive episodes:
 success per task, how the answers spread over episodes and whether they follow the scene parameter that
 decides the outcome, against the best constant answer (`embodied.eval.envs.best_constant`). For
-`env.feedback.test_time_seeds` the arms are also evaluated with sampled answers: best-of-N with the
+`env_feedback.test_time_seeds` the arms are also evaluated with sampled answers: best-of-N with the
 simulator as the verifier and majority vote, against N and against seconds.
 
 Outputs in `run_dir`: `results.md`, `results.json`, `results.png`, `reward_curves.png`,
 `test_time.png`, `seed<S>/<stage>/` (metrics, curves, predictions and the model) and
 `videos/<arm>_<task>_<i>.mp4` (first seed: the clip, then the physics of the policy's answer, with the
 answer and the outcome drawn on it). A finished stage keeps its results in `seed<S>/<stage>/result.json`
-and a rerun with the same settings reuses it. `env.feedback.workers` runs the starts, then the arms, in
+and a rerun with the same settings reuses it. `env_feedback.workers` runs the starts, then the arms, in
 that many processes side by side.
 """
 
@@ -63,10 +63,10 @@ ARMS = ("mcq", "sim", "mixed", "expert")
 
 
 def benchmark_config(cfg):
-    """The `data:` section of `env.feedback.benchmark` at `benchmark_n_test` questions (own root), or None."""
+    """The `data:` section of `env_feedback.benchmark` at `benchmark_n_test` questions (own root), or None."""
     from embodied.config import load_config
 
-    fb = cfg.env.feedback
+    fb = cfg.env_feedback
     if not fb.benchmark:
         return None
     bench = load_config(fb.benchmark).data
@@ -78,7 +78,7 @@ def _load_data(cfg, progress: bool) -> dict[str, list]:
     ensure_dataset(cfg.data, progress)
     ensure_episodes(cfg.env, progress)
     fps, mf = cfg.video.fps, cfg.video.max_frames
-    fb = cfg.env.feedback
+    fb = cfg.env_feedback
     data = {
         "mcq_train": load_examples(cfg.data.root, "train", fps, mf)[0],
         "mcq_test": load_examples(cfg.data.root, "test", fps, mf, limit=fb.eval_mcq or None)[0],
@@ -107,7 +107,7 @@ def _train_set(arm: str, data: dict, seed: int) -> list:
         if n < len(env):  # more episodes than MCQs: a random n of them, so every task keeps its share
             env = [env[i] for i in sorted(rng.choice(len(env), size=n, replace=False))]
         return [mcq[i] for i in pick] + list(env)
-    raise ValueError(f"env.feedback.arms: unknown arm {arm!r}; choose from {ARMS}")
+    raise ValueError(f"env_feedback.arms: unknown arm {arm!r}; choose from {ARMS}")
 
 
 def _mcq(model, processor, examples, cfg, samples: int = 0, ks=()) -> dict:
@@ -116,7 +116,7 @@ def _mcq(model, processor, examples, cfg, samples: int = 0, ks=()) -> dict:
 
 def evaluate_stage(model, processor, data: dict, cfg, test_time: bool) -> dict:
     """Held-out MCQ test, benchmark and interactive episodes; with sampled answers when `test_time`."""
-    fb = cfg.env.feedback
+    fb = cfg.env_feedback
     samples, ks = (fb.test_time_samples, fb.test_time_k) if test_time else (0, ())
     result = {"mcq": _mcq(model, processor, data["mcq_test"], cfg, samples, ks)}
     if "bench" in data:
@@ -146,10 +146,10 @@ def _videos(env_result: dict, data: dict, cfg, out: Path, arm: str) -> list[str]
     for ex in data["env_test"]:
         name = ex.record["task"]
         k = per_task.get(name, 0)
-        if k >= cfg.env.feedback.videos_per_task:
+        if k >= cfg.env_feedback.videos_per_task:
             continue
         path = out / "videos" / f"{arm}_{name}_{k}.mp4"
-        rollout_video(ex.record, ex.clip.frames, by_id[ex.record["id"]], path, cfg.env.feedback.rollout_fps)
+        rollout_video(ex.record, ex.clip.frames, by_id[ex.record["id"]], path, cfg.env_feedback.rollout_fps)
         per_task[name] = k + 1
         written.append(str(path.relative_to(out)))
     return written
@@ -205,7 +205,7 @@ def run_arm(cfg, data: dict, out: Path, arm: str, progress: bool) -> dict:
     save_policy(model, processor, arm_dir / "model")  # for `embodied eval policy.path=...`
     plot_curves(read_metrics(arm_dir / "metrics.jsonl"), arm_dir / "curves.png")
     result = evaluate_stage(model, processor, data, cfg, _test_time(cfg))
-    videos = _videos(result["env"], data, cfg, out, arm) if cfg.seed == cfg.env.feedback.seeds[0] else []
+    videos = _videos(result["env"], data, cfg, out, arm) if cfg.seed == cfg.env_feedback.seeds[0] else []
     return {
         "figures": _keep(result, arm_dir / "predictions.json"),
         "train_s": round(wall, 1),
@@ -215,19 +215,18 @@ def run_arm(cfg, data: dict, out: Path, arm: str, progress: bool) -> dict:
 
 
 def _test_time(cfg) -> bool:
-    return cfg.seed in cfg.env.feedback.test_time_seeds
+    return cfg.seed in cfg.env_feedback.test_time_seeds
 
 
 def _stage_key(cfg, stage: str) -> dict:
     """Everything a stage's run depends on: a finished stage with the same key is reused."""
     skip = ("seeds", "videos_per_task", "workers", "arms")
-    fb = {k: v for k, v in dataclasses.asdict(cfg.env.feedback).items() if k not in skip}
+    fb = {k: v for k, v in dataclasses.asdict(cfg.env_feedback).items() if k not in skip}
     fb["test_time"] = _test_time(cfg)
     parts = ["policy", "data", "video", "sft", "eval"]
     # every arm samples with grpo's token budget; the expert arm's rounds are `expert`
     parts += [] if stage == "start" else ["grpo"] + (["expert"] if stage == "expert" else [])
-    env = {k: v for k, v in dataclasses.asdict(cfg.env).items() if k != "feedback"}
-    key = {"seed": cfg.seed, "stage": stage, "feedback": fb, "env": env}
+    key = {"seed": cfg.seed, "stage": stage, "feedback": fb, "env": dataclasses.asdict(cfg.env)}
     return key | {p: dataclasses.asdict(getattr(cfg, p)) for p in parts}
 
 
@@ -265,10 +264,10 @@ LONGEST_FIRST = ("expert", "sim", "mixed", "mcq")
 
 
 def _run_all(cfg, out: Path, data: dict, progress: bool) -> dict[tuple[int, str], dict]:
-    """Every seed's start and arms, `(seed, stage) -> result`, in `env.feedback.workers` processes. A seed's
+    """Every seed's start and arms, `(seed, stage) -> result`, in `env_feedback.workers` processes. A seed's
     arms start as soon as its start is done, the longest arms first (`LONGEST_FIRST`), so no worker waits for
     another seed's start and the long arms do not come last."""
-    fb = cfg.env.feedback
+    fb = cfg.env_feedback
     jobs, needs = start_and_arm_jobs(fb.seeds, sorted(fb.arms, key=LONGEST_FIRST.index), "start")
     args = [(cfg, out, seed, stage) for seed, stage in jobs]
     return dict(zip(jobs, run_jobs(run_stage, args, fb.workers, (progress, data), needs)))
@@ -276,15 +275,14 @@ def _run_all(cfg, out: Path, data: dict, progress: bool) -> dict[tuple[int, str]
 
 def _best_constant(cfg, data: dict, progress: bool) -> dict:
     """The best constant answer per task on the held-out episodes, kept beside them in `env.root`; in
-    `env.feedback.workers` processes (nothing else runs yet)."""
+    `env_feedback.workers` processes (nothing else runs yet)."""
     records = [e.record for e in data["env_test"]]
     key = {"backend": cfg.env.backend, "ids": [r["id"] for r in records], "env": dataclasses.asdict(cfg.env)}
     key["options"] = {r["task"]: r["options"] for r in records}  # a task's grid (env.answer) is part of it
-    key["env"].pop("feedback")
     return reuse_or_run(
         Path(cfg.env.root) / "best_constant.json",
         key,
-        lambda: best_constant(records, cfg.env.backend, progress, cfg.env.feedback.workers),
+        lambda: best_constant(records, cfg.env.backend, progress, cfg.env_feedback.workers),
         "best constant",
     )
 
@@ -293,10 +291,10 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
     """Every seed's start and arms -> tables, plots and videos in `out`."""
     t0 = time.perf_counter()
     out = Path(out)
-    fb = cfg.env.feedback
+    fb = cfg.env_feedback
     unknown = [a for a in fb.arms if a not in ARMS]
     if unknown:
-        raise ValueError(f"env.feedback.arms: unknown arm(s) {unknown}; choose from {list(ARMS)}")
+        raise ValueError(f"env_feedback.arms: unknown arm(s) {unknown}; choose from {list(ARMS)}")
     check_env_turns(cfg.env)
     check_sample_episodes(fb.test_time_episodes)
     data = _load_data(cfg, progress)

@@ -11,8 +11,10 @@
 #
 #   call1 (bench step: SFT + GRPO): mujoco, mujoco-core, omegaconf, transformers 5.24 with the versions it
 #          checks at import (huggingface-hub, tokenizers, safetensors, regex), and pandas (for call 2).
-#   call2 (the TRL ratio): trl, datasets, pyarrow 15 (the smallest datasets takes), dill, multiprocess,
-#          xxhash; call 1's installs must still be on the machine (a warm machine keeps ignored files
+#   call2 (the TRL ratio, then GPU physics): trl, datasets, pyarrow 15 (the smallest datasets takes), dill,
+#          multiprocess, xxhash; for MJX on the image's JAX, mujoco-mjx 3.17 (pure python; its test data,
+#          6.3 of its 6.9 MiB, is stripped here) and trimesh (mjx imports it; scipy comes with JAX). Call 1's
+#          installs (mujoco among them) must still be on the machine (a warm machine keeps ignored files
 #          between calls): plan.sh call2 checks and says so.
 #   extra: torchvision 0.26 (torch 2.11's pair), only if the image lacks it: call 1's preflight says so,
 #          and `plan.sh extra` installs it in a call of its own (it does not fit beside call 1's set).
@@ -28,7 +30,8 @@ CALL1=(
   "tokenizers==0.23.3" "safetensors==0.8.0" "regex==2026.11.19" "pandas==3.1.1"
 )
 EXTRA=("torchvision==0.26.0")
-CALL2=("trl==1.16.0" "datasets==5.2.0" "pyarrow==15.0.2" "dill==0.4.1" "multiprocess==0.70.19" "xxhash==3.6.0")
+CALL2=("trl==1.16.0" "datasets==5.2.0" "pyarrow==15.0.2" "dill==0.4.1" "multiprocess==0.70.19" "xxhash==3.6.0"
+  "mujoco-mjx==3.17.0" "trimesh==5.2.0")
 PLATFORM=(--python-version 3.12 --implementation cp --only-binary=:all:
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64
   --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64)
@@ -41,6 +44,29 @@ fetch() {  # fetch DIR SPEC...
 fetch "$DEST/call1" "${CALL1[@]}"
 fetch "$DEST/call2" "${CALL2[@]}"
 fetch "$DEST/extra" "${EXTRA[@]}"
+
+# mujoco-mjx ships MJX's test scenes and tests (meshes, textures): drop them and their RECORD lines, so that
+# the wheel is 0.6 MiB instead of 6.9 (the preflight unpacks it as a zip; nothing at run time reads them).
+"$PY" - "$DEST"/call2/mujoco_mjx-*.whl <<'EOF'
+import sys, zipfile
+from pathlib import Path
+
+path = Path(sys.argv[1])
+def dropped(name):
+    return "/test_data/" in name or name.endswith("_test.py")
+with zipfile.ZipFile(path) as z:
+    if not any(dropped(n) for n in z.namelist()):
+        sys.exit(0)  # stripped already
+    items = [(i, z.read(i)) for i in z.infolist() if not dropped(i.filename)]
+tmp = path.with_suffix(".tmp")
+with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as out:
+    for info, data in items:
+        if info.filename.endswith(".dist-info/RECORD"):
+            lines = data.decode().splitlines(keepends=True)
+            data = "".join(line for line in lines if not dropped(line.split(",")[0])).encode()
+        out.writestr(info, data, compress_type=zipfile.ZIP_DEFLATED)
+tmp.replace(path)
+EOF
 
 # what travels besides the carry: tracked and untracked-not-ignored files (a tracked file deleted in the
 # working tree has no size: stat skips it)

@@ -6,6 +6,10 @@ without pip or an index. A wheel is installed only where its distribution is abs
 transformers group, which replaces an image's transformers older than `MIN_TRANSFORMERS`. With `--cpu` (the
 rehearsal) only wheels this interpreter can load are considered, and no GPU is required.
 
+Call 2 also measures GPU physics (MJX in `embodied bench envs`): its imports (`PHYSICS`) and JAX's GPU are
+checked apart from the rest. Where they fail, the exit status is 4 instead of 3 and the report says why
+in `physics`: plan.sh then still runs TRL's measurement and skips the physics one.
+
 Usage: python scripts/device/preflight.py call1|call2 [--cpu] --out FILE.json
 """
 
@@ -35,6 +39,8 @@ MODULES = {
 }
 """What each call imports (call 2 also relies on call 1's installs, still on a warm machine; `extra` only
 installs torchvision where the image lacks it)."""
+PHYSICS = {"call2": ["jax", "mujoco.mjx", "embodied.bench.envs"]}
+"""What a call's physics part imports (MJX: the image's JAX, call 1's mujoco, the carried mujoco-mjx)."""
 
 
 def fail(message: str) -> None:
@@ -102,15 +108,38 @@ def check(modules: list[str], cpu: bool) -> dict:
         "        out['missing'][m] = f'{type(e).__name__}: {e}'[:300]\n"
         "out['cuda'] = torch.cuda.is_available()\n"
         "out['gpu'] = torch.cuda.get_device_name(0) if out['cuda'] else None\n"
+        "if 'jax' in mods:\n"
+        "    try:\n"
+        "        import jax\n"
+        "        out['jax_devices'] = [f'{d.platform}: {d.device_kind}' for d in jax.devices()]\n"
+        "    except Exception as e:\n"
+        "        out['jax_devices'], out['jax_error'] = [], f'{type(e).__name__}: {e}'[:300]\n"
         "print(json.dumps(out))\n"
     )
     env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(SITE), str(ROOT), os.environ.get("PYTHONPATH", "")])
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(SITE), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        XLA_PYTHON_CLIENT_PREALLOCATE="false",  # JAX would take 75% of the GPU in this check otherwise
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     if proc.returncode != 0:
         fail(f"the import check itself failed:\n{proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def physics_check(report: dict, modules: list[str], cpu: bool) -> dict:
+    """Whether the physics part can run: its imports, and (on the device) a GPU that JAX sees."""
+    missing = {m: e for m, e in report["missing"].items() if m in modules}
+    devices = report.get("jax_devices", [])
+    reason = ""
+    if missing:
+        reason = (
+            f"missing {sorted(missing)}: MJX needs the image's JAX, call 1's mujoco (run call 1 first on the "
+            f"same warm machine) and the carried mujoco-mjx and trimesh (runs/device/wheels/call2): {missing}"
+        )
+    elif not cpu and not any(d.startswith(("gpu", "cuda")) for d in devices):
+        reason = f"JAX sees no GPU (devices {devices}; {report.get('jax_error', 'no error')})"
+    return {"ok": not reason, "reason": reason, "missing": missing, "jax_devices": devices}
 
 
 def hint(missing: dict, call: str) -> str:
@@ -143,8 +172,12 @@ def main() -> None:
     for w in todo:
         with zipfile.ZipFile(w) as z:
             z.extractall(SITE)
-    report = check(MODULES[args.call], args.cpu)
+    physics = PHYSICS.get(args.call, [])
+    report = check(MODULES[args.call] + physics, args.cpu)
     report |= {"call": args.call, "cpu": args.cpu, "installed": [w.name for w in todo], "site": str(SITE)}
+    if physics:
+        report["physics"] = physics_check(report, physics, args.cpu)
+    report["missing"] = {m: e for m, e in report["missing"].items() if m not in physics}
     Path(args.out).write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2), flush=True)
     if report["missing"]:
@@ -154,6 +187,9 @@ def main() -> None:
     tf = report["versions"].get("transformers")
     if tf is not None and version_tuple(tf) < MIN_TRANSFORMERS:
         fail(f"transformers {tf} < 5.20 after installing the carried one")
+    if physics and not report["physics"]["ok"]:
+        print(f"preflight: physics cannot run: {report['physics']['reason']}", file=sys.stderr, flush=True)
+        sys.exit(4)
     print(f"preflight: ok ({args.call}, installed {len(todo)} wheels)", flush=True)
 
 

@@ -21,20 +21,21 @@ from embodied.config import load_config
 from embodied.data.load import load_records
 from embodied.envs import answer_form
 from embodied.eval.envs import action_spread
+from embodied.experiments.config import EnvFeedbackRun
 from embodied.experiments.env_report import write_env_report
 
 out, args = Path(sys.argv[1]), sys.argv[2:]
 const_path = Path(args.pop(0)) if args and args[0].endswith(".json") else None
-cfg = load_config("configs/experiment_env_feedback.yaml", args)
+cfg = load_config("configs/experiment_env_feedback.yaml", args, schema=EnvFeedbackRun)
 recs = {r["id"]: answer_form(r, cfg.env.answer) for r in load_records(cfg.env.root, "test")}
 constant = json.loads((const_path or Path(cfg.env.root) / "best_constant.json").read_text())
 if constant["key"]["env"].get("answer") != cfg.env.answer:
     raise SystemExit(f"best_constant.json was made for env.answer={constant['key']['env'].get('answer')}")
 constant = constant["row"]
 rows = []
-for seed in cfg.env.feedback.seeds:
+for seed in cfg.env_feedback.seeds:
     stages, timings, scored = {}, {}, {}
-    for stage in ["start", *cfg.env.feedback.arms]:
+    for stage in ["start", *cfg.env_feedback.arms]:
         row = json.loads((out / f"seed{seed}" / stage / "result.json").read_text())["row"]
         saved = json.loads((out / f"seed{seed}" / stage / "predictions.json").read_text())
         preds = saved["env"]["predictions"]

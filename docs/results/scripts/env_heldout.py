@@ -27,6 +27,7 @@ from embodied.data.episodes import ensure_episodes
 from embodied.data.load import load_examples
 from embodied.envs import answer_examples
 from embodied.eval.envs import best_constant, evaluate_env
+from embodied.experiments.config import EnvFeedbackRun
 from embodied.experiments.reuse import folder_weights_hash
 from embodied.policy.model import load_policy
 
@@ -44,6 +45,7 @@ def main() -> None:
     cfg = load_config(
         "configs/experiment_env_feedback.yaml",
         [*overrides, f"env.root={root}", "env.n_train=0", f"env.n_test={a.n}"],
+        schema=EnvFeedbackRun,
     )
     torch.set_num_threads(cfg.threads)
     ensure_episodes(cfg.env)
@@ -51,7 +53,7 @@ def main() -> None:
         load_examples(root, "test", cfg.video.fps, cfg.video.max_frames)[0], cfg.env.answer
     )
     t = time.perf_counter()
-    constant = best_constant([e.record for e in examples], cfg.env.backend, True, cfg.env.feedback.workers)
+    constant = best_constant([e.record for e in examples], cfg.env.backend, True, cfg.env_feedback.workers)
     out = {
         "root": root,
         "episodes_per_task": a.n,

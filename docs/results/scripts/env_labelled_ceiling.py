@@ -31,6 +31,7 @@ from embodied.data.load import load_examples
 from embodied.envs import answer_examples, answer_text, grid_action, task
 from embodied.envs.reward import env_reward
 from embodied.eval.envs import best_constant, evaluate_env
+from embodied.experiments.config import EnvFeedbackRun
 from embodied.experiments.reuse import code_hash, folder_weights_hash
 from embodied.policy.model import load_policy
 from embodied.train.common import seed_everything
@@ -57,7 +58,7 @@ def main() -> None:
     p.add_argument("--out", required=True)
     p.add_argument("overrides", nargs="*")
     args = p.parse_args()
-    cfg = load_config(args.config, args.overrides)
+    cfg = load_config(args.config, args.overrides, schema=EnvFeedbackRun)
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
     mod = task(args.task)

@@ -6,10 +6,10 @@ same number of simulator calls.
         key=value ...
 
 STARTS holds `seed<S>/start/model` (the format-only starts of an env-feedback run made with the same
-`env.answer`); every seed of `env.feedback.seeds` is trained with GRPO on the training episodes of
+`env.answer`); every seed of `env_feedback.seeds` is trained with GRPO on the training episodes of
 `env.tasks` with `env.turns` turns (`configs/experiment_env_feedback.yaml` underneath, then the overrides)
 and evaluated on the held-out episodes: greedy turns (success after each turn, Wilson intervals over
-episodes), `env.feedback.test_time_samples` sampled trajectories per episode, and single-turn best-of-k from
+episodes), `env_feedback.test_time_samples` sampled trajectories per episode, and single-turn best-of-k from
 as many single-turn samples (pass@k, t intervals over episodes), with the paired differences per seed:
 sampled turn 2 minus turn 1 and minus best-of-2 (`eval.envs.turn_summary`'s `paired`, t intervals over
 episodes). STARTS'
@@ -38,6 +38,7 @@ from embodied.envs import answer_examples
 from embodied.envs.config import Turns
 from embodied.eval.envs import evaluate_env
 from embodied.eval.stats import seed_interval
+from embodied.experiments.config import EnvFeedbackRun
 from embodied.policy.model import load_policy, save_policy
 from embodied.rl.episodes import check_env_turns
 from embodied.rl.rewards import rewards_for
@@ -47,7 +48,7 @@ from embodied.train.grpo import train_grpo
 
 
 def evaluate(model, processor, test, cfg) -> dict:
-    fb = cfg.env.feedback
+    fb = cfg.env_feedback
     t = time.perf_counter()
     res = evaluate_env(
         model,
@@ -83,7 +84,7 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*")
     a, rest = ap.parse_known_args()
     a.overrides = a.overrides + rest
-    cfg = load_config("configs/experiment_env_feedback.yaml", a.overrides)
+    cfg = load_config("configs/experiment_env_feedback.yaml", a.overrides, schema=EnvFeedbackRun)
     check_env_turns(cfg.env)
     torch.set_num_threads(cfg.threads)
     out, starts, stages = Path(a.out), Path(a.starts), a.stages.split(",")
@@ -103,7 +104,7 @@ def main() -> None:
         "test": len(test),
         "threads": torch.get_num_threads(),
     }
-    for seed in cfg.env.feedback.seeds:
+    for seed in cfg.env_feedback.seeds:
         c = dataclasses.replace(cfg, seed=seed)
         for stage in stages:
             key = f"seed{seed}/{stage}"
@@ -154,7 +155,7 @@ def main() -> None:
     # over seeds: mean with a 95% t interval of each figure
     over = {}
     for stage in stages:
-        rows = [summary["runs"].get(f"seed{s}/{stage}") for s in cfg.env.feedback.seeds]
+        rows = [summary["runs"].get(f"seed{s}/{stage}") for s in cfg.env_feedback.seeds]
         rows = [r for r in rows if r]
         if not rows:
             continue

@@ -32,8 +32,8 @@ from embodied.envs import answer_examples
 from embodied.envs.reward import env_reward
 from embodied.eval.probe import linear_probe, padded_features, pooled
 from embodied.policy.model import load
-from embodied.rl.episodes import outcome_clip
 from embodied.questions import LETTERS
+from embodied.rl.episodes import outcome_clip
 from embodied.video import VideoConfig
 
 OUTCOMES = ("short", "overshoot")

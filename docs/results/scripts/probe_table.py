@@ -34,11 +34,12 @@ def main() -> None:
 
     from embodied.config import load_config
     from embodied.eval.probe import probe_families
+    from embodied.experiments.config import CosmosRun
     from embodied.experiments.cosmos import _load_data
     from embodied.experiments.reuse import provenance
     from embodied.policy.model import load
 
-    cfg = load_config(args.config or None, overrides=args.overrides)
+    cfg = load_config(args.config or None, overrides=args.overrides, schema=CosmosRun)
     torch.set_num_threads(max(1, cfg.threads) if cfg.threads else torch.get_num_threads())
     data = _load_data(cfg, progress=True)
     n = cfg.cosmos.probe_train

@@ -15,17 +15,18 @@ import time
 from pathlib import Path
 
 from embodied import run as commands
+from embodied.bench.config import BenchRun
 from embodied.bench.timers import GENERATION_TARGETS, TARGETS, timing
-from embodied.config import load_config
+from embodied.config import as_schema, load_config
 from embodied.data.build import source_of
 from embodied.data.engine import write_dataset
 
 
 def main(out: Path, overrides: list[str]) -> dict:
-    cfg = load_config([], overrides)
+    cfg = load_config([], overrides, schema=BenchRun)  # bench.profile_clips
     work = out.with_suffix("")
     data = dataclasses.replace(cfg.data, root=str(work / "data"))
-    qcfg = dataclasses.replace(cfg, data=data, run_dir=str(work / "quickstart"))
+    qcfg = dataclasses.replace(as_schema(cfg), data=data, run_dir=str(work / "quickstart"))
     with timing(TARGETS) as timers:
         summary = commands.quickstart(qcfg, progress=False)
     result = {"overrides": overrides, "summary": summary, "quickstart": timers.table()}

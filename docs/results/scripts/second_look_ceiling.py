@@ -32,10 +32,11 @@ from embodied.config import load_config
 from embodied.data.load import Example, load_examples
 from embodied.envs import answer_examples, task
 from embodied.envs.core import parse_letter
+from embodied.experiments.config import EnvFeedbackRun
 from embodied.policy.model import load_policy, save_policy
+from embodied.questions import LETTERS
 from embodied.rl.episodes import again, play
 from embodied.rl.rewards import rewards_for
-from embodied.questions import LETTERS
 from embodied.train.common import seed_everything
 from embodied.train.expert import round_sft
 from embodied.train.sft import train_sft
@@ -69,7 +70,7 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*")
     a, rest = ap.parse_known_args()
     overrides = ["env.answer=grid", "env.turns=2", *a.overrides, *rest]
-    cfg = load_config("configs/experiment_env_feedback.yaml", overrides)
+    cfg = load_config("configs/experiment_env_feedback.yaml", overrides, schema=EnvFeedbackRun)
     torch.set_num_threads(cfg.threads)
     seed_everything(a.seed)
     examples = answer_examples(load_examples(a.root, "train", cfg.video.fps, cfg.video.max_frames)[0], "grid")
