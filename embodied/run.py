@@ -206,7 +206,7 @@ def _eval_env(cfg: Config, source, examples, skipped, out: Path, progress: bool)
     """`embodied eval` on interactive episodes: greedy answers executed in MuJoCo and, with `eval.samples`,
     best-of-N with the simulator as the verifier and majority vote for each N in `eval.k`; with
     `env.turns` > 1 each failed answer's outcome clip is shown back for another turn."""
-    from embodied.eval.envs import env_markdown, evaluate_env, evaluate_env_answers
+    from embodied.eval.envs import EnvEval, env_markdown, evaluate_env, evaluate_env_answers
 
     e, t0 = cfg.eval, time.perf_counter()
     if e.baseline != "none" or not all(is_interactive(x.record) for x in examples):
@@ -214,15 +214,12 @@ def _eval_env(cfg: Config, source, examples, skipped, out: Path, progress: bool)
             f"{cfg.data.root}/{e.split}: interactive episodes are evaluated by the simulator, alone and "
             "without eval.baseline; put MCQs and episodes in separate datasets"
         )
-    args = (cfg.env.backend, e.batch_size)
-    kwargs = {"samples": e.samples, "k": e.k, "temperature": e.temperature, "seed": cfg.seed}
-    kwargs["turns"] = Turns.of(cfg.env)
+    how = EnvEval.of(cfg)  # eval.*, env.backend, env.format_weight, env.turns... and the seed
     if isinstance(source, tuple):
         model, processor = source
-        args = (*args, e.max_new_tokens, cfg.env.format_weight, progress)
-        result = evaluate_env(model, processor, examples, cfg.video, *args, media=e.media, **kwargs)
+        result = evaluate_env(model, processor, examples, cfg.video, how, progress)
     else:
-        result = evaluate_env_answers(source, examples, *args, cfg.env.format_weight, progress, **kwargs)
+        result = evaluate_env_answers(source, examples, how, progress)
         result["endpoint"] = _endpoint_record(source, time.perf_counter() - t0)
         _print_endpoint(result)
     result["skipped_videos"] = skipped
@@ -252,6 +249,7 @@ def _train(cfg: Config, stage: str, progress: bool) -> dict:
     from embodied.train.distributed import Processes
     from embodied.train.grpo import train_grpo
     from embodied.train.sft import train_sft
+    from embodied.train.state import Run
 
     loop, stage_cfg = {"sft": (train_sft, cfg.sft), "grpo": (train_grpo, cfg.grpo)}[stage]
     check_command(cfg, stage)  # a policy too big for the device stops here, in one line
@@ -267,21 +265,8 @@ def _train(cfg: Config, stage: str, progress: bool) -> dict:
         if stage_cfg.eval_every > 0
         else []
     )
-    info = loop(
-        model,
-        processor,
-        train,
-        stage_cfg,
-        cfg.video,
-        out,
-        val,
-        cfg.seed,
-        progress,
-        resume=cfg.resume,
-        config_yaml=to_yaml(cfg),
-        procs=procs,
-        **extra,
-    )
+    run = Run.of(cfg, model, processor, train, out, val=val, progress=progress, procs=procs, **extra)
+    info = loop(stage_cfg, dataclasses.replace(run, resume=cfg.resume, config_yaml=to_yaml(cfg)))
     weights = procs.full_state(model)[0] if procs.fsdp else None  # FSDP: gathered by every process
     if procs.main:  # the other processes hold the same weights
         save_policy(model, processor, out / "model", weights)
@@ -328,13 +313,15 @@ def expert(cfg: Config, progress: bool = True) -> dict:
     best verified of `expert.samples` answers per prompt (the simulator's verdict for interactive episodes,
     the label for questions) and fine-tunes on them; saves `run_dir/model` and the curves."""
     from embodied.train.expert import train_expert_config
+    from embodied.train.state import Run
 
     check_command(cfg, "expert")  # a policy too big for the device stops here, in one line
     out = _setup(cfg, "expert")
     model, processor = load(cfg.policy, "expert")
     train = answer_examples(load_split(cfg.data.root, "train", cfg.video, progress), cfg.env.answer)
     refuse_turns_on_questions(cfg, train, "train")
-    info = train_expert_config(model, processor, train, cfg, out, progress, cfg.resume, to_yaml(cfg))
+    run = Run(model, processor, train, out, progress=progress, resume=cfg.resume, config_yaml=to_yaml(cfg))
+    info = train_expert_config(cfg, run)
     save_policy(model, processor, out / "model")
     plot_curves(read_metrics(out / "metrics.jsonl"), out / "curves.png")
     write_report(out)
@@ -381,6 +368,7 @@ def quickstart(cfg: Config, progress: bool = True) -> dict:
     from embodied.eval.examples import write_examples
     from embodied.train.grpo import train_grpo
     from embodied.train.sft import train_sft
+    from embodied.train.state import Run
 
     check_command(cfg, "quickstart")  # a policy too big for the device stops here, in one line
     t0 = time.perf_counter()
@@ -424,7 +412,8 @@ def quickstart(cfg: Config, progress: bool = True) -> dict:
 
     run_eval("initial")
     sft_cfg = dataclasses.replace(cfg.sft, targets=cfg.quickstart.sft_targets)
-    train_sft(model, processor, train, sft_cfg, cfg.video, out, val, cfg.seed, progress)
+    run = Run.of(cfg, model, processor, train, out, val=val, progress=progress)
+    train_sft(sft_cfg, run)
     t = lap("sft", t)
     run_eval("sft")
     save_policy(model, processor, out / "sft_model")
@@ -432,7 +421,7 @@ def quickstart(cfg: Config, progress: bool = True) -> dict:
     every = cfg.grpo.eval_every or cfg.quickstart.grpo_eval_every  # held-out points through GRPO
     keep_best = bool(every) and (cfg.grpo.keep_best or cfg.quickstart.keep_best)
     grpo_cfg = dataclasses.replace(cfg.grpo, eval_every=every, keep_best=keep_best)
-    grpo_run = train_grpo(model, processor, train, grpo_cfg, cfg.video, out, val, cfg.seed, progress)
+    grpo_run = train_grpo(grpo_cfg, run)
     t = lap("grpo", t)
     run_eval("grpo")
     save_policy(model, processor, out / "grpo_model")

@@ -101,15 +101,14 @@ def served_folder(tmp_path_factory, data):
     from embodied.policy.model import load_policy, save_policy
     from embodied.policy.tiny import SHIPPED
     from embodied.train.sft import train_sft
+    from embodied.train.state import Run
 
     out = tmp_path_factory.mktemp("served")
     model, processor = load_policy(SHIPPED)
     train = load_split(data[1], "test", VideoConfig())
     train = [Example(as_images(e.record, e.clip), e.clip) for e in train]
     cfg = SFTConfig(steps=40, batch_size=1, lr=5e-3, eval_every=0, checkpoint_every=0, warmup_steps=0)
-    train_sft(
-        model, processor, train, cfg, VideoConfig(), out / "sft", progress=False, target_fn=lambda r: SHORT
-    )
+    train_sft(cfg, Run(model, processor, train, out / "sft", progress=False), target_fn=lambda r: SHORT)
     save_policy(model, processor, out / "model")
     return out / "model"
 

@@ -3,6 +3,7 @@ evaluation, on CPU with the tiny model and 56 px push clips."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -33,7 +34,8 @@ from embodied.rl.episodes import (
     trajectory_reward,
 )
 from embodied.rl.rewards import routed_rewards
-from embodied.rl.rollout import sample_groups
+from embodied.rl.rollout import Sampling, sample_groups
+from embodied.train.state import Run
 from embodied.video import Clip, VideoConfig
 
 SHORT = "<think></think><answer>0.05</answer>"  # an impulse far too small: the puck stops short
@@ -58,16 +60,8 @@ def answering_policy(tiny_path, push_examples):
 
     model, processor = load_policy(tiny_path)
     cfg = SFTConfig(steps=30, batch_size=2, lr=3e-3, eval_every=0, checkpoint_every=0, warmup_steps=0)
-    train_sft(
-        model,
-        processor,
-        push_examples,
-        cfg,
-        VideoConfig(),
-        tiny_path.parent / "sft",
-        progress=False,
-        target_fn=lambda record: SHORT,
-    )
+    run = Run(model, processor, push_examples, tiny_path.parent / "sft", progress=False)
+    train_sft(cfg, run, target_fn=lambda record: SHORT)
     model.eval()
     return model, processor
 
@@ -91,10 +85,10 @@ def test_frozen_turn_clip_holds_the_reset_for_as_many_frames(tiny_policy, push_e
     assert all(np.array_equal(f, moving.frames[0]) for f in frozen.frames)
     model, processor = tiny_policy
     first = ([SHORT], routed_rewards()([SHORT], [ex.record]))
-    args = (model, processor, [ex], video, routed_rewards(), 2)
-    ep = play(*args, max_new_tokens=4, first=first, turn_clip="frozen")
+    args = (model, processor, [ex], video, routed_rewards())
+    ep = play(*args, Turns(2, clip="frozen"), Sampling(max_new_tokens=4), first=first)
     assert np.array_equal(ep.clips[0][1].frames, frozen.frames)
-    ep = play(*args, max_new_tokens=4, first=first)
+    ep = play(*args, Turns(2), Sampling(max_new_tokens=4), first=first)
     assert np.array_equal(ep.clips[0][1].frames, moving.frames)
     with pytest.raises(ValueError, match="env.turn_clip"):
         outcome_clip(ex.record, SHORT, video, ex.clip, "blank")
@@ -139,12 +133,13 @@ def test_a_malformed_answer_ends_the_episode_with_the_penalty(tiny_policy, push_
     model, processor = tiny_policy  # untrained: its turn-2 answer does not parse
     ex = push_examples[:1]
     first = ([SHORT], routed_rewards()([SHORT], [ex[0].record]))
-    ep = play(model, processor, ex, VideoConfig(), routed_rewards(), 3, "last", max_new_tokens=6, first=first)
+    six = Sampling(max_new_tokens=6)
+    ep = play(model, processor, ex, VideoConfig(), routed_rewards(), Turns(3, "last"), six, first=first)
     (traj,) = ep.per_trajectory()
     assert len(traj) == 2 and traj[0][1]["reward/short"] == -1 and traj[1][1]["reward/unparseable"] == 1
     assert float(ep.rewards) == -unparseable_penalty() and len(ep.clips[0]) == 2
     first = (["gibberish"], routed_rewards()(["gibberish"], [ex[0].record]))
-    ep = play(model, processor, ex, VideoConfig(), routed_rewards(), 3, "mean", max_new_tokens=6, first=first)
+    ep = play(model, processor, ex, VideoConfig(), routed_rewards(), Turns(3, "mean"), six, first=first)
     assert len(ep.per_trajectory()[0]) == 1 and float(ep.rewards) == -unparseable_penalty()
 
 
@@ -166,37 +161,32 @@ def test_retry_temperature_draws_later_turns_hotter(answering_policy, push_examp
     rows carry it, so GRPO's log-probs are taken at it); a negative one is refused."""
     model, processor = answering_policy
     video, reward = VideoConfig(), routed_rewards()
-    args = (model, processor, push_examples, video, reward, 4, 12, 2)
-    own = sample_episodes(*args, temperature=0.2, seeds=[1, 2])
-    hot = sample_episodes(*args, temperature=0.2, seeds=[1, 2], retry_temperature=3.0)
+    args, sampling = (model, processor, push_examples, video, reward), Sampling(4, 12, temperature=0.2)
+    own = sample_episodes(*args, Turns(2), sampling, seeds=[1, 2])
+    hot = sample_episodes(*args, Turns(2, retry_temperature=3.0), sampling, seeds=[1, 2])
     assert [hot.texts[i] for i in range(8)] == [own.texts[i] for i in range(8)]  # turn 1 unchanged
     assert (hot.turn == 2).any(), hot.texts
     assert torch.all(hot.temperature[hot.turn == 1] == 0.2)
     assert torch.all(hot.temperature[hot.turn == 2] == 3.0)
     assert torch.all(own.temperature == 0.2)
-    greedy = play(model, processor, push_examples, video, reward, 2, retry_temperature=3.0, max_new_tokens=12)
+    greedy = play(*args, Turns(2, retry_temperature=3.0), Sampling(max_new_tokens=12))
     assert all(torch.all(t.temperature == 1.0) for t in greedy.turns)  # greedy play stays greedy
     with pytest.raises(ValueError, match="env.retry_temperature"):
-        sample_episodes(*args, temperature=0.2, retry_temperature=-1.0)
+        sample_episodes(*args, Turns(2, retry_temperature=-1.0), sampling)
 
 
 def test_two_turn_grpo_end_to_end(answering_policy, push_examples, tmp_path, monkeypatch):
     """A 2-turn rollout (turn 1 fails, turn 2 is its own prompt with both clips), its update, and train_grpo
     with turns=2 logging per-turn success and each turn's answer."""
     from embodied.config import GRPOConfig
-    from embodied.train.common import NonFiniteGuard
     from embodied.train.distributed import Processes
-    from embodied.train.grpo import learn, train_grpo
+    from embodied.train.grpo import GRPOTrainer, learn, train_grpo
 
     model, processor = answering_policy
-    video, reward = VideoConfig(), routed_rewards()
-    ro = sample_episodes(
-        model, processor, push_examples, video, reward, 2, 12, 2, temperature=0.2, seeds=[1, 2]
-    )
+    video, reward, sampling = VideoConfig(), routed_rewards(), Sampling(2, 12, temperature=0.2)
+    ro = sample_episodes(model, processor, push_examples, video, reward, Turns(2), sampling, seeds=[1, 2])
     first = ro.turn == 1
-    single = sample_groups(
-        model, processor, push_examples, video, reward, 2, 12, temperature=0.2, seeds=[1, 2]
-    )
+    single = sample_groups(model, processor, push_examples, video, reward, sampling, seeds=[1, 2])
     assert [ro.texts[i] for i in range(4)] == single.texts  # turn 1 is drawn as a single-turn rollout is
     assert int(first.sum()) == 4 and ro.owner[first].tolist() == [0, 1, 2, 3]
     assert (ro.turn == 2).any(), ro.texts  # the format-trained policy answered, the puck stopped short
@@ -215,19 +205,8 @@ def test_two_turn_grpo_end_to_end(answering_policy, push_examples, tmp_path, mon
         kl_coef=0.0,
         temperature=0.2,
     )
-    metrics = learn(
-        model,
-        None,
-        model,
-        processor,
-        ro,
-        cfg,
-        torch.optim.AdamW(model.parameters(), 1e-4),
-        NonFiniteGuard(),
-        Processes(),
-        0,
-        1,
-    )
+    optimizer, run = torch.optim.AdamW(model.parameters(), 1e-4), Run(model, processor, (), tmp_path)
+    metrics = learn(GRPOTrainer(cfg=cfg, run=run, procs=Processes(), optimizer=optimizer), ro, 1)
     assert np.isfinite(metrics["loss/total"])
 
     from embodied.train import tracking
@@ -237,8 +216,8 @@ def test_two_turn_grpo_end_to_end(answering_policy, push_examples, tmp_path, mon
         "_CURRENT",
         tracking.Tracking(tracking.LogConfig(["jsonl", "tensorboard"], samples_every=1, samples=2)),
     )
-    args = (model, processor, push_examples, cfg, video, tmp_path)
-    train_grpo(*args, progress=False, reward_fn=reward, turns=Turns(2))
+    run = Run(model, processor, push_examples, tmp_path, progress=False, reward_fn=reward, turns=Turns(2))
+    train_grpo(cfg, run)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     logged = [r for r in rows if "turns/success@2" in r]
     assert len(logged) == 2 and all(r["turns/success@2"] >= r["turns/success@1"] for r in logged)
@@ -247,34 +226,15 @@ def test_two_turn_grpo_end_to_end(answering_policy, push_examples, tmp_path, mon
     assert any("turn2/reward/total" in r for s in samples for r in s["rewards"])
     assert list((tmp_path / "tensorboard" / "grpo").glob("events.*"))
     with pytest.raises(ValueError, match="env.turns=2"):
-        train_grpo(
-            model,
-            processor,
-            push_examples,
-            cfg.__class__(dynamic_sampling=True),
-            video,
-            tmp_path,
-            progress=False,
-            reward_fn=reward,
-            turns=Turns(2),
-        )
+        train_grpo(cfg.__class__(dynamic_sampling=True), run)
 
 
 def test_evaluate_env_reports_success_after_each_turn(answering_policy, push_examples):
-    from embodied.eval.envs import evaluate_env
+    from embodied.eval.envs import EnvEval, evaluate_env
 
     model, processor = answering_policy
-    res = evaluate_env(
-        model,
-        processor,
-        push_examples,
-        VideoConfig(),
-        max_new_tokens=12,
-        samples=2,
-        k=[1, 2],
-        turns=Turns(2),
-        seed=0,
-    )
+    how = EnvEval(max_new_tokens=12, samples=2, k=[1, 2], turns=Turns(2), seed=0)
+    res = evaluate_env(model, processor, push_examples, VideoConfig(), how)
     t = res["turns"]["per_task"]["push"]
     assert t["n"] == 2 and set(t["greedy"]) == {"success@1", "success@2", "calls"}
     assert t["greedy"]["success@2"]["rate"] >= t["greedy"]["success@1"]["rate"] == res["success"]
@@ -352,9 +312,8 @@ def test_expert_iteration_over_two_turns_keeps_the_answer_that_worked_after_a_mi
     model, processor = answering_policy
     model = copy.deepcopy(model)  # fine-tuned below; the fixture is shared
     video, reward = VideoConfig(), routed_rewards()
-    ro = sample_episodes(
-        model, processor, push_examples, video, reward, 2, 12, 2, temperature=0.2, seeds=[1, 2]
-    )
+    sampling = Sampling(2, 12, temperature=0.2)
+    ro = sample_episodes(model, processor, push_examples, video, reward, Turns(2), sampling, seeds=[1, 2])
     two = (ro.turn == 2).nonzero().flatten().tolist()
     assert two, ro.texts
     assert select_turns(ro) == []  # nothing succeeded: nothing kept
@@ -374,18 +333,15 @@ def test_expert_iteration_over_two_turns_keeps_the_answer_that_worked_after_a_mi
     targets = {ex.record["id"]: txt for ex, txt in kept}
     cfg = SFTConfig(steps=2, batch_size=2, eval_every=0, checkpoint_every=0, log_every=1)
     before = [p.detach().clone() for p in model.parameters()]
-    train_sft(
-        model, processor, [k[0] for k in kept], cfg, video, tmp_path / "sft", progress=False,
-        target_fn=lambda rec: targets[rec["id"]],
-    )  # fmt: skip
+    run = Run(model, processor, [k[0] for k in kept], tmp_path / "sft", video, progress=False)
+    train_sft(cfg, run, target_fn=lambda rec: targets[rec["id"]])
     losses = [r["loss/sft"] for r in read_metrics(tmp_path / "sft" / "metrics.jsonl") if "loss/sft" in r]
     assert losses and all(np.isfinite(losses))
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
     # the whole loop with two turns: runs, logs per-turn success and what it kept at each turn
     ex = ExpertConfig(rounds=1, prompts_per_round=2, samples=2, sft_steps=1, batch_size=2)
-    info = train_expert(
-        model, processor, push_examples, ex, cfg, video, tmp_path / "ei", 0, False, reward, 12, turns=Turns(2)
-    )
+    run = Run(model, processor, push_examples, tmp_path / "ei", video, progress=False, reward_fn=reward)
+    info = train_expert(ex, cfg, dataclasses.replace(run, turns=Turns(2)), 12)
     [row] = read_metrics(tmp_path / "ei" / "metrics.jsonl")
     assert info["answers_scored"] == row["expert/answers_scored"] >= 4
     assert "turns/success@2" in row and "expert/kept_turn2" in row
@@ -394,12 +350,10 @@ def test_expert_iteration_over_two_turns_keeps_the_answer_that_worked_after_a_mi
     assert row["expert/kept"] <= min(1.0, row["expert/kept_examples"])
     assert _prompt_id("push-0003/turn2/4") == _prompt_id("push-0003/turn2") == "push-0003"
     with pytest.raises(ValueError, match="env.turns > 1"):
-        train_expert(
-            model, processor, push_examples, ExpertConfig(retry_targets="group"), cfg, video, tmp_path
-        )
+        train_expert(ExpertConfig(retry_targets="group"), cfg, Run(model, processor, push_examples, tmp_path))
     with pytest.raises(ValueError, match="keep=success"):
         train_expert(
-            model, processor, push_examples, ExpertConfig(keep="best"), cfg, video, tmp_path, turns=Turns(2)
+            ExpertConfig(keep="best"), cfg, Run(model, processor, push_examples, tmp_path, turns=Turns(2))
         )
 
 

@@ -12,7 +12,7 @@ from embodied.data.episodes import ensure_episodes, generate_episodes, matches
 from embodied.data.load import Example, load_examples
 from embodied.envs import push
 from embodied.envs.config import EnvConfig
-from embodied.eval.envs import evaluate_env, rollout_video
+from embodied.eval.envs import EnvEval, evaluate_env, rollout_video
 from embodied.rl.rewards import routed_rewards
 from embodied.video import VideoConfig, read_video
 
@@ -48,7 +48,7 @@ def test_episodes_load_like_mcq_datasets(episodes):
 
 def test_evaluate_env_scores_policy_answers(tiny_policy, episodes):
     model, processor = tiny_policy
-    result = evaluate_env(model, processor, episodes, VideoConfig(), max_new_tokens=8)
+    result = evaluate_env(model, processor, episodes, VideoConfig(), EnvEval(max_new_tokens=8))
     assert result["n"] == 3 and set(result["per_task"]) == {"place", "carry", "push"}
     # The untrained tiny model writes no parseable action: nothing executes, all is counted.
     assert result["unparseable"] == 1.0 and result["success"] == 0.0
@@ -252,7 +252,8 @@ def test_best_constant_matches_the_static_rule(episodes):
 
 def test_evaluate_env_best_of_n_and_vote(tiny_policy, episodes):
     model, processor = tiny_policy
-    result = evaluate_env(model, processor, episodes, VideoConfig(), max_new_tokens=8, samples=4, k=[1, 4])
+    how = EnvEval(max_new_tokens=8, samples=4, k=[1, 4])
+    result = evaluate_env(model, processor, episodes, VideoConfig(), how)
     assert set(result["test_time"]) == {"best_of@1", "best_of@4", "vote@1", "vote@4", "per_task"}
     assert all(len(p["sampled"]) == 4 for p in result["predictions"])
     # The untrained tiny model never writes a parseable action: nothing succeeds, nothing is hidden.
@@ -267,9 +268,10 @@ def test_evaluate_env_samples_only_the_first_episodes_of_each_task(tiny_policy, 
     model, processor = tiny_policy
     second = [dataclasses.replace(e, record=e.record | {"id": e.record["id"] + "-b"}) for e in episodes]
     examples = list(episodes) + second  # carry, place, push, then each task's second episode
-    kw = {"max_new_tokens": 8, "batch_size": 2, "k": [2]}
-    greedy = evaluate_env(model, processor, examples, VideoConfig(), **kw)
-    result = evaluate_env(model, processor, examples, VideoConfig(), samples=2, sample_episodes=1, **kw)
+    how = EnvEval(max_new_tokens=8, batch_size=2, k=[2])
+    greedy = evaluate_env(model, processor, examples, VideoConfig(), how)
+    sampled = dataclasses.replace(how, samples=2, sample_episodes=1)
+    result = evaluate_env(model, processor, examples, VideoConfig(), sampled)
     assert result["n"] == 6 and all(v["n"] == 2 for v in result["per_task"].values())
     assert [p["id"] for p in result["predictions"]] == [e.record["id"] for e in examples]
     assert [p["response"] for p in result["predictions"]] == [p["response"] for p in greedy["predictions"]]
@@ -278,7 +280,9 @@ def test_evaluate_env_samples_only_the_first_episodes_of_each_task(tiny_policy, 
         "carry", "place", "push"
     }  # fmt: skip
     with pytest.raises(ValueError, match="test_time_episodes=-1"):
-        evaluate_env(model, processor, examples, VideoConfig(), samples=2, sample_episodes=-1, **kw)
+        evaluate_env(
+            model, processor, examples, VideoConfig(), dataclasses.replace(sampled, sample_episodes=-1)
+        )
 
 
 def test_embodied_eval_on_episodes_runs_the_simulator(tmp_path):

@@ -169,11 +169,11 @@ def test_registered_toy_is_a_task(toy, examples):
 
 
 def test_evaluation_and_best_constant(toy, examples, tiny_policy):
-    from embodied.eval.envs import best_constant, env_markdown, evaluate_env
+    from embodied.eval.envs import EnvEval, best_constant, env_markdown, evaluate_env
     from embodied.video import VideoConfig
 
     model, processor = tiny_policy
-    result = evaluate_env(model, processor, examples, VideoConfig(), max_new_tokens=8)
+    result = evaluate_env(model, processor, examples, VideoConfig(), EnvEval(max_new_tokens=8))
     assert result["n"] == 8 and set(result["per_task"]) == {"toss"}
     assert result["unparseable"] == 1.0 and "| toss | 8 |" in env_markdown(result)
     records = [e.record for e in examples]
@@ -204,12 +204,12 @@ def test_parity_on_both_backends(toy):
 
 def test_report(toy, examples, tiny_policy, tmp_path):
     from embodied.config import Config
-    from embodied.eval.envs import best_constant, evaluate_env
+    from embodied.eval.envs import EnvEval, best_constant, evaluate_env
     from embodied.experiments.env_report import write_env_report
     from embodied.video import VideoConfig
 
     model, processor = tiny_policy
-    env = evaluate_env(model, processor, examples, VideoConfig(), max_new_tokens=8)
+    env = evaluate_env(model, processor, examples, VideoConfig(), EnvEval(max_new_tokens=8))
     mcq = {"accuracy": 0.5, "ci95": [0.3, 0.7], "chance": 0.5, "n": 20}
     rows = [{"seed": 0, "stages": {"start": {"env": env, "mcq": mcq}}, "videos": {}}]
     constant = best_constant([e.record for e in examples])

@@ -21,7 +21,7 @@ from embodied.train.expert import (
     task_successes,
     train_expert,
 )
-from embodied.video import VideoConfig
+from embodied.train.state import Run
 
 
 def _rollout(rewards: list[list[float]], success: list[list[float]], truncated: list[list[bool]]) -> Rollout:
@@ -81,7 +81,7 @@ def test_balanced_fine_tuning_follows_each_task_s_failures():
     assert [e.record["id"] for e in balanced(pool, success, 95, seed=3)] == [e.record["id"] for e in out]
     assert balanced(pool[:30], success, 7, seed=0) == pool[:30]  # one task: as it is
     with pytest.raises(ValueError, match="expert.balance"):
-        train_expert(None, None, [None], ExpertConfig(balance="tasks"), SFTConfig(), VideoConfig(), "unused")
+        train_expert(ExpertConfig(balance="tasks"), SFTConfig(), Run(None, None, [None], "unused"))
 
 
 def test_round_prompts_are_seeded_and_cover_the_set():
@@ -92,7 +92,7 @@ def test_round_prompts_are_seeded_and_cover_the_set():
     assert answers_scored(ExpertConfig(rounds=2, prompts_per_round=0, samples=3), 7) == 42
     for bad in (ExpertConfig(rounds=0), ExpertConfig(samples=0), ExpertConfig(keep="all")):
         with pytest.raises(ValueError, match="expert"):
-            train_expert(None, None, [None], bad, SFTConfig(), VideoConfig(), "unused")
+            train_expert(bad, SFTConfig(), Run(None, None, [None], "unused"))
 
 
 @pytest.mark.slow  # 25 s; learning itself is the default suite's tests/test_rl_learns.py (GRPO)
@@ -105,7 +105,8 @@ def test_expert_iteration_from_format_only_learns_a_visible_answer(tmp_path):
 
     model, processor, train, test, video, fmt, before = format_only_start(tmp_path)
     cfg = ExpertConfig(rounds=2, prompts_per_round=128, samples=4, sft_steps=30, batch_size=32, lr=1e-3)
-    info = train_expert(model, processor, train, cfg, fmt, video, tmp_path / "ei", 0, False, mcq_rewards())
+    run = Run(model, processor, train, tmp_path / "ei", video, progress=False, reward_fn=mcq_rewards())
+    info = train_expert(cfg, fmt, run)
     after = evaluate(model, processor, test, video, choice=False, progress=False)
     assert abs(before["accuracy"] - 0.5) < 0.15, f"format-only start is not at chance: {before['accuracy']}"
     assert info["answers_scored"] == 2 * 128 * 4 and info["kept"] > 128  # most prompts have a right answer
@@ -194,8 +195,9 @@ def test_expert_resumed_with_more_rounds_reproduces_the_uninterrupted_run(tmp_pa
         rounds=2, prompts_per_round=16, samples=4, sft_steps=5, batch_size=8, lr=1e-3, replay=replay,
         balance=balance,
     )  # fmt: skip
+    how = {"seed": 3, "progress": False, "reward_fn": mcq_rewards()}
     run = lambda m, c, d, resume="": train_expert(  # noqa: E731
-        m, processor, train, c, fmt, video, tmp_path / d, 3, False, mcq_rewards(), resume=resume
+        c, fmt, Run(m, processor, train, tmp_path / d, video, resume=resume, **how)
     )
     run(model, cfg, "whole")
     run(copy.deepcopy(start), dataclasses.replace(cfg, rounds=1), "resumed")
@@ -214,13 +216,13 @@ def test_expert_resumed_with_more_rounds_reproduces_the_uninterrupted_run(tmp_pa
         assert replayed[0] == first and max(first, second) <= replayed[1] <= first + second
         assert replayed[1] > second  # the two rounds' prompts differ, so some earlier answers stay
         with pytest.raises(ValueError, match="expert.replay"):
-            train_expert(model, processor, train, cfg, fmt, video, tmp_path / "mt", 3, False, turns=Turns(2))
+            train_expert(
+                cfg, fmt, Run(model, processor, train, tmp_path / "mt", video, turns=Turns(2), **how)
+            )
         three = dataclasses.replace(cfg, rounds=3)  # resumed on one prompt: the replayed others are missing
         with pytest.raises(ValueError, match="not in this training set"):
-            train_expert(
-                copy.deepcopy(start), processor, train[:1], three, fmt, video, tmp_path / "resumed", 3, False,
-                mcq_rewards(), resume="auto",
-            )  # fmt: skip
+            ahead = Run(copy.deepcopy(start), processor, train[:1], tmp_path / "resumed", video, **how)
+            train_expert(three, fmt, dataclasses.replace(ahead, resume="auto"))
     else:
         assert "expert/replayed" not in rows[0][0]
     moved = sum(

@@ -26,6 +26,7 @@ def test_sft_grpo_and_eval_on_cuda(examples, tiny_path, tmp_path, dtype):
     from embodied.train.grpo import train_grpo
     from embodied.train.metrics import read_metrics
     from embodied.train.sft import train_sft
+    from embodied.train.state import Run
     from embodied.video import VideoConfig
 
     torch.manual_seed(0)
@@ -33,11 +34,11 @@ def test_sft_grpo_and_eval_on_cuda(examples, tiny_path, tmp_path, dtype):
     p = next(model.parameters())
     assert p.is_cuda and p.dtype == getattr(torch, dtype)
     sft = SFTConfig(steps=30, batch_size=8, lr=3e-3, warmup_steps=5, log_every=5, eval_every=0)
-    train_sft(model, processor, examples, sft, VideoConfig(), tmp_path, progress=False)
+    train_sft(sft, Run(model, processor, examples, tmp_path, progress=False))
     losses = [r["loss/sft"] for r in read_metrics(tmp_path / "metrics.jsonl") if "loss/sft" in r]
     assert all(np.isfinite(losses)) and losses[-1] < 0.5 * losses[0]
     grpo = GRPOConfig(steps=2, prompts_per_step=4, group_size=4, max_new_tokens=16, log_every=1)
-    train_grpo(model, processor, examples, grpo, VideoConfig(), tmp_path, progress=False)
+    train_grpo(grpo, Run(model, processor, examples, tmp_path, progress=False))
     rows = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["stage"] == "grpo"]
     assert len(rows) == 2 and all(np.isfinite(r["loss/policy"]) for r in rows)
     assert next(model.parameters()).is_cuda

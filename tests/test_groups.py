@@ -131,6 +131,7 @@ def test_kept_prompt_pass_gives_the_update_the_same_numbers(examples, tiny_path,
     from embodied.policy import groups
     from embodied.policy.model import load_policy
     from embodied.train import grpo
+    from embodied.train.state import Run
 
     cfg = GRPOConfig(steps=3, prompts_per_step=4, group_size=4, max_new_tokens=8, kl_coef=0.04, log_every=1)
     decide, taken, final = grpo.keeps_prefix, [], {}
@@ -146,7 +147,7 @@ def test_kept_prompt_pass_gives_the_update_the_same_numbers(examples, tiny_path,
         monkeypatch.setattr(grpo, "keeps_prefix", lambda *a, keep=keep: keep and decide(*a))
         taken.clear()
         model, processor = load_policy(tiny_path)
-        grpo.train_grpo(model, processor, examples, cfg, VideoConfig(), tmp_path / str(keep), progress=False)
+        grpo.train_grpo(cfg, Run(model, processor, examples, tmp_path / str(keep), progress=False))
         final[keep] = {k: v.detach().clone() for k, v in model.named_parameters()}
         # per step: the policy's pass and the reference's; only the policy's finds a kept pass
         assert taken == ([True, False] * 3 if keep else [False, False] * 3)

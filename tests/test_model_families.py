@@ -293,10 +293,12 @@ def test_qwen3_vl_plays_two_turn_episodes(tiny_models, tmp_path):
     from embodied.config import SFTConfig
     from embodied.data.load import Example
     from embodied.envs import push
-    from embodied.eval.envs import evaluate_env
+    from embodied.eval.envs import EnvEval, evaluate_env
     from embodied.rl.episodes import sample_episodes
     from embodied.rl.rewards import routed_rewards
+    from embodied.rl.rollout import Sampling
     from embodied.train.sft import train_sft
+    from embodied.train.state import Run
 
     model, processor = load(PolicyConfig(path="tiny:qwen3-vl"))
     episodes = []
@@ -305,12 +307,11 @@ def test_qwen3_vl_plays_two_turn_episodes(tiny_models, tmp_path):
         episodes.append(Example(record | {"id": f"push-{seed}", "video": f"{seed}.mp4"}, Clip(frames, 2.0)))
     short = "<think></think><answer>0.05</answer>"  # an impulse far too small: the puck stops short
     cfg = SFTConfig(steps=30, batch_size=2, lr=3e-3, eval_every=0, checkpoint_every=0, warmup_steps=0)
-    train_sft(
-        model, processor, episodes, cfg, VideoConfig(), tmp_path, progress=False, target_fn=lambda r: short
-    )
+    train_sft(cfg, Run(model, processor, episodes, tmp_path, progress=False), target_fn=lambda r: short)
     model.eval()
+    sampling = Sampling(2, 12, temperature=0.2)
     ro = sample_episodes(
-        model, processor, episodes, VideoConfig(), routed_rewards(), 2, 12, 2, temperature=0.2, seeds=[1, 2]
+        model, processor, episodes, VideoConfig(), routed_rewards(), Turns(2), sampling, [1, 2]
     )
     two = (ro.turn == 2).nonzero().flatten().tolist()
     assert two, ro.texts  # the format-trained policy answered, the puck stopped short
@@ -319,7 +320,8 @@ def test_qwen3_vl_plays_two_turn_episodes(tiny_models, tmp_path):
     assert row["video_grid_thw"].shape[0] == 2  # the episode's clip, then turn 1's outcome
     text = processor.tokenizer.decode(row["input_ids"][0][row["attention_mask"][0].bool()])
     assert text.count("<0.2 seconds>") == 2  # both clips' first temporal patch, at their own times
-    res = evaluate_env(model, processor, episodes, VideoConfig(), max_new_tokens=12, turns=Turns(2), seed=0)
+    how = EnvEval(max_new_tokens=12, turns=Turns(2), seed=0)
+    res = evaluate_env(model, processor, episodes, VideoConfig(), how)
     assert res["turns"]["per_task"]["push"]["n"] == 2
 
 

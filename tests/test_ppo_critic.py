@@ -17,10 +17,10 @@ from embodied.config import GRPOConfig
 from embodied.policy.model import load_policy
 from embodied.rl.ppo import ValueHead
 from embodied.rl.rollout import sample_groups
-from embodied.train.common import NonFiniteGuard
 from embodied.train.distributed import Processes
 from embodied.train.grpo import (
     CriticWatch,
+    GRPOTrainer,
     inert_clip_settings,
     learn,
     make_optimizer,
@@ -29,6 +29,7 @@ from embodied.train.grpo import (
     value_head,
 )
 from embodied.train.metrics import read_metrics
+from embodied.train.state import Run
 from embodied.video import VideoConfig
 
 RECIPES = Path(__file__).parents[1] / "configs/recipes"
@@ -39,6 +40,11 @@ def _ppo(**kw) -> GRPOConfig:
     """The PPO preset at test size: 4 prompts x 2 answers of at most 8 tokens."""
     base = dict(steps=2, prompts_per_step=4, group_size=2, max_new_tokens=8, log_every=1, checkpoint_every=0)
     return GRPOConfig(**(PPO | base | kw))
+
+
+def trainer(model, processor, cfg, **fields) -> GRPOTrainer:
+    """A GRPO trainer for calling `learn` directly: one process, no reference policy."""
+    return GRPOTrainer(cfg=cfg, run=Run(model, processor, (), "unused"), procs=Processes(), **fields)
 
 
 def varied_reward(texts, records):
@@ -59,13 +65,13 @@ def test_value_head_fits_a_learnable_return(tiny_path, examples, vf_coef):
     model, processor = load_policy(tiny_path)
     kw = {"lam": 1.0, "kl_coef": 0.0, "kl_in_reward": False, "value_warmup_steps": 0}
     cfg = _ppo(**kw, **({} if vf_coef is None else {"vf_coef": vf_coef}))
-    ro = sample_groups(model, processor, examples[:4], VideoConfig(), varied_reward, **sampling_args(cfg))
+    ro = sample_groups(model, processor, examples[:4], VideoConfig(), varied_reward, sampling_args(cfg))
     ro.rewards = torch.tensor([[1.0, 1.0], [0.0, 0.0], [1.0, 1.0], [0.0, 0.0]])
     head = value_head(model, cfg)
-    optimizer, guard, procs = make_optimizer(model, head, cfg), NonFiniteGuard(), Processes()
+    t = trainer(model, processor, cfg, optimizer=make_optimizer(model, head, cfg), head=head)
     evs = []
     for step in range(1, 13):  # the preset's head passes 0.9 at step 8 (0.903), the zeroed one never moves
-        m = learn(model, None, model, processor, ro, cfg, optimizer, guard, procs, 0, step, head)
+        m = learn(t, ro, step)
         evs.append(m["critic/explained_variance"])  # the values before this step's updates
         if evs[-1] > 0.9:
             break
@@ -118,15 +124,15 @@ def test_warmup_steps_train_the_head_alone(tiny_path, examples):
     torch.manual_seed(0)
     model, processor = load_policy(tiny_path)
     cfg = _ppo(value_warmup_steps=1, value_detach=False, updates_per_rollout=2)
-    ro = sample_groups(model, processor, examples[:4], VideoConfig(), varied_reward, **sampling_args(cfg))
+    ro = sample_groups(model, processor, examples[:4], VideoConfig(), varied_reward, sampling_args(cfg))
     head = value_head(model, cfg)
-    optimizer, guard, procs = make_optimizer(model, head, cfg), NonFiniteGuard(), Processes()
+    t = trainer(model, processor, cfg, optimizer=make_optimizer(model, head, cfg), head=head)
     policy = [p.detach().clone() for p in model.parameters()]
-    m = learn(model, None, model, processor, ro, cfg, optimizer, guard, procs, 0, 1, head)
+    m = learn(t, ro, 1)
     assert m["critic/warmup"] == 1.0 and "loss/policy" not in m and m["loss/value"] > 0
     assert all(torch.equal(a, b) for a, b in zip(policy, model.parameters()))  # not one weight moved
     assert head.linear.weight.abs().sum() > 0  # the head did
-    m = learn(model, None, model, processor, ro, cfg, optimizer, guard, procs, 0, 2, head)
+    m = learn(t, ro, 2)
     assert m["critic/warmup"] == 0.0 and "loss/policy" in m
     assert any(not torch.equal(a, b) for a, b in zip(policy, model.parameters()))
 
@@ -169,14 +175,7 @@ def test_ppo_run_logs_the_critic_every_step_and_warns_once_at_start(tiny_path, e
     cfg = _ppo(steps=3, log_every=2, updates_per_rollout=1, value_warmup_steps=1, value_ev_patience=0)
     with pytest.warns(UserWarning, match="clipping never acts") as caught:
         train_grpo(
-            model,
-            processor,
-            examples[:8],
-            cfg,
-            VideoConfig(),
-            tmp_path,
-            progress=False,
-            reward_fn=varied_reward,
+            cfg, Run(model, processor, examples[:8], tmp_path, progress=False, reward_fn=varied_reward)
         )
     assert sum("clipping never acts" in str(w.message) for w in caught) == 1
     rows = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["stage"] == "grpo"]

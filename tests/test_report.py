@@ -35,13 +35,15 @@ def _log_samples(out: Path, data: Path, policy) -> None:
     """What the GRPO loop logs every `log.samples_every` steps: a real rollout of the test clips."""
     from embodied.data.load import load_examples
     from embodied.rl.rewards import mcq_rewards
-    from embodied.rl.rollout import sample_groups
+    from embodied.rl.rollout import Sampling, sample_groups
     from embodied.train.metrics import MetricsLog
     from embodied.train.tracking import LogConfig, Tracking
     from embodied.video import VideoConfig
 
     examples, _ = load_examples(data, "test", limit=2)
-    ro = sample_groups(*policy, examples, VideoConfig(), mcq_rewards(), group_size=4, max_new_tokens=8)
+    ro = sample_groups(
+        *policy, examples, VideoConfig(), mcq_rewards(), Sampling(group_size=4, max_new_tokens=8)
+    )
     MetricsLog(out / "metrics.jsonl", "grpo", Tracking(LogConfig(samples_every=1, samples=2))).log_rollout(
         2, ro
     )

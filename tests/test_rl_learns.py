@@ -17,6 +17,7 @@ from embodied.eval.loop import evaluate
 from embodied.policy.model import PolicyConfig, load
 from embodied.train.grpo import train_grpo
 from embodied.train.sft import train_sft
+from embodied.train.state import Run
 from embodied.video import Clip, VideoConfig
 
 COLOURS = {"red": (200, 40, 40), "blue": (40, 60, 210)}
@@ -50,7 +51,7 @@ def format_only_start(tmp_path):
     train, test = colour_examples(256, 0), colour_examples(128, 1)
     model, processor = load(PolicyConfig(path="tiny-base"))
     fmt = SFTConfig(steps=60, targets="format", eval_every=0, checkpoint_every=0)
-    train_sft(model, processor, train, fmt, video, tmp_path / "sft", progress=False)
+    train_sft(fmt, Run(model, processor, train, tmp_path / "sft", video, progress=False))
     before = evaluate(model, processor, test, video, choice=False, progress=False)
     return model, processor, train, test, video, fmt, before
 
@@ -61,7 +62,7 @@ def test_grpo_from_format_only_learns_a_visible_answer(tmp_path):
     torch.set_num_threads(1)
     model, processor, train, test, video, _, before = format_only_start(tmp_path)
     grpo = GRPOConfig(steps=30, lr=1e-3, checkpoint_every=0)  # 32 prompts x 4, KL 0.1
-    train_grpo(model, processor, train, grpo, video, tmp_path / "grpo", progress=False)
+    train_grpo(grpo, Run(model, processor, train, tmp_path / "grpo", video, progress=False))
     after = evaluate(model, processor, test, video, choice=False, progress=False)
     assert before["unparseable"] < 0.1, "format SFT did not teach the answer format"
     assert abs(before["accuracy"] - 0.5) < 0.15, f"format-only start is not at chance: {before['accuracy']}"

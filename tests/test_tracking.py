@@ -157,7 +157,7 @@ def rollout(tiny_policy):
     from embodied.data.load import Example
     from embodied.questions import arrow_of_time
     from embodied.rl.rewards import mcq_rewards
-    from embodied.rl.rollout import sample_groups
+    from embodied.rl.rollout import Sampling, sample_groups
     from embodied.video import Clip, VideoConfig
     from embodied.worlds import DropWorld
 
@@ -175,8 +175,7 @@ def rollout(tiny_policy):
         examples,
         VideoConfig(),
         mcq_rewards(1.0, 0.5),
-        cfg.group_size,
-        cfg.max_new_tokens,
+        Sampling(cfg.group_size, cfg.max_new_tokens),
         seeds=[1, 2],
     )
 

@@ -11,6 +11,7 @@ from embodied.policy.model import load_policy
 from embodied.train.grpo import train_grpo
 from embodied.train.metrics import read_metrics
 from embodied.train.sft import train_sft
+from embodied.train.state import Run
 from embodied.video import VideoConfig
 
 
@@ -32,7 +33,7 @@ def test_sft_then_grpo_change_parameters_and_stay_finite(examples, tiny_path, tm
         vision_lr_scale=1.0,
         rationale="template",
     )
-    train_sft(model, processor, examples, sft, VideoConfig(), tmp_path, progress=False)
+    train_sft(sft, Run(model, processor, examples, tmp_path, progress=False))
     rows = read_metrics(tmp_path / "metrics.jsonl")
     losses = [r["loss/sft"] for r in rows if "loss/sft" in r]
     assert all(np.isfinite(losses)) and losses[-1] < 0.5 * losses[0]
@@ -49,7 +50,7 @@ def test_sft_then_grpo_change_parameters_and_stay_finite(examples, tiny_path, tm
         kl_coef=0.04,
         log_every=1,
     )
-    train_grpo(model, processor, examples, grpo, VideoConfig(), tmp_path, progress=False)
+    train_grpo(grpo, Run(model, processor, examples, tmp_path, progress=False))
     rows = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["stage"] == "grpo"]
     assert len(rows) == 4
     for r in rows:
@@ -126,7 +127,7 @@ def test_warm_restarts_reset_the_learning_rate_cycle(examples, tiny_path, tmp_pa
         log_every=1,
         eval_every=0,
     )
-    train_sft(model, processor, examples, sft, VideoConfig(), tmp_path, progress=False)
+    train_sft(sft, Run(model, processor, examples, tmp_path, progress=False))
     rows = read_metrics(tmp_path / "metrics.jsonl")
     lr = [r["optim/lr_vision"] for r in rows]  # logged after each step
     assert [r["optim/lr"] for r in rows] == pytest.approx([x / 10 for x in lr])
@@ -156,13 +157,11 @@ def test_grpo_runs_with_every_switch_and_rejects_unknown_ones(examples, tiny_pat
             dual_clip=3.0,
             log_every=1,
         )
-        train_grpo(model, processor, examples, cfg, VideoConfig(), tmp_path / adv, progress=False)
+        train_grpo(cfg, Run(model, processor, examples, tmp_path / adv, progress=False))
         row = read_metrics(tmp_path / adv / "metrics.jsonl")[-1]
         assert np.isfinite(row["loss/policy"]) and np.isfinite(row["loss/kl"])
     with pytest.raises(ValueError, match="grpo.advantage"):
-        train_grpo(
-            model, processor, examples, GRPOConfig(advantage="ppo"), VideoConfig(), tmp_path, progress=False
-        )
+        train_grpo(GRPOConfig(advantage="ppo"), Run(model, processor, examples, tmp_path, progress=False))
 
 
 def test_sft_stop_rules():
@@ -181,7 +180,7 @@ def test_sft_stop_rules():
 def test_sft_max_seconds_stops_after_the_step_that_runs_out(examples, tiny_path, tmp_path):
     model, processor = load_policy(tiny_path)
     cfg = SFTConfig(steps=50, batch_size=4, log_every=1, eval_every=0, checkpoint_every=10, max_seconds=1e-6)
-    done = train_sft(model, processor, examples, cfg, VideoConfig(), tmp_path, progress=False)
+    done = train_sft(cfg, Run(model, processor, examples, tmp_path, progress=False))
     assert done["steps"] == 1
     assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1]
     assert (tmp_path / "checkpoints" / "sft" / "step-00000001").is_dir()  # the last step is checkpointed
@@ -342,7 +341,7 @@ def test_sft_micro_batches_sort_by_length_trim_padding_and_keep_the_update(examp
         model, processor = load_policy(tiny_path)
         cfg = SFTConfig(steps=2, batch_size=8, lr=1e-3, warmup_steps=1, log_every=1, eval_every=0)
         cfg.micro_batch_size, cfg.rationale, cfg.checkpoint_every = mb, "template", 0
-        train_sft(model, processor, varied, cfg, VideoConfig(), tmp_path / f"mb{mb}", progress=False)
+        train_sft(cfg, Run(model, processor, varied, tmp_path / f"mb{mb}", progress=False))
         losses = [r["loss/sft"] for r in read_metrics(tmp_path / f"mb{mb}" / "metrics.jsonl")]
         after.append((losses, _params(model)))
     (l0, p0), (l3, p3) = after
@@ -359,7 +358,7 @@ def test_sft_micro_batch_size_must_not_be_negative(examples, tiny_path, tmp_path
     cfg = SFTConfig(steps=1, batch_size=4, eval_every=0)
     cfg.micro_batch_size = -1
     with pytest.raises(ValueError, match="micro_batch_size"):
-        train_sft(model, processor, examples, cfg, VideoConfig(), tmp_path, progress=False)
+        train_sft(cfg, Run(model, processor, examples, tmp_path, progress=False))
 
 
 def test_with_last_flags_only_the_final_item_and_reads_one_ahead():
@@ -405,11 +404,11 @@ def test_keep_best_ends_on_the_best_held_out_weights(examples, tiny_path, tmp_pa
     model, processor = load_policy(tiny_path)
     cfg = GRPOConfig(steps=3, prompts_per_step=2, group_size=2, max_new_tokens=8, log_every=1)
     cfg.eval_every, cfg.eval_examples, cfg.keep_best = 2, 4, True
-    run = train_grpo(model, processor, examples, cfg, VideoConfig(), tmp_path, examples, progress=False)
+    run = train_grpo(cfg, Run(model, processor, examples, tmp_path, val=examples, progress=False))
     held = [r for r in read_metrics(tmp_path / "metrics.jsonl") if "eval/accuracy" in r]
     assert [r["step"] for r in held] == [2, 3]  # every eval_every steps, and the last step
     accuracies = {r["step"]: r["eval/accuracy"] for r in held}
     assert run["best_step"] == max(accuracies, key=lambda s: (accuracies[s], s))
     cfg.eval_every = 0
     with pytest.raises(ValueError, match="grpo.keep_best needs grpo.eval_every"):
-        train_grpo(model, processor, examples, cfg, VideoConfig(), tmp_path, examples, progress=False)
+        train_grpo(cfg, Run(model, processor, examples, tmp_path, val=examples, progress=False))

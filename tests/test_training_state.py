@@ -28,10 +28,17 @@ from embodied.train.checkpoint import (
     save_checkpoint,
     set_aside,
 )
-from embodied.train.grpo import sampling_args, train_grpo
+from embodied.train.distributed import Processes
+from embodied.train.grpo import GRPOTrainer, sampling_args, train_grpo
 from embodied.train.metrics import read_metrics
 from embodied.train.sft import train_sft
+from embodied.train.state import Run
 from embodied.video import Clip, VideoConfig
+
+
+def trainer(model, processor, cfg, **fields) -> GRPOTrainer:
+    """A GRPO trainer for calling `update` and `learn` directly: one process, no reference policy."""
+    return GRPOTrainer(cfg=cfg, run=Run(model, processor, (), "unused"), procs=Processes(), **fields)
 
 
 def synthetic_examples(n: int = 12, seed: int = 0) -> list[Example]:
@@ -126,9 +133,7 @@ def test_every_recipe_trains_and_logs(name, examples, tiny_path, tmp_path):
     model, processor = load_policy(tiny_path)
     before = [p.detach().clone() for p in model.parameters()]
     cfg = _grpo(**RECIPES[name])
-    train_grpo(
-        model, processor, examples, cfg, VideoConfig(), tmp_path, progress=False, reward_fn=varied_reward
-    )
+    train_grpo(cfg, Run(model, processor, examples, tmp_path, progress=False, reward_fn=varied_reward))
     rows = _rows(tmp_path)
     assert [r["step"] for r in rows] == [1, 2]
     last = rows[-1]
@@ -209,7 +214,7 @@ def test_seeded_samples_do_not_depend_on_the_rest_of_the_batch(tiny_policy, exam
     cfg = _grpo(temperatures=[0.7, 1.3])
     seeds = [11, 22, 33]
     together = sample_groups(
-        model, processor, examples[:3], VideoConfig(), varied_reward, seeds=seeds, **sampling_args(cfg)
+        model, processor, examples[:3], VideoConfig(), varied_reward, sampling_args(cfg), seeds=seeds
     )
     G = cfg.group_size
     for i in range(3):
@@ -220,8 +225,8 @@ def test_seeded_samples_do_not_depend_on_the_rest_of_the_batch(tiny_policy, exam
             [examples[i]],
             VideoConfig(),
             varied_reward,
+            sampling_args(cfg),
             seeds=seeds[i : i + 1],
-            **sampling_args(cfg),
         )
         rows = together.mask[i * G : (i + 1) * G]
         T = min(alone.ids.shape[1], together.ids.shape[1])  # the batch pads to its longest answer
@@ -229,7 +234,7 @@ def test_seeded_samples_do_not_depend_on_the_rest_of_the_batch(tiny_policy, exam
         assert torch.equal(alone.mask[:, :T], rows[:, :T])
         assert torch.equal((alone.ids * alone.mask)[:, :T], (together.ids[i * G : (i + 1) * G] * rows)[:, :T])
     other = sample_groups(
-        model, processor, examples[:1], VideoConfig(), varied_reward, seeds=[12], **sampling_args(cfg)
+        model, processor, examples[:1], VideoConfig(), varied_reward, sampling_args(cfg), seeds=[12]
     )
     assert not torch.equal(other.ids, together.ids[:G])  # another seed, other answers
 
@@ -242,14 +247,14 @@ def test_micro_batches_give_the_same_loss_and_gradient(examples, tiny_policy):
     model, processor = tiny_policy
     torch.manual_seed(0)
     cfg = _grpo(loss_agg="token-mean", entropy_coef=0.01, papo=True, kl_coef=0.0, overlong="hard")
-    ro = sample_groups(model, processor, examples[:2], VideoConfig(), varied_reward, **sampling_args(cfg))
+    ro = sample_groups(model, processor, examples[:2], VideoConfig(), varied_reward, sampling_args(cfg))
     adv = compute_advantages(ro.rewards, cfg.advantage).flatten()
     results = []
     for mb in (0, 3):  # the whole rollout (8 rows) vs uneven micro-batches of 3, 3, 2
         cfg.micro_batch_size = mb
         model.zero_grad(set_to_none=True)
         # the same PAPO masks for both: a fresh generator with the same seed
-        metrics = update(model, None, processor, ro, adv, None, cfg, torch.Generator().manual_seed(0))
+        metrics = update(trainer(model, processor, cfg), ro, adv, None, torch.Generator().manual_seed(0))
         grads = [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
         results.append((metrics, grads))
     model.zero_grad(set_to_none=True)
@@ -284,8 +289,6 @@ def test_ppo_values_read_the_state_before_each_token(tiny_policy, examples):
 
 def test_ppo_value_head_gets_gradient_and_learns_a_fixed_rollout(tiny_path, examples):
     from embodied.rl.rollout import sample_groups
-    from embodied.train.common import NonFiniteGuard
-    from embodied.train.distributed import Processes
     from embodied.train.grpo import critic_targets, learn, make_optimizer, update, value_head
 
     torch.manual_seed(0)
@@ -295,19 +298,19 @@ def test_ppo_value_head_gets_gradient_and_learns_a_fixed_rollout(tiny_path, exam
     cfg = _grpo(
         advantage="gae", kl_coef=0.0, lam=1.0, lr=1e-6, value_lr_scale=3e3, vf_coef=1.0, value_level="token"
     )
-    ro = sample_groups(model, processor, examples[:2], VideoConfig(), varied_reward, **sampling_args(cfg))
+    ro = sample_groups(model, processor, examples[:2], VideoConfig(), varied_reward, sampling_args(cfg))
     head = value_head(model, cfg)
     advantages, old_logp, critic, _ = critic_targets(model, None, head, ro, cfg)
     assert advantages.shape == ro.ids.shape and torch.equal(
         critic.old_values, torch.zeros_like(ro.mask.float())
     )
-    update(model, None, processor, ro, advantages, old_logp, cfg, torch.Generator(), critic=critic)
+    update(trainer(model, processor, cfg), ro, advantages, old_logp, torch.Generator(), critic=critic)
     assert head.linear.weight.grad.abs().sum() > 0 and head.linear.bias.grad.abs().sum() > 0
     model.zero_grad(set_to_none=True)
     head.zero_grad(set_to_none=True)
-    optimizer, guard, procs = make_optimizer(model, head, cfg), NonFiniteGuard(), Processes()
+    t = trainer(model, processor, cfg, optimizer=make_optimizer(model, head, cfg), head=head)
     losses = [
-        learn(model, None, model, processor, ro, cfg, optimizer, guard, procs, 0, step, head)["loss/value"]
+        learn(t, ro, step)["loss/value"]
         for step in range(1, 26)  # a layer of its own on detached features: slower than the linear head
     ]
     assert losses[0] > 0.1
@@ -322,7 +325,7 @@ def test_ppo_micro_batches_give_the_same_loss_and_gradient(examples, tiny_policy
     model, processor = tiny_policy
     torch.manual_seed(0)
     cfg = _grpo(advantage="gae", kl_coef=0.0, loss_agg="token-mean")
-    ro = sample_groups(model, processor, examples[:2], VideoConfig(), varied_reward, **sampling_args(cfg))
+    ro = sample_groups(model, processor, examples[:2], VideoConfig(), varied_reward, sampling_args(cfg))
     head = ValueHead(model.config.text_config.hidden_size, init_std=0.05)  # its gradient reaches the backbone
     advantages, old_logp, critic, _ = critic_targets(model, None, head, ro, cfg)
     results = []
@@ -331,7 +334,7 @@ def test_ppo_micro_batches_give_the_same_loss_and_gradient(examples, tiny_policy
         model.zero_grad(set_to_none=True)
         head.zero_grad(set_to_none=True)
         metrics = update(
-            model, None, processor, ro, advantages, old_logp, cfg, torch.Generator(), critic=critic
+            trainer(model, processor, cfg), ro, advantages, old_logp, torch.Generator(), critic=critic
         )
         params = [*model.parameters(), *head.parameters()]
         results.append((metrics, [p.grad.detach().clone() for p in params if p.grad is not None]))
@@ -348,17 +351,7 @@ def test_same_seed_gives_identical_metrics(examples, tiny_path, tmp_path):
         model, processor = load_policy(tiny_path)
         cfg = _grpo(**RECIPES["papo"])
         out = tmp_path / run
-        train_grpo(
-            model,
-            processor,
-            examples,
-            cfg,
-            VideoConfig(),
-            out,
-            seed=3,
-            progress=False,
-            reward_fn=varied_reward,
-        )
+        train_grpo(cfg, Run(model, processor, examples, out, seed=3, progress=False, reward_fn=varied_reward))
     a, b = (list(map(_no_time, _rows(tmp_path / r))) for r in ("a", "b"))
     assert a == b
 
@@ -376,7 +369,7 @@ def _crash_and_resume(cfg: GRPOConfig, examples, tiny_path, tmp_path, monkeypatc
     torch.manual_seed(0)
     model, processor = load_policy(tiny_path)
     kw = dict(progress=False, reward_fn=varied_reward)
-    train_grpo(model, processor, examples, cfg, VideoConfig(), tmp_path / "full", **kw)
+    train_grpo(cfg, Run(model, processor, examples, tmp_path / "full", **kw))
     full = [p.detach().clone() for p in model.parameters()]
 
     real_save = ckpt_mod.save_checkpoint
@@ -390,11 +383,11 @@ def _crash_and_resume(cfg: GRPOConfig, examples, tiny_path, tmp_path, monkeypatc
     model, processor = load_policy(tiny_path)
     monkeypatch.setattr(ckpt_mod, "save_checkpoint", save_then_crash)
     with pytest.raises(Crash):
-        train_grpo(model, processor, examples, cfg, VideoConfig(), tmp_path / "cut", **kw)
+        train_grpo(cfg, Run(model, processor, examples, tmp_path / "cut", **kw))
     monkeypatch.setattr(ckpt_mod, "save_checkpoint", real_save)
     torch.manual_seed(123)  # whatever the new process's RNG: the checkpoint restores it
     model, processor = load_policy(tiny_path)
-    train_grpo(model, processor, examples, cfg, VideoConfig(), tmp_path / "cut", resume="auto", **kw)
+    train_grpo(cfg, Run(model, processor, examples, tmp_path / "cut", resume="auto", **kw))
     resumed = [p.detach().clone() for p in model.parameters()]
 
     a, b = (list(map(_no_time, _rows(tmp_path / r))) for r in ("full", "cut"))
@@ -461,7 +454,7 @@ KILLED_RUN = textwrap.dedent(
     from embodied.config import SFTConfig
     from embodied.policy.model import load_policy
     from embodied.train.sft import train_sft
-    from embodied.video import VideoConfig
+    from embodied.train.state import Run
 
     real = ck.torch.save
     def dying_save(obj, path, *a, **k):
@@ -474,7 +467,7 @@ KILLED_RUN = textwrap.dedent(
     torch.manual_seed(0)
     model, processor = load_policy({model!r})
     cfg = SFTConfig(**{cfg!r})
-    train_sft(model, processor, synthetic_examples(), cfg, VideoConfig(), {out!r}, progress=False)
+    train_sft(cfg, Run(model, processor, synthetic_examples(), {out!r}, progress=False))
     """
 )
 
@@ -492,7 +485,7 @@ def test_sft_killed_during_checkpoint_write_resumes_from_the_previous_one(tiny_p
     )
     torch.manual_seed(0)
     model, processor = load_policy(tiny_path)
-    train_sft(model, processor, examples, SFTConfig(**cfg), VideoConfig(), tmp_path / "full", progress=False)
+    train_sft(SFTConfig(**cfg), Run(model, processor, examples, tmp_path / "full", progress=False))
     full = [p.detach().clone() for p in model.parameters()]
 
     cut = tmp_path / "cut"
@@ -511,7 +504,7 @@ def test_sft_killed_during_checkpoint_write_resumes_from_the_previous_one(tiny_p
 
     torch.manual_seed(99)
     model, processor = load_policy(tiny_path)
-    train_sft(model, processor, examples, SFTConfig(**cfg), VideoConfig(), cut, progress=False, resume="auto")
+    train_sft(SFTConfig(**cfg), Run(model, processor, examples, cut, progress=False, resume="auto"))
     resumed = [p.detach().clone() for p in model.parameters()]
     a, b = (list(map(_no_time, _rows(d, "sft"))) for d in (tmp_path / "full", cut))
     assert [r["step"] for r in b] == list(range(1, 7))

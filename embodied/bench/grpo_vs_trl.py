@@ -176,11 +176,12 @@ def trl_block(model, processor, dataset, grpo, n_steps: int, out: Path, seed: in
 def _ours_block(model, processor, examples, grpo, video, n_steps: int, out: Path, seed: int) -> list[dict]:
     """Run `train_grpo` for `n_steps` steps; returns per-step `{"s": seconds, "len": mean length}`."""
     from embodied.train.grpo import train_grpo
+    from embodied.train.state import Run
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "metrics.jsonl").unlink(missing_ok=True)
     cfg = dataclasses.replace(grpo, steps=n_steps, log_every=1, eval_every=0)
-    train_grpo(model, processor, examples, cfg, video, out, seed=seed, progress=False)
+    train_grpo(cfg, Run(model, processor, examples, out, video, seed=seed, progress=False))
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     return [{"s": r["time/step"], "len": r["rollout/len"]} for r in rows if "time/step" in r]
 

@@ -39,6 +39,7 @@ def run(cfg: Any, out: Path, progress: bool = True) -> dict:
     from embodied.train.common import index_batches
     from embodied.train.metrics import read_metrics
     from embodied.train.sft import train_sft
+    from embodied.train.state import Run
 
     ensure_dataset(cfg.data, progress)
     n = cfg.sft.batch_size * (cfg.bench.warmup + cfg.bench.steps) * 2
@@ -61,7 +62,8 @@ def run(cfg: Any, out: Path, progress: bool = True) -> dict:
                 max_seconds=0.0,
             )
             run_dir = out / "bench_sft" / f"round{r}_{contenders[name]}"
-            train_sft(model, processor, train, sft, cfg.video, run_dir, seed=cfg.seed + r, progress=False)
+            run = Run(model, processor, train, run_dir, cfg.video, seed=cfg.seed + r, progress=False)
+            train_sft(sft, run)
             rows = [m for m in read_metrics(run_dir / "metrics.jsonl") if "time/step" in m]
             times[name] += [m["time/step"] for m in rows if m["step"] > cfg.bench.warmup]
             if progress:

@@ -40,6 +40,7 @@ from embodied.questions import LETTERS, arrow_of_time
 from embodied.train.grpo import train_grpo
 from embodied.train.metrics import read_metrics
 from embodied.train.sft import train_sft
+from embodied.train.state import Run
 from embodied.video import Clip
 
 GIB = 2**30
@@ -100,7 +101,7 @@ SFT_TAPS = [
 ]
 GRPO_TAPS = [
     ("embodied.train.grpo", "sample_groups", "sampled", lambda a, r: _rollout_counts(r)),
-    ("embodied.train.grpo", "learn", "learned", lambda a, r: _rollout_counts(a[4])),
+    ("embodied.train.grpo", "learn", "learned", lambda a, r: _rollout_counts(a[1])),
 ]
 GRPO_TIMERS = [
     ("embodied.rl.rollout", "generate", "generate"),
@@ -206,7 +207,7 @@ def _warm_up(loop, model, processor, examples: list[Example], base, cfg, out: Pa
     if cfg.bench.warmup:
         warm = dataclasses.replace(base, steps=cfg.bench.warmup)
         run_dir = _fresh_run(out / "warmup")
-        loop(model, processor, examples, warm, cfg.video, run_dir, seed=cfg.seed, progress=False)
+        loop(warm, Run(model, processor, examples, run_dir, cfg.video, seed=cfg.seed, progress=False))
 
 
 def measure_sft(cfg, examples: list[Example], out: Path, peak: dict) -> dict:
@@ -222,7 +223,9 @@ def measure_sft(cfg, examples: list[Example], out: Path, peak: dict) -> dict:
     with observing(SFT_TAPS, []) as (taps, _):
         timed = dataclasses.replace(base, steps=b.steps)
         run_dir = _fresh_run(out / "timed")
-        train_sft(model, processor, examples, timed, cfg.video, run_dir, seed=cfg.seed + 1, progress=False)
+        train_sft(
+            timed, Run(model, processor, examples, run_dir, cfg.video, seed=cfg.seed + 1, progress=False)
+        )
     memory, shape = peak_memory(device), model_shape(model)
     del model
     seconds = _loop_times(run_dir)
@@ -259,7 +262,8 @@ def measure_grpo(cfg, examples: list[Example], out: Path, peak: dict) -> dict:
     with observing(GRPO_TAPS, GRPO_TIMERS) as (taps, timers):
         run_dir = _fresh_run(out / "timed")
         timed = dataclasses.replace(base, steps=b.steps)
-        train_grpo(model, processor, examples, timed, cfg.video, run_dir, seed=cfg.seed + 1, progress=False)
+        run = Run(model, processor, examples, run_dir, cfg.video, seed=cfg.seed + 1, progress=False)
+        train_grpo(timed, run)
     memory, shape = peak_memory(device), model_shape(model)
     del model
     seconds = _loop_times(run_dir)

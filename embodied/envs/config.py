@@ -31,11 +31,6 @@ class Turns:
         later = (env.turn_words, env.turn_clip, env.retry_temperature, env.retry_min_p)
         return cls(env.turns, env.turn_reward, *later)
 
-    def play_kwargs(self) -> dict:
-        """The keywords of `rl.episodes.play` and `sample_episodes` (the training rollouts)."""
-        kwargs = {"turns": self.n, "turn_reward": self.reward, "words": self.words, "turn_clip": self.clip}
-        return kwargs | {"retry_temperature": self.retry_temperature, "retry_min_p": self.retry_min_p}
-
 
 ONE_TURN = Turns()
 """The default play: one answer per episode."""

@@ -137,16 +137,29 @@ class LocalAnswerer:
         batch = self._batch(records, clips)
         return list(choice_scores(self.model, self.processor, batch, records, responses).cpu())
 
-    def play(self, examples: Sequence, reward_fn, turns: int, turn_reward: str, **kwargs) -> list:
+    def play(
+        self,
+        examples: Sequence,
+        reward_fn,
+        turns: int,
+        turn_reward: str,
+        group_size: int = 1,
+        words: bool = False,
+        turn_clip: str = "outcome",
+        **kwargs,
+    ) -> list:
         """`embodied.rl.episodes.play` on this model: each trajectory's `(text, terms)` per turn."""
+        from embodied.envs.config import Turns
         from embodied.rl.episodes import play
+        from embodied.rl.rollout import Sampling
 
         if self.images:
             raise ValueError(
                 "eval.media=images shows no video, and multi-turn episodes (env.turns > 1) need one"
             )
-        args = (self.model, self.processor, examples, self.video, reward_fn, turns, turn_reward)
-        return play(*args, max_new_tokens=self.max_new_tokens, **kwargs).per_trajectory()
+        how = Turns(turns, turn_reward, words, turn_clip)  # later turns greedy or at their own temperature
+        args = (self.model, self.processor, examples, self.video, reward_fn, how)
+        return play(*args, Sampling(group_size, self.max_new_tokens), **kwargs).per_trajectory()
 
     def settings(self) -> dict:
         return {"media": "images" if self.images else "video"}

@@ -22,9 +22,11 @@ its answer, with the answer and the outcome drawn on it.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -59,90 +61,88 @@ def check_sample_episodes(n: int) -> None:
         )
 
 
+@dataclass(frozen=True)
+class EnvEval:
+    """How `evaluate_env` answers and scores interactive episodes: the physics `backend` and
+    `format_weight` of the reward (`env.backend`, `env.format_weight`), `batch_size` episodes at a time
+    with at most `max_new_tokens` tokens an answer, shown as `media` (`eval.media`); with ``samples`` > 0
+    also best-of-N and majority vote for each N in ``k`` at ``temperature`` (seeded by ``seed``), on the
+    first ``sample_episodes`` episodes of each task (0: every one); ``turns`` (`Turns.of(cfg.env)`) how
+    episodes are played over turns (later turns are greedy: its retry sampling is for training)."""
+
+    backend: str = "cpu"
+    batch_size: int = 32
+    max_new_tokens: int = 48
+    format_weight: float = 0.2
+    samples: int = 0
+    k: Sequence[int] = ()
+    temperature: float = 1.0
+    seed: int = 0
+    turns: Turns = ONE_TURN
+    sample_episodes: int = 0
+    media: str = "auto"
+
+    @classmethod
+    def of(cls, cfg, **changes) -> EnvEval:
+        """`embodied eval`'s settings from a whole config (`embodied.config.Config`): its `eval` section's
+        batch, token budget, samples, k, temperature and media, the `env` section's backend, format weight
+        and turns, and the run's seed; `changes` replace any of them."""
+        e = cfg.eval
+        how = cls(cfg.env.backend, e.batch_size, e.max_new_tokens, cfg.env.format_weight, e.samples, e.k)
+        how = dataclasses.replace(how, temperature=e.temperature, seed=cfg.seed, turns=Turns.of(cfg.env))
+        return dataclasses.replace(how, media=e.media, **changes)
+
+
 @torch.no_grad()
 def evaluate_env(
-    model,
-    processor,
-    examples: Sequence,
-    video,
-    backend: str = "cpu",
-    batch_size: int = 32,
-    max_new_tokens: int = 48,
-    format_weight: float = 0.2,
-    progress: bool = False,
+    model, processor, examples: Sequence, video, how: EnvEval = EnvEval(), progress: bool = False,
     desc: str = "eval env",
-    *,
-    samples: int = 0,
-    k: Sequence[int] = (),
-    temperature: float = 1.0,
-    seed: int = 0,
-    turns: Turns = ONE_TURN,
-    sample_episodes: int = 0,
-    media: str = "auto",
-) -> dict:
-    """Greedy answers to ``examples`` (``embodied.data.load.Example``), scored by simulation; with
-    ``samples`` > 0 also best-of-N and majority vote for each N in ``k`` (see the module docstring), on the
-    first ``sample_episodes`` episodes of each task in ``examples`` order (0: on every episode), so the greedy
-    figures can cover more episodes than the sampled ones cost; ``settings["sampled_episodes"]`` counts them.
+) -> dict:  # fmt: skip
+    """Greedy answers to ``examples`` (``embodied.data.load.Example``), scored by simulation (`EnvEval`
+    says how); with ``how.samples`` > 0 also best-of-N and majority vote for each N in ``how.k`` (see the
+    module docstring), on the first ``how.sample_episodes`` episodes of each task in ``examples`` order (0:
+    on every episode), so the greedy figures can cover more episodes than the sampled ones cost;
+    ``settings["sampled_episodes"]`` counts them.
 
-    With ``turns`` > 1 every episode is also played as a multi-turn episode (`embodied.rl.episodes`): the
-    greedy answer is turn 1, a failed one is followed by greedy later turns, each row keeping its turns in
-    ``row["turns"]``; with ``samples``, also ``samples`` sampled trajectories per episode. ``result["turns"]``
-    (`turn_summary`) holds the success after each turn beside best-of-N at the same simulator calls.
-    ``turns`` is `Turns.of(cfg.env)` (later turns are greedy: its retry sampling is for training);
-    ``media`` is `eval.media`."""
-    if samples:
-        torch.manual_seed(seed)
+    With ``how.turns`` > 1 every episode is also played as a multi-turn episode (`embodied.rl.episodes`):
+    the greedy answer is turn 1, a failed one is followed by greedy later turns, each row keeping its turns
+    in ``row["turns"]``; with ``samples``, also ``samples`` sampled trajectories per episode.
+    ``result["turns"]`` (`turn_summary`) holds the success after each turn beside best-of-N at the same
+    simulator calls."""
+    if how.samples:
+        torch.manual_seed(how.seed)
     was_training = model.training
     model.eval()
-    answerer = LocalAnswerer(model, processor, video, max_new_tokens, media)
+    answerer = LocalAnswerer(model, processor, video, how.max_new_tokens, how.media)
     try:
-        return evaluate_env_answers(
-            answerer, examples, backend, batch_size, format_weight, progress, desc,
-            samples=samples, k=k, temperature=temperature, seed=seed, turns=turns,
-            sample_episodes=sample_episodes,
-        )  # fmt: skip
+        return evaluate_env_answers(answerer, examples, how, progress, desc)
     finally:
         model.train(was_training)
 
 
 def evaluate_env_answers(
-    answerer,
-    examples: Sequence,
-    backend: str = "cpu",
-    batch_size: int = 32,
-    format_weight: float = 0.2,
-    progress: bool = False,
-    desc: str = "eval env",
-    *,
-    samples: int = 0,
-    k: Sequence[int] = (),
-    temperature: float = 1.0,
-    seed: int = 0,
-    turns: Turns = ONE_TURN,
-    sample_episodes: int = 0,
+    answerer, examples: Sequence, how: EnvEval = EnvEval(), progress: bool = False, desc: str = "eval env"
 ) -> dict:
-    """`evaluate_env` with any answer source (`embodied.eval.answerer`: a local model or a served one).
+    """`evaluate_env` with any answer source (`embodied.eval.answerer`: a local model or a served one, which
+    holds its own token budget and media).
 
     An episode any of whose answers could not be obtained (a request that failed after its retries) is
     listed under ``failed`` (id and error) and left out of every figure: ``n`` counts the episodes answered,
     ``requested`` all of them."""
-    ks = resolve_k(samples, k)
+    samples, turns, backend, format_weight = how.samples, how.turns, how.backend, how.format_weight
+    ks = resolve_k(samples, how.k)
     check_turns(turns.n, turns.reward)
     check_turn_clip(turns.clip)
-    check_sample_episodes(sample_episodes)
+    check_sample_episodes(how.sample_episodes)
     predictions, seconds = [], {"generate": 0.0, "simulate": 0.0}
     everything = ([], list(range(len(examples))))
-    sampled_part, greedy_part = _split_sampled(examples, sample_episodes) if samples else everything
+    sampled_part, greedy_part = _split_sampled(examples, how.sample_episodes) if samples else everything
     bar = tqdm(total=len(examples), desc=desc, unit="episode", disable=not progress)
     for part, n_samples in ((sampled_part, samples), (greedy_part, 0)):
-        for start in range(0, len(part), batch_size):
-            chunk = [examples[i] for i in part[start : start + batch_size]]
-            predictions += _answer_batch(
-                answerer, chunk, backend, format_weight, n_samples, temperature,
-                [sampling_seed(seed, start + i) for i in range(len(chunk))], seconds,
-                turns.n, turns.reward, {"words": turns.words, "turn_clip": turns.clip},
-            )  # fmt: skip
+        for start in range(0, len(part), how.batch_size):
+            chunk = [examples[i] for i in part[start : start + how.batch_size]]
+            seeds = [sampling_seed(how.seed, start + i) for i in range(len(chunk))]
+            predictions += _answer_batch(answerer, chunk, how, n_samples, seeds, seconds)
             bar.update(len(chunk))
     bar.close()
     rank = {i: r for r, i in enumerate(sampled_part + greedy_part)}
@@ -158,7 +158,7 @@ def evaluate_env_answers(
         _vote(sampled, by_id, ks, backend, format_weight)
         per_sample = {key: v / (max(1, len(sampled)) * samples) for key, v in seconds.items()}
         result |= test_time_compute(sampled, ks, per_sample)
-        result["settings"] = {"samples": samples, "k": ks, "temperature": temperature, "seed": seed,
+        result["settings"] = {"samples": samples, "k": ks, "temperature": how.temperature, "seed": how.seed,
                               "sampled_episodes": len(sampled)}  # fmt: skip
     result["settings"] = result.get("settings", {}) | answerer.settings()
     if turns.n > 1:
@@ -178,12 +178,12 @@ def _split_sampled(examples: Sequence, per_task: int) -> tuple[list[int], list[i
     return first, rest
 
 
-def _answer_batch(
-    answerer, chunk, backend, format_weight, samples, temperature, seeds, seconds, turns, turn_reward, later,
-) -> list[dict]:  # fmt: skip
-    """`evaluate_env`'s rows for one batch: the greedy answer scored, with ``turns`` > 1 its greedy
+def _answer_batch(answerer, chunk, how: EnvEval, samples: int, seeds, seconds: dict) -> list[dict]:
+    """`evaluate_env`'s rows for one batch: the greedy answer scored, with ``how.turns`` > 1 its greedy
     trajectory, and with ``samples`` the sampled answers (and trajectories), ``seeds`` one per episode.
     An episode any of whose answers could not be obtained (a failed request) is a row with ``failed``."""
+    backend, format_weight, temperature, turns = how.backend, how.format_weight, how.temperature, how.turns
+    later = {"words": turns.words, "turn_clip": turns.clip}
     records, clips = [e.record for e in chunk], [e.clip for e in chunk]
     texts = answerer.greedy(records, clips)
     lost = {
@@ -203,9 +203,9 @@ def _answer_batch(
     def reward_fn(texts, recs):
         return env_reward(texts, recs, backend, format_weight)
 
-    if turns > 1 and rows:
+    if turns.n > 1 and rows:
         for row, traj in zip(
-            rows, answerer.play(chunk, reward_fn, turns, turn_reward, first=(texts, terms), **later)
+            rows, answerer.play(chunk, reward_fn, turns.n, turns.reward, first=(texts, terms), **later)
         ):
             _keep_turns(row, traj, "turns")
         if samples:
@@ -213,8 +213,8 @@ def _answer_batch(
             trajs = answerer.play(
                 chunk,
                 reward_fn,
-                turns,
-                turn_reward,
+                turns.n,
+                turns.reward,
                 group_size=samples,
                 temperature=temps,
                 seeds=seeds,

@@ -114,18 +114,20 @@ def bench_eval(
 
 def _sft(model, processor, train, cfg, seed: int, out: Path, progress: bool, **changes) -> dict:
     from embodied.train.sft import train_sft
+    from embodied.train.state import Run
 
     sft = dataclasses.replace(cfg.sft, eval_every=0, checkpoint_every=0, **changes)
-    return train_sft(model, processor, train, sft, cfg.video, out, (), seed, progress)
+    return train_sft(sft, Run(model, processor, train, out, cfg.video, seed=seed, progress=progress))
 
 
 def _grpo(model, processor, train, cfg, seed: int, out: Path, progress: bool, **changes) -> float:
     from embodied.train.grpo import train_grpo
+    from embodied.train.state import Run
 
     grpo = dataclasses.replace(cfg.grpo, eval_every=0, checkpoint_every=0, **changes)
     (out / "metrics.jsonl").unlink(missing_ok=True)
     t0 = time.perf_counter()
-    train_grpo(model, processor, train, grpo, cfg.video, out, (), seed, progress)
+    train_grpo(grpo, Run(model, processor, train, out, cfg.video, seed=seed, progress=progress))
     return time.perf_counter() - t0
 
 

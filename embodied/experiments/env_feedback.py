@@ -42,6 +42,7 @@ from embodied.data.load import load_examples
 from embodied.envs import answer_examples
 from embodied.envs.config import Turns
 from embodied.eval.envs import (
+    EnvEval,
     best_constant,
     check_sample_episodes,
     evaluate_env,
@@ -58,6 +59,7 @@ from embodied.train.expert import train_expert_config
 from embodied.train.grpo import train_grpo
 from embodied.train.metrics import plot_curves, read_metrics
 from embodied.train.sft import train_sft
+from embodied.train.state import Run
 
 ARMS = ("mcq", "sim", "mixed", "expert")
 
@@ -121,21 +123,10 @@ def evaluate_stage(model, processor, data: dict, cfg, test_time: bool) -> dict:
     result = {"mcq": _mcq(model, processor, data["mcq_test"], cfg, samples, ks)}
     if "bench" in data:
         result["bench"] = _mcq(model, processor, data["bench"], cfg)
-    result["env"] = evaluate_env(
-        model,
-        processor,
-        data["env_test"],
-        cfg.video,
-        cfg.env.backend,
-        cfg.eval.batch_size,
-        cfg.eval.max_new_tokens,
-        cfg.env.format_weight,
-        samples=samples,
-        k=ks,
-        seed=cfg.seed,
-        sample_episodes=fb.test_time_episodes,
-        turns=Turns.of(cfg.env),
-    )
+    e, env = cfg.eval, cfg.env
+    how = EnvEval(env.backend, e.batch_size, e.max_new_tokens, env.format_weight, samples, ks, seed=cfg.seed)
+    how = dataclasses.replace(how, sample_episodes=fb.test_time_episodes, turns=Turns.of(env))
+    result["env"] = evaluate_env(model, processor, data["env_test"], cfg.video, how)
     return result
 
 
@@ -174,7 +165,7 @@ def run_start(cfg, data: dict, out: Path, progress: bool) -> dict:
     (start_dir / "metrics.jsonl").unlink(missing_ok=True)
     sft = dataclasses.replace(cfg.sft, targets="format")  # no stage before RL ever sees a right answer
     train = data["mcq_train"] + data["env_train"]
-    train_sft(model, processor, train, sft, cfg.video, start_dir, (), cfg.seed, progress)
+    train_sft(sft, Run.of(cfg, model, processor, train, start_dir, progress=progress))
     save_policy(model, processor, start_dir / "model")
     wall = time.perf_counter() - t
     result = evaluate_stage(model, processor, data, cfg, _test_time(cfg))
@@ -191,15 +182,13 @@ def run_arm(cfg, data: dict, out: Path, arm: str, progress: bool) -> dict:
     (arm_dir / "metrics.jsonl").unlink(missing_ok=True)
     train = _train_set(arm, data, cfg.seed)
     if arm == "expert":  # best-of-N verified by the simulator, then fine-tuned on: no GRPO update
-        info = train_expert_config(model, processor, train, cfg, arm_dir, progress)
+        info = train_expert_config(cfg, Run(model, processor, train, arm_dir, progress=progress))
         answers = info["answers_scored"]
     else:
         grpo = dataclasses.replace(cfg.grpo, checkpoint_every=0)
         turns = Turns.of(cfg.env)  # env.turns: multi-turn episodes
-        reward = rewards_for(cfg)
-        train_grpo(
-            model, processor, train, grpo, cfg.video, arm_dir, (), cfg.seed, progress, reward, turns=turns
-        )
+        run = Run.of(cfg, model, processor, train, arm_dir, progress=progress, reward_fn=rewards_for(cfg))
+        train_grpo(grpo, dataclasses.replace(run, turns=turns))
         answers = cfg.grpo.steps * cfg.grpo.prompts_per_step * cfg.grpo.group_size
     wall = time.perf_counter() - t
     save_policy(model, processor, arm_dir / "model")  # for `embodied eval policy.path=...`

@@ -58,10 +58,12 @@ def _half_solving(model, processor, cfg, data: dict, seed: int, folder: Path, pr
     two iterates, theta_prev + alpha (theta_last - theta_prev), whose validation lies in [half_at,
     half_high], found by bisection on alpha."""
     from embodied.train.sft import train_sft
+    from embodied.train.state import Run
 
     rc = cfg.recipes
     fmt = _sft(cfg, steps=rc.format_steps, targets="format")
-    train_sft(model, processor, data["train"], fmt, cfg.video, folder / "sft_format", (), seed, progress)
+    run = Run(model, processor, data["train"], folder / "sft_format", cfg.video, seed=seed, progress=progress)
+    train_sft(fmt, run)
     half = _sft(
         cfg,
         steps=rc.half_max_steps,
@@ -77,18 +79,7 @@ def _half_solving(model, processor, cfg, data: dict, seed: int, folder: Path, pr
         snaps[:] = [snaps[-1], (acc, _snapshot(model))]
 
     sel = data["val"][: rc.half_eval_examples]
-    done = train_sft(
-        model,
-        processor,
-        data["train"],
-        half,
-        cfg.video,
-        folder / "sft_half",
-        sel,
-        seed,
-        progress,
-        on_validate=keep,
-    )
+    done = train_sft(half, dataclasses.replace(run, out_dir=folder / "sft_half", val=sel), on_validate=keep)
     made = {"labelled_steps": done["steps"], "interpolation": None}
     if snaps[-1][0] is not None and snaps[-1][0] > rc.half_high:
         made["interpolation"] = _bisect(model, processor, snaps[0][1], snaps[-1][1], sel, cfg)
@@ -210,6 +201,7 @@ def run_arm(cfg, out: Path, seed: int, arm_path: str, start: dict, progress: boo
         from embodied.train.common import seed_everything
         from embodied.train.grpo import train_grpo
         from embodied.train.metrics import first_reaching, read_metrics, rl_curves
+        from embodied.train.state import Run
 
         data = _load_data(cfg, progress)
         val = data["val"][: rc.eval_examples]
@@ -217,7 +209,7 @@ def run_arm(cfg, out: Path, seed: int, arm_path: str, start: dict, progress: boo
         seed_everything(seed)
         model, processor = load_policy(start["policy"], cfg.policy.dtype, cfg.policy.device)
         t0 = time.perf_counter()
-        train_grpo(model, processor, data["train"], grpo, cfg.video, folder, val, seed, progress)
+        train_grpo(grpo, Run(model, processor, data["train"], folder, cfg.video, val, seed, progress))
         wall = time.perf_counter() - t0
         test = evaluate(model, processor, data["test"], cfg.video, choice=False, progress=False)
         logged = read_metrics(folder / "metrics.jsonl")

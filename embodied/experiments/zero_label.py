@@ -37,6 +37,7 @@ def _start(cfg, train, val, start: str, seed: int, out: Path, progress: bool):
     from embodied.policy.model import load
     from embodied.train.common import seed_everything
     from embodied.train.sft import train_sft
+    from embodied.train.state import Run
 
     zc = cfg.zero_label
     seed_everything(seed)
@@ -48,7 +49,7 @@ def _start(cfg, train, val, start: str, seed: int, out: Path, progress: bool):
         sft = dataclasses.replace(
             cfg.sft, steps=steps, targets=targets, eval_every=0, checkpoint_every=0, restart_every=0
         )
-        train_sft(model, processor, train, sft, cfg.video, out / f"sft_{targets}", val, seed, progress)
+        train_sft(sft, Run(model, processor, train, out / f"sft_{targets}", cfg.video, val, seed, progress))
     return model, processor
 
 
@@ -78,6 +79,7 @@ def _one_run(cfg, data: dict, start: str, seed: int, run_out: Path, progress: bo
     from embodied.eval.loop import evaluate
     from embodied.train.grpo import train_grpo
     from embodied.train.metrics import first_reaching, read_metrics, rl_curves
+    from embodied.train.state import Run
 
     zc = cfg.zero_label
     (run_out / "metrics.jsonl").unlink(missing_ok=True)
@@ -87,7 +89,7 @@ def _one_run(cfg, data: dict, start: str, seed: int, run_out: Path, progress: bo
     before = evaluate(model, processor, data["test"], cfg.video, choice=False, progress=False)
     grpo = dataclasses.replace(cfg.grpo, eval_every=zc.eval_every, eval_examples=len(val), checkpoint_every=0)
     t0 = time.perf_counter()
-    train_grpo(model, processor, data["train"], grpo, cfg.video, run_out, val, seed, progress)
+    train_grpo(grpo, Run(model, processor, data["train"], run_out, cfg.video, val, seed, progress))
     wall = time.perf_counter() - t0
     after = evaluate(model, processor, data["test"], cfg.video, choice=False, progress=False)
     curves = rl_curves(read_metrics(run_out / "metrics.jsonl"), before_val)

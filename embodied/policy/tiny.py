@@ -103,6 +103,17 @@ def family_phrases() -> Iterator[str]:
     yield from hook(family(FAMILIES[0]), "phrases")()
 
 
+_WORDS = """
+the a an is are was be to of and or in on at by for with from as it this that these those what which
+who where when why how not no yes one two three four first second third last left right top bottom
+up down before after behind front object objects ball block box cup frame frames clip video image
+picture order real shuffled piece patch time forward backward reversed moving falls drops bounces
+rolls slides stops rest stands topples hidden appears vanishes physics gravity energy friction
+collision answer question think reason option options
+"""
+"""Plain English words the tiny BPE is trained on, besides the prompts (`_tokenizer_corpus`), one string."""
+
+
 def _tokenizer_corpus() -> list[str]:
     """Text the tiny BPE is trained on: every prompt this framework writes, plus plain English words.
 
@@ -110,105 +121,7 @@ def _tokenizer_corpus() -> list[str]:
     """
     from embodied.questions.caption import caption_words
 
-    words = [
-        "the",
-        "a",
-        "an",
-        "is",
-        "are",
-        "was",
-        "be",
-        "to",
-        "of",
-        "and",
-        "or",
-        "in",
-        "on",
-        "at",
-        "by",
-        "for",
-        "with",
-        "from",
-        "as",
-        "it",
-        "this",
-        "that",
-        "these",
-        "those",
-        "what",
-        "which",
-        "who",
-        "where",
-        "when",
-        "why",
-        "how",
-        "not",
-        "no",
-        "yes",
-        "one",
-        "two",
-        "three",
-        "four",
-        "first",
-        "second",
-        "third",
-        "last",
-        "left",
-        "right",
-        "top",
-        "bottom",
-        "up",
-        "down",
-        "before",
-        "after",
-        "behind",
-        "front",
-        "object",
-        "objects",
-        "ball",
-        "block",
-        "box",
-        "cup",
-        "frame",
-        "frames",
-        "clip",
-        "video",
-        "image",
-        "picture",
-        "order",
-        "real",
-        "shuffled",
-        "piece",
-        "patch",
-        "time",
-        "forward",
-        "backward",
-        "reversed",
-        "moving",
-        "falls",
-        "drops",
-        "bounces",
-        "rolls",
-        "slides",
-        "stops",
-        "rest",
-        "stands",
-        "topples",
-        "hidden",
-        "appears",
-        "vanishes",
-        "physics",
-        "gravity",
-        "energy",
-        "friction",
-        "collision",
-        "answer",
-        "question",
-        "think",
-        "reason",
-        "option",
-        "options",
-    ]
+    words = _WORDS.split()
     corpus = list(family_phrases()) + caption_words() * 4
     corpus += ["system\nYou are a helpful assistant.", "user\n", "assistant\n"] * 4
     corpus += [" ".join(words[i : i + 12]) for i in range(0, len(words), 12)]

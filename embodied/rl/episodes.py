@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -43,8 +44,8 @@ from embodied.policy.model import (
     generate,
     repeat_batch,
 )
-from embodied.rl.rewards import RewardFn, Shaping, score
-from embodied.rl.rollout import Rollout, member_temperatures, sampling_seed
+from embodied.rl.rewards import RewardFn, score
+from embodied.rl.rollout import Rollout, Sampling, member_temperatures, sampling_seed
 from embodied.video import Clip, VideoConfig
 
 AGAIN = (
@@ -208,6 +209,98 @@ def episode_stats(episodes: Episodes, turns: int) -> dict[str, float]:
     return stats
 
 
+DEFAULT_SAMPLING = Sampling()
+"""`play`'s default sampling settings: one trajectory per example, 48 new tokens a turn."""
+
+
+@dataclass
+class _Game:
+    """One call of `play`: what every turn reads, and each trajectory's clips, history and totals so far
+    (trajectory t = example t // G, member t % G)."""
+
+    model: Any
+    processor: Any
+    examples: Sequence
+    video: VideoConfig
+    reward_fn: RewardFn
+    turns: Turns
+    sampling: Sampling
+    temperature: torch.Tensor | None
+    seeds: Sequence[int] | None
+
+    def __post_init__(self):
+        G, self.device = self.sampling.group_size, next(self.model.parameters()).device
+        self.records = [e.record for e in self.examples]
+        n = len(self.examples) * G
+        self.clips: list[list[Clip]] = [[self.examples[t // G].clip] for t in range(n)]
+        self.history: list[list[tuple[str, str]]] = [[] for _ in range(n)]
+        self.totals: list[list[float]] = [[] for _ in range(n)]
+        self.eos = torch.tensor(eos_token_ids(self.model, self.processor), device=self.device)
+
+    def answer(self, k: int, active: list[int]) -> Turn:
+        """Turn `k` of the trajectories `active`: their prompts encoded, answered and scored."""
+        recs = [self.records[t // self.sampling.group_size] for t in active]
+        batch = self.encode(k, active, recs)
+        temps, row_seeds = self.temperatures(k, active)
+        if temps is None:
+            ids, mask = generate(
+                self.model, self.processor, batch, self.sampling.max_new_tokens, do_sample=False
+            )
+            temps = torch.ones(len(active), device=self.device)
+        else:
+            min_p = self.turns.retry_min_p if k > 1 else 0.0
+            ids, mask = generate(
+                self.model,
+                self.processor,
+                batch,
+                self.sampling.max_new_tokens,
+                temps,
+                seeds=row_seeds,
+                min_p=min_p,
+            )
+        texts = decode(self.processor, ids, mask)
+        terms = score(self.reward_fn, texts, recs, self.sampling.timeout_s)
+        truncated = ~torch.isin(ids, self.eos).any(1)
+        if self.sampling.shaping is not None:
+            self.sampling.shaping(terms, mask.sum(1).cpu(), truncated.cpu())
+        return Turn(list(active), texts, terms, batch, ids, mask, temps, truncated)
+
+    def encode(self, k: int, active: list[int], recs: list[dict]):
+        """Turn 1: the episodes' prompts, each repeated G times; a later turn: each trajectory's
+        conversation."""
+        G = self.sampling.group_size
+        if k == 1:
+            clips = [e.clip for e in self.examples]
+            return repeat_batch(encode_prompts(self.processor, recs[::G], clips, self.video, self.device), G)
+        args = ([self.clips[t] for t in active], [self.history[t] for t in active])
+        return encode_conversations(self.processor, recs, *args, self.video, self.device)
+
+    def temperatures(self, k: int, active: list[int]) -> tuple[torch.Tensor | None, list[int] | None]:
+        """Turn `k`'s per-row temperatures (None: greedy; `retry_temperature` after the first turn, when set)
+        and seeds (`sampling_seed(seeds[i], g[, k])`, None without `seeds`)."""
+        temps = None if self.temperature is None else self.temperature[active].to(self.device)
+        if temps is not None and k > 1 and self.turns.retry_temperature > 0:
+            temps = torch.full_like(temps, float(self.turns.retry_temperature))
+        if self.seeds is None:
+            return temps, None
+        G = self.sampling.group_size
+        keys = [(self.seeds[t // G], t % G) + ((k,) if k > 1 else ()) for t in active]
+        return temps, [sampling_seed(*key) for key in keys]
+
+    def advance(self, turn: Turn, k: int) -> list[int]:
+        """Record turn `k`'s totals; the trajectories that go on (an executed answer that did not succeed),
+        each given its answer's outcome clip and the words of the next turn."""
+        going = []
+        for t, text, terms in zip(turn.trajectories, turn.texts, turn.terms):
+            self.totals[t].append(float(terms["reward/total"]))
+            rec = self.records[t // self.sampling.group_size]
+            if k < self.turns.n and continues(rec, terms):
+                self.clips[t].append(outcome_clip(rec, text, self.video, self.clips[t][0], self.turns.clip))
+                self.history[t].append((text, again(terms, self.turns.words)))
+                going.append(t)
+        return going
+
+
 @torch.no_grad()
 def play(
     model,
@@ -215,91 +308,45 @@ def play(
     examples: Sequence,
     video: VideoConfig,
     reward_fn: RewardFn,
-    turns: int,
-    turn_reward: str = "last",
-    group_size: int = 1,
-    max_new_tokens: int = 48,
+    turns: Turns = ONE_TURN,
+    sampling: Sampling = DEFAULT_SAMPLING,
     temperature: torch.Tensor | None = None,
     seeds: Sequence[int] | None = None,
-    shaping: Shaping | None = None,
-    timeout_s: float | None = 60.0,
     first: tuple[list[str], list[dict]] | None = None,
-    words: bool = False,
-    retry_temperature: float = 0.0,
-    retry_min_p: float = 0.0,
-    turn_clip: str = "outcome",
 ) -> Episodes:
-    """`group_size` trajectories of up to `turns` turns per example (`Example`s with video records).
+    """`sampling.group_size` trajectories of up to `turns.n` turns per example (`Example`s with video
+    records), each answer at most `sampling.max_new_tokens` tokens, scored by `reward_fn` (with
+    `sampling.shaping` and `sampling.timeout_s`).
 
     `temperature` is `(P * G,)` per trajectory (None: greedy). With `seeds` (one per example), member g's
     turn 1 is drawn with `sampling_seed(seeds[i], g)`, as `rollout.sample_groups` draws it, and turn k > 1
     with `sampling_seed(seeds[i], g, k)`. `first` gives turn 1's texts and terms already answered (one
-    trajectory per example), so only the later turns are generated. With `words` (`env.turn_words`) a
-    later turn's message also says the previous outcome in words (`again`). With `retry_temperature` > 0
-    (`env.retry_temperature`) a sampled turn k > 1 is drawn at that temperature instead of its trajectory's,
-    and with `retry_min_p` > 0 (`env.retry_min_p`) only among the tokens of at least `retry_min_p` times the
-    top token's probability (greedy play stays greedy). `turn_clip` (`env.turn_clip`, `TURN_CLIPS`) is what a
-    later turn's video shows.
+    trajectory per example), so only the later turns are generated. `turns` (`Turns.of(cfg.env)`) says
+    how: `turns.reward` combines a trajectory's turns; with `turns.words` a later turn's message also says
+    the previous outcome in words (`again`); with `turns.retry_temperature` > 0 a sampled turn k > 1 is
+    drawn at that temperature instead of its trajectory's, and with `turns.retry_min_p` > 0 only among
+    the tokens of at least `retry_min_p` times the top token's probability (greedy play stays greedy);
+    `turns.clip` (`TURN_CLIPS`) is what a later turn's video shows.
     """
-    check_turns(turns, turn_reward)
-    check_turn_clip(turn_clip)
-    check_retry_sampling(retry_temperature, retry_min_p)
-    G, device = group_size, next(model.parameters()).device
-    records = [e.record for e in examples]
-    n = len(examples) * G
-    clips: list[list[Clip]] = [[examples[t // G].clip] for t in range(n)]
-    history: list[list[tuple[str, str]]] = [[] for _ in range(n)]
-    totals: list[list[float]] = [[] for _ in range(n)]
-    eos = torch.tensor(eos_token_ids(model, processor), device=device)
+    check_turns(turns.n, turns.reward)
+    check_turn_clip(turns.clip)
+    check_retry_sampling(turns.retry_temperature, turns.retry_min_p)
+    game = _Game(model, processor, examples, video, reward_fn, turns, sampling, temperature, seeds)
+    G, n = sampling.group_size, len(examples) * sampling.group_size
     active, done = list(range(n)), []
-    for k in range(1, turns + 1):
-        recs = [records[t // G] for t in active]
+    for k in range(1, turns.n + 1):
         if k == 1 and first is not None:
             if G != 1 or len(first[0]) != n:
                 raise ValueError("play: `first` gives one answered turn per example (group_size 1)")
             turn = Turn(list(active), list(first[0]), [dict(x) for x in first[1]])
         else:
-            if k == 1:
-                batch = encode_prompts(processor, recs[::G], [e.clip for e in examples], video, device)
-                batch = repeat_batch(batch, G)
-            else:
-                args = ([clips[t] for t in active], [history[t] for t in active])
-                batch = encode_conversations(processor, recs, *args, video, device)
-            temps = None if temperature is None else temperature[active].to(device)
-            if temps is not None and k > 1 and retry_temperature > 0:
-                temps = torch.full_like(temps, float(retry_temperature))
-            row_seeds = None
-            if seeds is not None:
-                keys = [(seeds[t // G], t % G) + ((k,) if k > 1 else ()) for t in active]
-                row_seeds = [sampling_seed(*key) for key in keys]
-            if temps is None:
-                ids, mask = generate(model, processor, batch, max_new_tokens, do_sample=False)
-                temps = torch.ones(len(active), device=device)
-            else:
-                min_p = retry_min_p if k > 1 else 0.0
-                ids, mask = generate(
-                    model, processor, batch, max_new_tokens, temps, seeds=row_seeds, min_p=min_p
-                )
-            texts = decode(processor, ids, mask)
-            terms = score(reward_fn, texts, recs, timeout_s)
-            truncated = ~torch.isin(ids, eos).any(1)
-            if shaping is not None:
-                shaping(terms, mask.sum(1).cpu(), truncated.cpu())
-            turn = Turn(list(active), texts, terms, batch, ids, mask, temps, truncated)
+            turn = game.answer(k, active)
         done.append(turn)
-        going = []
-        for t, text, terms in zip(turn.trajectories, turn.texts, turn.terms):
-            totals[t].append(float(terms["reward/total"]))
-            rec = records[t // G]
-            if k < turns and continues(rec, terms):
-                clips[t].append(outcome_clip(rec, text, video, clips[t][0], turn_clip))
-                history[t].append((text, again(terms, words)))
-                going.append(t)
-        active = going
+        active = game.advance(turn, k)
         if not active:
             break
-    rewards = torch.tensor([trajectory_reward(x, turn_reward) for x in totals], device=device)
-    return Episodes(list(examples), G, done, clips, rewards.view(len(examples), G))
+    rewards = torch.tensor([trajectory_reward(x, turns.reward) for x in game.totals], device=game.device)
+    return Episodes(list(examples), G, done, game.clips, rewards.view(len(examples), G))
 
 
 def sample_episodes(
@@ -308,48 +355,21 @@ def sample_episodes(
     examples: Sequence,
     video: VideoConfig,
     reward_fn: RewardFn,
-    group_size: int,
-    max_new_tokens: int,
-    turns: int,
-    turn_reward: str = "last",
-    temperature: float = 1.0,
-    temperatures: Sequence[float] = (),
+    turns: Turns,
+    sampling: Sampling,
     seeds: Sequence[int] | None = None,
-    shaping: Shaping | None = None,
-    timeout_s: float | None = 60.0,
-    words: bool = False,
-    retry_temperature: float = 0.0,
-    retry_min_p: float = 0.0,
-    turn_clip: str = "outcome",
 ) -> Rollout:
-    """`rollout.sample_groups` for multi-turn episodes: G sampled trajectories per example, every turn a row
-    (turn 1's rows first, prompt-major, then each later turn's), `rewards` the `(P, G)` trajectory rewards
-    and `owner` each row's trajectory, whose advantage its tokens get. Turns after the first sample at
-    `retry_temperature` when it is > 0 (among the tokens `retry_min_p` keeps); every row's log-probs are
-    taken at the temperature it was drawn at, over the whole vocabulary."""
-    G = group_size
-    temps = member_temperatures(temperature, list(temperatures), len(examples), G)
+    """`rollout.sample_groups` for multi-turn episodes: `sampling.group_size` sampled trajectories per
+    example, every turn a row (turn 1's rows first, prompt-major, then each later turn's), `rewards` the
+    `(P, G)` trajectory rewards and `owner` each row's trajectory, whose advantage its tokens get. Turns
+    after the first sample at `turns.retry_temperature` when it is > 0 (among the tokens
+    `turns.retry_min_p` keeps); every row's log-probs are taken at the temperature it was drawn at, over
+    the whole vocabulary."""
+    G = sampling.group_size
+    temps = member_temperatures(sampling.temperature, list(sampling.temperatures), len(examples), G)
     model.eval()
-    ep = play(
-        model,
-        processor,
-        examples,
-        video,
-        reward_fn,
-        turns,
-        turn_reward,
-        G,
-        max_new_tokens,
-        temps,
-        seeds,
-        shaping,
-        timeout_s,
-        words=words,
-        retry_temperature=retry_temperature,
-        retry_min_p=retry_min_p,
-        turn_clip=turn_clip,
-    )
-    return to_rollout(ep, processor, turns)
+    ep = play(model, processor, examples, video, reward_fn, turns, sampling, temps, seeds)
+    return to_rollout(ep, processor, turns.n)
 
 
 def to_rollout(ep: Episodes, processor, turns: int) -> Rollout:

@@ -54,6 +54,21 @@ class Rollout:
         return self.rewards.shape[1]
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """How a rollout samples and scores its answers (`sample_groups`, `episodes.sample_episodes`,
+    `episodes.play`): `group_size` answers per prompt of at most `max_new_tokens` tokens each. Member g of
+    every group samples at `temperatures[g % len]` (all at `temperature` when empty). `shaping` (e.g.
+    `rewards.overlong_shaping`) adds its terms to the reward; `timeout_s` bounds one reward call."""
+
+    group_size: int = 1
+    max_new_tokens: int = 48
+    temperature: float = 1.0
+    temperatures: Sequence[float] = ()
+    shaping: Shaping | None = None
+    timeout_s: float | None = 60.0
+
+
 def member_temperatures(
     temperature: float, schedule: Sequence[float], n_prompts: int, G: int
 ) -> torch.Tensor:
@@ -77,38 +92,33 @@ def sample_groups(
     examples: Sequence[Example],
     video: VideoConfig,
     reward_fn: RewardFn,
-    group_size: int,
-    max_new_tokens: int,
-    temperature: float = 1.0,
-    temperatures: Sequence[float] = (),
+    sampling: Sampling,
     seeds: Sequence[int] | None = None,
-    shaping: Shaping | None = None,
-    timeout_s: float | None = 60.0,
     keep_prefix: bool = False,
 ) -> Rollout:
-    """Sample `group_size` answers per example, at most `max_new_tokens` each, and score them.
+    """Sample `sampling.group_size` answers per example, at most `sampling.max_new_tokens` each, and score
+    them (`Sampling`).
 
-    Member g of every group samples at `temperatures[g % len]` (all at `temperature` when empty). With
-    `seeds` (one per example), answer g to example i is drawn with `sampling_seed(seeds[i], g)`: a function
-    of that seed and the prompt alone, so splitting prompts across processes changes nothing. `shaping`
-    (e.g. `rewards.overlong_shaping`) adds its terms to the reward; `timeout_s` bounds one reward call.
+    With `seeds` (one per example), answer g to example i is drawn with `sampling_seed(seeds[i], g)`: a
+    function of that seed and the prompt alone, so splitting prompts across processes changes nothing.
     `keep_prefix`: the sampler's pass over the prompts runs with gradients and stays on the rollout's batch
     for an update with the same weights to take (`embodied.policy.groups`).
     """
-    G = group_size
+    G, max_new_tokens, shaping = sampling.group_size, sampling.max_new_tokens, sampling.shaping
     device = next(model.parameters()).device
     records = [e.record for e in examples]
     prompts = encode_prompts(processor, records, [e.clip for e in examples], video, device)
     batch = repeat_batch(prompts, G)
     batch.keep_prefix = keep_prefix
-    temps = member_temperatures(temperature, list(temperatures), len(examples), G).to(device)
+    temps = member_temperatures(sampling.temperature, list(sampling.temperatures), len(examples), G)
+    temps = temps.to(device)
     model.eval()
     rows = None if seeds is None else [sampling_seed(s, g) for s in seeds for g in range(G)]
     ids, mask = generate(model, processor, batch, max_new_tokens, temps, seeds=rows)
     texts = decode(processor, ids, mask)
     ended = torch.isin(ids, torch.tensor(eos_token_ids(model, processor), device=ids.device)).any(1)
     truncated = ~ended
-    terms = score(reward_fn, texts, [records[i // G] for i in range(len(texts))], timeout_s)
+    terms = score(reward_fn, texts, [records[i // G] for i in range(len(texts))], sampling.timeout_s)
     if shaping is not None:
         shaping(terms, mask.sum(1).cpu(), truncated.cpu())
     rewards = torch.tensor([t["reward/total"] for t in terms], device=device).view(len(examples), G)

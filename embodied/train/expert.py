@@ -32,6 +32,7 @@ import dataclasses
 import re
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -39,14 +40,15 @@ from tqdm.auto import tqdm
 
 from embodied.data.load import Example
 from embodied.envs import parse, task
-from embodied.envs.config import ONE_TURN, Turns
+from embodied.envs.config import Turns
 from embodied.rl.episodes import again, check_env_turns, sample_episodes
-from embodied.rl.rewards import RewardFn, mcq_rewards, rewards_for
-from embodied.rl.rollout import Rollout, sample_groups, sampling_seed
+from embodied.rl.rewards import mcq_rewards, rewards_for
+from embodied.rl.rollout import Rollout, Sampling, sample_groups, sampling_seed
 from embodied.train.checkpoint import load_checkpoint, resolve_resume, save_checkpoint, set_aside
+from embodied.train.config import ExpertConfig, SFTConfig
 from embodied.train.metrics import MetricsLog
 from embodied.train.sft import train_sft
-from embodied.video import VideoConfig
+from embodied.train.state import Run, Trainer
 
 KEEP = ("success", "best")
 RETRY_TARGETS = ("own", "group", "better")
@@ -253,36 +255,52 @@ def round_prompts(n: int, per_round: int, seed: int, round_: int) -> list[int]:
 
 
 def train_expert(
-    model,
-    processor,
-    train: Sequence[Example],
-    cfg,
-    sft_cfg,
-    video: VideoConfig,
-    out_dir: str | Path,
-    seed: int = 0,
-    progress: bool = True,
-    reward_fn: RewardFn | None = None,
+    cfg: ExpertConfig,
+    sft_cfg: SFTConfig,
+    run: Run,
     max_new_tokens: int = 16,
     timeout_s: float | None = 60.0,
-    resume: str = "",
-    config_yaml: str = "",
-    turns: Turns = ONE_TURN,
 ) -> dict:
-    """Run `cfg.rounds` rounds of expert iteration (`cfg` is an `ExpertConfig`; `sft_cfg` an `SFTConfig`
-    whose warmup, clip, weight decay and vision scale the fine-tuning uses) on `train`, scoring answers with
-    `reward_fn` (default: the MCQ rules). Per round, `out_dir/metrics.jsonl` gets the kept share, the
+    """Run `cfg.rounds` rounds of expert iteration on `run.train` (a `Run`: the policy, the data,
+    `out_dir`, the seed...); `sft_cfg` gives the fine-tuning's warmup, clip, weight decay and vision
+    scale. Answers of at most `max_new_tokens` tokens are scored with `run.reward_fn` (default: the MCQ
+    rules; `timeout_s` bounds one call). Per round, `out_dir/metrics.jsonl` gets the kept share, the
     sampled answers' reward and success, the answers scored so far and the seconds spent sampling and
     fine-tuning; each round's fine-tuning logs under `out_dir/rounds/<r>/`. After each round a checkpoint
-    goes to `out_dir/checkpoints/expert` (the newest `sft_cfg.keep_checkpoints`); `resume` ("", "auto" or a
-    checkpoint folder) continues from one, with the same `expert:` settings but any number of rounds.
+    goes to `out_dir/checkpoints/expert` (the newest `sft_cfg.keep_checkpoints`); `run.resume` ("", "auto"
+    or a checkpoint folder) continues from one, with the same `expert:` settings but any number of rounds.
 
-    `turns` (`Turns.of(cfg.env)`) with more than one turn samples `cfg.samples` multi-turn trajectories per
-    prompt (`rl.episodes`) and keeps, per prompt and turn, the best answer that succeeded at that turn
-    (`select_turns`, `keep=success` only): a turn-2 target is the answer that worked after the policy saw
-    its first answer fail; turns after the first sample at `turns.retry_temperature` (when > 0) among the
-    tokens `turns.retry_min_p` keeps, and a later turn's video is chosen by `turns.clip`. Every executed
-    answer counts in `answers_scored`."""
+    `run.turns` (`Turns.of(cfg.env)`) with more than one turn samples `cfg.samples` multi-turn
+    trajectories per prompt (`rl.episodes`) and keeps, per prompt and turn, the best answer that succeeded
+    at that turn (`select_turns`, `keep=success` only): a turn-2 target is the answer that worked after the
+    policy saw its first answer fail; turns after the first sample at `turns.retry_temperature` (when > 0)
+    among the tokens `turns.retry_min_p` keeps, and a later turn's video is chosen by `turns.clip`. Every
+    executed answer counts in `answers_scored`."""
+    check_expert(cfg, run)
+    sampling = Sampling(cfg.samples, max_new_tokens, cfg.temperature, timeout_s=timeout_s)
+    t = ExpertTrainer.build(cfg, sft_cfg, run, sampling)
+    bar = tqdm(range(t.start, cfg.rounds + 1), desc="expert", unit="round", disable=not run.progress)
+    for r in bar:
+        t0 = time.perf_counter()
+        sampled = t.sample_round(r)
+        t_sample, t1 = time.perf_counter() - t0, time.perf_counter()
+        tuned_on = t.fine_tune(r, sampled)
+        t.kept_total += len(sampled.kept)
+        metrics = t.round_metrics(sampled, tuned_on, {"time/sample": t_sample, "time/sft": t1})
+        t.log.log(r, metrics)
+        t.checkpoint(r, metrics["time/elapsed"])
+        bar.set_postfix(kept=f"{metrics['expert/kept']:.2f}", r=f"{metrics['reward/total']:.2f}")
+    return {
+        "rounds": cfg.rounds,
+        "answers_scored": t.scored,
+        "kept": t.kept_total,
+        "wall_s": time.perf_counter() - t.t_start,
+    }
+
+
+def check_expert(cfg: ExpertConfig, run: Run) -> None:
+    """Fail before any work on expert settings that cannot run (with these turns), or no prompts."""
+    turns = run.turns
     check_env_turns(turns)
     if turns.n > 1 and cfg.keep != "success":
         raise ValueError(
@@ -307,179 +325,204 @@ def train_expert(
             f"expert.replay keeps single-turn targets, env.turns={turns.n}: "
             "set expert.replay=false or env.turns=1"
         )
-    if not train:
+    if not run.train:
         raise ValueError("expert iteration: no training prompts")
-    out_dir = Path(out_dir)
-    reward_fn = reward_fn or mcq_rewards()
-    log = MetricsLog(out_dir / "metrics.jsonl", "expert")
-    tune = round_sft(sft_cfg, cfg.sft_steps, cfg.batch_size, cfg.lr)
-    # what a round's outcome depends on, besides the policy (sample_batch only groups the sampling)
+
+
+def expert_settings(cfg: ExpertConfig, run: Run) -> dict:
+    """What a round's outcome depends on, besides the policy (`sample_batch` only groups the sampling): a
+    checkpoint saves them, and a resumed run must match them."""
+    turns = run.turns
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("rounds", "sample_batch")}
-    settings |= {"seed": seed, "turns": turns.n, "turn_reward": turns.reward, "words": turns.words}
+    settings |= {"seed": run.seed, "turns": turns.n, "turn_reward": turns.reward, "words": turns.words}
     settings |= {"retry_temperature": float(turns.retry_temperature), "retry_min_p": float(turns.retry_min_p)}
-    settings |= {"turn_clip": turns.clip}
-    ckpt_dir, first, scored, kept_total, before = out_dir / "checkpoints" / "expert", 1, 0, 0, 0.0
-    by_id = {ex.record["id"]: ex for ex in train} if cfg.replay else {}
-    replayed: dict[str, str] = {}  # replay: prompt id -> its latest kept answer, in the order first kept
-    if path := resolve_resume(resume, ckpt_dir):
-        saved = load_checkpoint(path, model)
-        # a setting added after the checkpoint was written had its default value then
-        old = LATER_SETTINGS | saved["expert"]
-        if old != settings:
-            changed = sorted(k for k in settings.keys() | old.keys() if old.get(k) != settings.get(k))
+    return settings | {"turn_clip": turns.clip}
+
+
+@dataclass
+class Round:
+    """What one round's sampling gave: its prompts, the kept examples and their target texts, and the
+    sampled answers' rewards and successes (overall and per task) and multi-turn statistics."""
+
+    idx: list[int]
+    kept: list[Example] = field(default_factory=list)
+    targets: dict[str, str] = field(default_factory=dict)
+    rewards: list[float] = field(default_factory=list)
+    successes: list[float] = field(default_factory=list)
+    turn_stats: dict[str, list] = field(default_factory=dict)
+    by_task: dict[str, list[float]] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class ExpertTrainer(Trainer):
+    """An expert-iteration run's state (`Trainer`'s, and): the round's fine-tuning settings (`tune`), the
+    sampling settings, the settings a checkpoint pins, the counters (answers scored, examples kept, seconds
+    spent before a resume) and, with `replay`, every prompt's latest kept answer."""
+
+    sft_cfg: SFTConfig
+    tune: SFTConfig
+    sampling: Sampling
+    settings: dict
+    scored: int = 0
+    kept_total: int = 0
+    by_id: dict[str, Example] = field(default_factory=dict)
+    replayed: dict[str, str] = field(default_factory=dict)
+    """replay: prompt id -> its latest kept answer, in the order first kept."""
+
+    @classmethod
+    def build(cls, cfg: ExpertConfig, sft_cfg: SFTConfig, run: Run, sampling: Sampling) -> ExpertTrainer:
+        """The run's state, resumed from `run.resume`; a fresh run sets an earlier run's checkpoints and
+        rows in `out_dir` aside."""
+        t = cls(
+            cfg=cfg,
+            run=dataclasses.replace(run, reward_fn=run.reward_fn or mcq_rewards()),
+            log=MetricsLog(run.out_dir / "metrics.jsonl", "expert"),
+            sft_cfg=sft_cfg,
+            tune=round_sft(sft_cfg, cfg.sft_steps, cfg.batch_size, cfg.lr),
+            sampling=sampling,
+            settings=expert_settings(cfg, run),
+            by_id={ex.record["id"]: ex for ex in run.train} if cfg.replay else {},
+        )
+        before = 0.0
+        if path := resolve_resume(run.resume, t.ckpt_dir):
+            before = t.resume(path)
+        else:  # a fresh run: an earlier run's checkpoints and rows in out_dir are not continued
+            set_aside(t.ckpt_dir)
+            t.log.truncate(0)
+        t.t_start = time.perf_counter() - before
+        return t
+
+    @property
+    def ckpt_dir(self) -> Path:
+        return self.run.out_dir / "checkpoints" / "expert"
+
+    def resume(self, path: Path) -> float:
+        """Load an expert checkpoint (it must have been written with the same settings); returns the
+        seconds the run had spent."""
+        saved = load_checkpoint(path, self.model)
+        old = LATER_SETTINGS | saved["expert"]  # a setting added since had its default value then
+        if old != self.settings:
+            changed = sorted(
+                k for k in self.settings.keys() | old.keys() if old.get(k) != self.settings.get(k)
+            )
             raise ValueError(
                 f"checkpoint {path} was written with other expert settings ({', '.join(changed)}): resume "
                 "with the same expert.* (only expert.rounds may change), or start fresh without resume"
             )
-        scored, kept_total, before = saved["scored"], saved["kept"], saved["elapsed"]
-        replayed = dict(saved.get("replay", {}))
-        if missing := [i for i in replayed if i not in by_id]:
+        self.scored, self.kept_total = saved["scored"], saved["kept"]
+        self.replayed = dict(saved.get("replay", {}))
+        if missing := [i for i in self.replayed if i not in self.by_id]:
             raise ValueError(
                 f"checkpoint {path} replays answers to {len(missing)} prompts not in this training set "
                 f"(e.g. {missing[0]!r}): resume on the same data, or start fresh without resume"
             )
-        first = saved["step"] + 1
-        log.truncate(saved["step"])
+        self.start = saved["step"] + 1
+        self.log.truncate(saved["step"])
         print(f"resuming expert iteration from {path} (round {saved['step']})")
-    else:  # a fresh run: an earlier run's checkpoints and rows in out_dir are not continued
-        set_aside(ckpt_dir)
-        log.truncate(0)
-    t_start = time.perf_counter() - before
-    bar = tqdm(range(first, cfg.rounds + 1), desc="expert", unit="round", disable=not progress)
-    for r in bar:
-        t0 = time.perf_counter()
-        idx = round_prompts(len(train), cfg.prompts_per_round, seed, r)
-        kept: list[Example] = []
-        targets: dict[str, str] = {}
-        rewards, successes, turn_stats, by_task = [], [], {}, {}
-        for start in range(0, len(idx), cfg.sample_batch):
-            chunk = idx[start : start + cfg.sample_batch]
-            examples, seeds = [train[i] for i in chunk], [sampling_seed(seed, r, i) for i in chunk]
-            if turns.n > 1:  # G trajectories per prompt; every turn's answer is executed
-                ro = sample_episodes(
-                    model, processor, examples, video, reward_fn, cfg.samples, max_new_tokens,
-                    temperature=cfg.temperature, seeds=seeds, timeout_s=timeout_s, **turns.play_kwargs(),
-                )  # fmt: skip
-                chosen = select_turns(ro, turns.words, cfg.retry_targets)
+        return saved["elapsed"]
+
+    def sample_round(self, r: int) -> Round:
+        """Round `r`'s prompts, `sample_batch` at a time: answers sampled and scored, the best kept."""
+        run, cfg = self.run, self.cfg
+        out = Round(round_prompts(len(run.train), cfg.prompts_per_round, run.seed, r))
+        for start in range(0, len(out.idx), cfg.sample_batch):
+            chunk = out.idx[start : start + cfg.sample_batch]
+            examples, seeds = [run.train[i] for i in chunk], [sampling_seed(run.seed, r, i) for i in chunk]
+            policy = (run.model, run.processor, examples, run.video, run.reward_fn)
+            if run.turns.n > 1:  # G trajectories per prompt; every turn's answer is executed
+                ro = sample_episodes(*policy, run.turns, self.sampling, seeds)
+                chosen = select_turns(ro, run.turns.words, cfg.retry_targets)
                 for name, value in ro.stats.items():
-                    turn_stats.setdefault(name, []).append((value, len(chunk)))
+                    out.turn_stats.setdefault(name, []).append((value, len(chunk)))
             else:
-                ro = sample_groups(
-                    model, processor, examples, video, reward_fn, cfg.samples, max_new_tokens,
-                    temperature=cfg.temperature, seeds=seeds, timeout_s=timeout_s,
-                )  # fmt: skip
+                ro = sample_groups(*policy, self.sampling, seeds)
                 chosen = [
                     (ro.examples[p], ro.texts[i]) for p, i in enumerate(select(ro, cfg.keep)) if i is not None
                 ]
-            scored += len(ro.texts)
-            rewards += ro.rewards.flatten().tolist()
+            self.scored += len(ro.texts)
+            out.rewards += ro.rewards.flatten().tolist()
             for name, ok in task_successes(ro):  # the same rows `reward/success` averages over
-                successes.append(ok)
-                by_task.setdefault(name, []).append(ok)
+                out.successes.append(ok)
+                out.by_task.setdefault(name, []).append(ok)
             for ex, text in chosen:
-                kept.append(ex)
-                targets[ex.record["id"]] = text
-        t_sample = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        tune_on, tune_targets = kept, targets
+                out.kept.append(ex)
+                out.targets[ex.record["id"]] = text
+        return out
+
+    def fine_tune(self, r: int, sampled: Round) -> list[Example]:
+        """Fine-tune the policy on the round's kept answers (with `replay`, every prompt's latest; with
+        `balance`, drawn by task); returns the examples tuned on."""
+        cfg, run = self.cfg, self.run
+        tune_on, tune_targets = sampled.kept, sampled.targets
         if cfg.replay:  # this round's answers replace a prompt's earlier one; the others stay
-            replayed.update(targets)
-            tune_on, tune_targets = [by_id[i] for i in replayed], dict(replayed)
+            self.replayed.update(sampled.targets)
+            tune_on, tune_targets = [self.by_id[i] for i in self.replayed], dict(self.replayed)
         if cfg.balance == "failures" and tune_on:
-            tune_on = balanced(tune_on, by_task, cfg.sft_steps * cfg.batch_size, seed * 1000 + r)
+            tune_on = balanced(tune_on, sampled.by_task, cfg.sft_steps * cfg.batch_size, run.seed * 1000 + r)
         if tune_on:  # nothing verified yet: the policy is left as it is
-            train_sft(
-                model,
-                processor,
-                tune_on,
-                tune,
-                video,
-                out_dir / "rounds" / str(r),
-                seed=seed * 1000 + r,
-                progress=False,
-                target_fn=lambda rec, kept_text=tune_targets: kept_text[rec["id"]],
-            )
-        model.eval()
-        kept_total += len(kept)
+            tuning = Run(
+                run.model, run.processor, tune_on, run.out_dir / "rounds" / str(r), run.video,
+                seed=run.seed * 1000 + r, progress=False,
+            )  # fmt: skip
+            train_sft(self.tune, tuning, target_fn=lambda rec, kept_text=tune_targets: kept_text[rec["id"]])
+        self.model.eval()
+        return tune_on
+
+    def round_metrics(self, sampled: Round, tuned_on: list[Example], times: dict) -> dict:
+        """The round's row of `metrics.jsonl`; `times`: the seconds spent sampling, and when the
+        fine-tuning began."""
+        cfg, n, kept = self.cfg, len(sampled.idx), sampled.kept
         metrics = {
             # the share of this round's prompts with a kept answer (at most 1); with turns, also the kept
             # examples per prompt: every turn and, with group or better targets, every failed run has one
-            "expert/kept": len({_prompt_id(ex.record["id"]) for ex in kept}) / len(idx),
-            "expert/answers_scored": scored,
-            "reward/total": float(np.mean(rewards)),
-            "time/sample": t_sample,
-            "time/sft": time.perf_counter() - t1,
-            "time/elapsed": time.perf_counter() - t_start,
+            "expert/kept": len({_prompt_id(ex.record["id"]) for ex in kept}) / n,
+            "expert/answers_scored": self.scored,
+            "reward/total": float(np.mean(sampled.rewards)),
+            "time/sample": times["time/sample"],
+            "time/sft": time.perf_counter() - times["time/sft"],
+            "time/elapsed": time.perf_counter() - self.t_start,
         }
-        if successes:
-            metrics["reward/success"] = float(np.mean(successes))
-        if len(by_task) > 1:  # several tasks in the pool: each one's share of sampled answers that succeeded
-            metrics |= {f"expert/success_{name}": float(np.mean(v)) for name, v in sorted(by_task.items())}
-        if cfg.balance != "none" and tune_on:  # the share of each task in the round's fine-tuning examples
-            names = [task_name(ex.record) for ex in tune_on]
+        if sampled.successes:
+            metrics["reward/success"] = float(np.mean(sampled.successes))
+        if len(sampled.by_task) > 1:  # several tasks in the pool: each one's share of answers that succeeded
+            metrics |= {f"expert/success_{k}": float(np.mean(v)) for k, v in sorted(sampled.by_task.items())}
+        if cfg.balance != "none" and tuned_on:  # the share of each task in the round's fine-tuning examples
+            names = [task_name(ex.record) for ex in tuned_on]
             metrics |= {f"expert/tuned_{t}": names.count(t) / len(names) for t in sorted(set(names))}
         if cfg.replay:
-            metrics["expert/replayed"] = len(replayed)
-        for name, parts in turn_stats.items():  # multi-turn: turns/success@k etc., weighted by prompts
-            metrics[name] = sum(v * n for v, n in parts) / sum(n for _, n in parts)
-        if turns.n > 1:
-            metrics["expert/kept_examples"] = len(kept) / len(idx)
-            for k in range(1, turns.n + 1):
-                metrics[f"expert/kept_turn{k}"] = sum(len(e.history) == k - 1 for e in kept) / len(idx)
-        log.log(r, metrics)
-        counters = {
-            "scored": scored,
-            "kept": kept_total,
-            "elapsed": metrics["time/elapsed"],
-            "expert": settings,
-        }
-        if cfg.replay:
-            counters["replay"] = replayed
-        # no optimizer state: each round's fine-tuning starts a fresh one
+            metrics["expert/replayed"] = len(self.replayed)
+        # multi-turn: turns/success@k etc., weighted by prompts
+        for name, parts in sampled.turn_stats.items():
+            metrics[name] = sum(v * k for v, k in parts) / sum(k for _, k in parts)
+        if self.run.turns.n > 1:
+            metrics["expert/kept_examples"] = len(kept) / n
+            for k in range(1, self.run.turns.n + 1):
+                metrics[f"expert/kept_turn{k}"] = sum(len(e.history) == k - 1 for e in kept) / n
+        return metrics
+
+    def checkpoint(self, r: int, elapsed: float) -> None:
+        """The policy and counters after round `r` (no optimizer state: each round's fine-tuning starts a
+        fresh one)."""
+        counters = {"scored": self.scored, "kept": self.kept_total, "elapsed": elapsed}
+        counters["expert"] = self.settings
+        if self.cfg.replay:
+            counters["replay"] = self.replayed
         save_checkpoint(
-            ckpt_dir, r, model, None, None, counters, config_yaml, sft_cfg.keep_checkpoints, optim_state={}
-        )
-        bar.set_postfix(kept=f"{metrics['expert/kept']:.2f}", r=f"{metrics['reward/total']:.2f}")
-    return {
-        "rounds": cfg.rounds,
-        "answers_scored": scored,
-        "kept": kept_total,
-        "wall_s": time.perf_counter() - t_start,
-    }
+            self.ckpt_dir, r, self.model, None, None, counters, self.run.config_yaml,
+            self.sft_cfg.keep_checkpoints, optim_state={},
+        )  # fmt: skip
 
 
-def train_expert_config(
-    model,
-    processor,
-    train: Sequence[Example],
-    cfg,
-    out_dir: str | Path,
-    progress: bool = True,
-    resume: str = "",
-    config_yaml: str = "",
-) -> dict:
+def train_expert_config(cfg, run: Run) -> dict:
     """`train_expert` as a whole config (`embodied.config.Config`) asks: its `expert:` rounds, `sft:`
     optimizer settings, `video:`, seed, the routed reward (`rl.rewards.rewards_for`: physics for episodes,
-    rules for questions) and GRPO's token budget and reward timeout. `embodied expert` and the
+    rules for questions), the `env` turns and GRPO's token budget and reward timeout; `run` gives the
+    policy, the prompts, `out_dir`, progress, resume and the config's YAML. `embodied expert` and the
     env-feedback arm both run it."""
     check_env_turns(cfg.env)
-    return train_expert(
-        model,
-        processor,
-        train,
-        cfg.expert,
-        cfg.sft,
-        cfg.video,
-        out_dir,
-        cfg.seed,
-        progress,
-        rewards_for(cfg),
-        cfg.grpo.max_new_tokens,
-        cfg.grpo.reward_timeout_s,
-        resume,
-        config_yaml,
-        Turns.of(cfg.env),
-    )
+    how = {"video": cfg.video, "seed": cfg.seed, "reward_fn": rewards_for(cfg), "turns": Turns.of(cfg.env)}
+    run = dataclasses.replace(run, **how)
+    return train_expert(cfg.expert, cfg.sft, run, cfg.grpo.max_new_tokens, cfg.grpo.reward_timeout_s)
 
 
 def answers_scored(cfg, n_train: int) -> int:

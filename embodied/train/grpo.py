@@ -14,7 +14,7 @@ import copy
 import dataclasses
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +22,6 @@ import torch
 from tqdm.auto import tqdm
 
 from embodied.data.load import Example
-from embodied.envs.config import ONE_TURN, Turns
 from embodied.eval.loop import evaluate
 from embodied.policy.model import completion_logprobs, decode, generate, select_rows
 from embodied.rl.advantages import ESTIMATORS, compute_advantages
@@ -48,10 +47,9 @@ from embodied.rl.ppo import (
     value_loss,
 )
 from embodied.rl.rewards import RewardFn, mcq_rewards, mean_terms, overlong_shaping, score
-from embodied.rl.rollout import Rollout, dynamic_sample, sample_groups, sampling_seed
+from embodied.rl.rollout import Rollout, Sampling, dynamic_sample, sample_groups, sampling_seed
 from embodied.train.checkpoint import resolve_resume, set_aside
 from embodied.train.common import (
-    NonFiniteGuard,
     apply_gradients,
     index_batches,
     micro_batches,
@@ -59,8 +57,10 @@ from embodied.train.common import (
     skip_batches,
     with_last,
 )
+from embodied.train.config import GRPOConfig
 from embodied.train.distributed import Processes
 from embodied.train.metrics import MetricsLog
+from embodied.train.state import Run, Trainer
 from embodied.video import VideoConfig
 
 CHOICES = {
@@ -153,17 +153,12 @@ def loss_spec(cfg) -> LossSpec:
     )
 
 
-def sampling_args(cfg) -> dict:
-    """`sample_groups`' sampling and shaping arguments from a `GRPOConfig`."""
+def sampling_args(cfg) -> Sampling:
+    """The rollouts' sampling and shaping settings of a `GRPOConfig`."""
     shaping = overlong_shaping(cfg.max_new_tokens, cfg.overlong, cfg.overlong_buffer, cfg.overlong_weight)
-    return {
-        "group_size": cfg.group_size,
-        "max_new_tokens": cfg.max_new_tokens,
-        "temperature": cfg.temperature,
-        "temperatures": cfg.temperatures,
-        "shaping": shaping,
-        "timeout_s": cfg.reward_timeout_s,
-    }
+    return Sampling(
+        cfg.group_size, cfg.max_new_tokens, cfg.temperature, cfg.temperatures, shaping, cfg.reward_timeout_s
+    )
 
 
 @dataclass
@@ -185,82 +180,38 @@ def loss_mask(ro: Rollout, cfg) -> torch.Tensor:
 
 
 def update(
-    model,
-    ref,
-    processor,
+    t: GRPOTrainer,
     ro: Rollout,
     advantages: torch.Tensor,
     old_logp,
-    cfg,
     gen,
-    procs=None,
     critic: Critic | None = None,
     critic_only: bool = False,
 ) -> dict:
-    """Accumulate the loss's gradient over micro-batches of the rollout (no optimizer step); `cfg` is the
-    `GRPOConfig`, whose loss switches go to `grpo_loss` as one `LossSpec`. `advantages` is `(B,)` or, with
-    a `critic` (PPO), `(B, T)`; the critic's clipped value loss is then added with weight `cfg.vf_coef`.
-    `critic_only` (the critic's warm-up) leaves the policy loss out and stops the value loss's gradient at
-    the head's input: only the head gets a gradient.
+    """Accumulate the loss's gradient over micro-batches of the rollout (no optimizer step) through `t.net`;
+    `t.cfg` is the `GRPOConfig`, whose loss switches go to `grpo_loss` as one `LossSpec`. `advantages` is
+    `(B,)` or, with a `critic` (PPO), `(B, T)`; the critic's clipped value loss is then added with weight
+    `cfg.vf_coef`. `critic_only` (the critic's warm-up) leaves the policy loss out and stops the value
+    loss's gradient at the head's input: only the head gets a gradient.
 
     Every micro-batch loss is normalised by whole-rollout sizes (summed over processes), so the summed
     gradient equals the whole-batch one. Returns this process's share of the detached metrics, summed the
     same way (clip fractions token-weighted); summing them over processes gives the global values.
     """
-    procs, spec = procs or Processes(), loss_spec(cfg)
+    cfg, procs = t.cfg, t.procs
     mask = loss_mask(ro, cfg)
     head = critic.head if critic is not None else None
     if critic_only and head is not None:
         head = _Detached(head)
-    local_rows = mask.shape[0]
-    rows = int(procs.sum(torch.tensor(local_rows)))
-    tokens = int(procs.sum(mask.sum()))
-    need_entropy_grad = cfg.entropy_coef > 0 or (cfg.papo and cfg.papo_entropy_real > 0)
-    sizes = {"num_seqs": rows, "num_tokens": tokens, "agg": cfg.loss_agg, "agg_norm": cfg.max_new_tokens}
+    rows, tokens = int(procs.sum(torch.tensor(mask.shape[0]))), int(procs.sum(mask.sum()))
     v_count = int(procs.sum(critic.value_mask.sum())) if critic is not None else 0
+    step = _Update(t, ro, mask, advantages, old_logp, gen, critic, critic_only, head, rows, tokens, v_count)
     totals: dict[str, float] = {}
-    for idx, last in with_last(micro_batches(local_rows, cfg.micro_batch_size)):
-        with procs.grad_sync(model, last):  # DDP all-reduces once, after the last micro-batch
-            sub, ids, m, temp = select_rows(ro.batch, idx), ro.ids[idx], mask[idx], ro.temperature[idx]
-            logp, entropy, *values = completion_logprobs(
-                model, sub, ids, m, temp, True, need_entropy_grad, head
-            )
-            ref_logp = None
-            if ref is not None and spec.kl_coef > 0:
-                with torch.no_grad():
-                    ref_logp = completion_logprobs(ref, sub, ids, m, temp)
-            old = logp.detach() if old_logp is None else old_logp[idx]
-            ent = entropy if cfg.entropy_coef > 0 else None
-            if critic_only:
-                loss, terms = torch.zeros((), device=logp.device), {}
-            else:
-                loss, terms = grpo_loss(logp, old, advantages[idx], m, ref_logp, spec, ent, gen, rows, tokens)
-            if critic is not None:
-                vm = critic.value_mask[idx]
-                v_loss, v_clip = value_loss(
-                    values[0], critic.old_values[idx], critic.returns[idx], vm, cfg.value_clip, v_count
-                )
-                loss = loss + cfg.vf_coef * v_loss
-                terms |= {"loss/value": v_loss.detach(), "clip/value_fraction": v_clip}
-            if cfg.papo and not critic_only:
-                masked = masked_batch(sub, processor, cfg.papo_mask_prob, cfg.papo_consistent, gen)
-                with torch.set_grad_enabled(cfg.papo_masked_grad):
-                    m_logp, m_ent = completion_logprobs(
-                        model, masked, ids, m, temp, True, cfg.papo_masked_grad
-                    )
-                p_loss, p_terms = perception_loss(
-                    logp,
-                    m_logp,
-                    m,
-                    cfg.papo_gamma,
-                    entropy,
-                    m_ent,
-                    (cfg.papo_entropy_real, cfg.papo_entropy_masked),
-                    **sizes,
-                )
-                loss = loss + p_loss
-                terms |= p_terms
+    for idx, last in with_last(micro_batches(mask.shape[0], cfg.micro_batch_size)):
+        with procs.grad_sync(t.net, last):  # DDP all-reduces once, after the last micro-batch
+            loss, terms, entropy = step.loss(idx)
             procs.backward(loss)
+        m = mask[idx]
         share = float(m.sum()) / max(tokens, 1)
         for k, v in terms.items():
             totals[k] = totals.get(k, 0.0) + float(v) * (share if k.startswith("clip/") else 1.0)
@@ -269,6 +220,69 @@ def update(
             totals.get("entropy/mean", 0.0) + float(masked_mean(entropy.detach(), m)) * share
         )
     return totals
+
+
+@dataclass
+class _Update:
+    """One `update`: the rollout, its advantages and the whole-rollout sizes every micro-batch's loss is
+    normalised by."""
+
+    t: GRPOTrainer
+    ro: Rollout
+    mask: torch.Tensor
+    advantages: torch.Tensor
+    old_logp: torch.Tensor | None
+    gen: torch.Generator
+    critic: Critic | None
+    critic_only: bool
+    head: torch.nn.Module | None
+    rows: int
+    tokens: int
+    v_count: int
+
+    def loss(self, idx: list[int]) -> tuple[torch.Tensor, dict, torch.Tensor]:
+        """The loss of the micro-batch of rows `idx` (policy, value and perception terms), its terms and
+        its tokens' entropies."""
+        cfg, ro, spec = self.t.cfg, self.ro, loss_spec(self.t.cfg)
+        sub, ids, m, temp = select_rows(ro.batch, idx), ro.ids[idx], self.mask[idx], ro.temperature[idx]
+        need_entropy_grad = cfg.entropy_coef > 0 or (cfg.papo and cfg.papo_entropy_real > 0)
+        logp, entropy, *values = completion_logprobs(
+            self.t.net, sub, ids, m, temp, True, need_entropy_grad, self.head
+        )
+        ref_logp = None
+        if self.t.ref is not None and spec.kl_coef > 0:
+            with torch.no_grad():
+                ref_logp = completion_logprobs(self.t.ref, sub, ids, m, temp)
+        old = logp.detach() if self.old_logp is None else self.old_logp[idx]
+        ent = entropy if cfg.entropy_coef > 0 else None
+        if self.critic_only:
+            loss, terms = torch.zeros((), device=logp.device), {}
+        else:
+            args = (spec, ent, self.gen, self.rows, self.tokens)
+            loss, terms = grpo_loss(logp, old, self.advantages[idx], m, ref_logp, *args)
+        if self.critic is not None:
+            c, vm = self.critic, self.critic.value_mask[idx]
+            v_loss, v_clip = value_loss(
+                values[0], c.old_values[idx], c.returns[idx], vm, cfg.value_clip, self.v_count
+            )
+            loss = loss + cfg.vf_coef * v_loss
+            terms |= {"loss/value": v_loss.detach(), "clip/value_fraction": v_clip}
+        if cfg.papo and not self.critic_only:
+            p_loss, p_terms = self.perception(sub, ids, m, temp, logp, entropy)
+            loss = loss + p_loss
+            terms |= p_terms
+        return loss, terms, entropy
+
+    def perception(self, sub, ids, m, temp, logp, entropy) -> tuple[torch.Tensor, dict]:
+        """PAPO's perception loss: the same answers' log-probs with the video masked."""
+        cfg = self.t.cfg
+        masked = masked_batch(sub, self.t.processor, cfg.papo_mask_prob, cfg.papo_consistent, self.gen)
+        with torch.set_grad_enabled(cfg.papo_masked_grad):
+            m_logp, m_ent = completion_logprobs(self.t.net, masked, ids, m, temp, True, cfg.papo_masked_grad)
+        sizes = {"num_seqs": self.rows, "num_tokens": self.tokens}
+        sizes |= {"agg": cfg.loss_agg, "agg_norm": cfg.max_new_tokens}
+        weights = (cfg.papo_entropy_real, cfg.papo_entropy_masked)
+        return perception_loss(logp, m_logp, m, cfg.papo_gamma, entropy, m_ent, weights, **sizes)
 
 
 class _Detached(torch.nn.Module):
@@ -382,131 +396,193 @@ def masked_input_accuracy(model, processor, ro: Rollout, cfg, reward_fn, gen) ->
     return out
 
 
-def train_grpo(
-    model,
-    processor,
-    train: Sequence[Example],
-    cfg,
-    video: VideoConfig,
-    out_dir: str | Path,
-    val: Sequence[Example] = (),
-    seed: int = 0,
-    progress: bool = True,
-    reward_fn: RewardFn | None = None,
-    resume: str = "",
-    config_yaml: str = "",
-    procs: Processes | None = None,
-    turns: Turns = ONE_TURN,
-) -> dict:
-    """Run `cfg.steps` GRPO steps (`cfg` is a `GRPOConfig`): rollout -> advantages -> loss -> step ->
-    log/eval/checkpoint; metrics go to `out_dir/metrics.jsonl`, checkpoints to `out_dir/checkpoints/grpo`
-    (`resume`: "", "auto" or a checkpoint folder). `reward_fn(texts, records)` scores a batch (default: the
-    MCQ rules; a failing one stops the run with a `RewardError`). Under several processes (`procs`) each
-    samples and trains on its share of every step's prompts (whole groups, so advantages are exact); only
-    the first logs, evaluates and writes checkpoints. `turns` (`Turns.of(cfg.env)`) with more than one turn
-    plays multi-turn episodes (`embodied.rl.episodes`): a group is G whole trajectories, rewarded by
+def train_grpo(cfg: GRPOConfig, run: Run) -> dict:
+    """Run `cfg.steps` GRPO steps: rollout -> advantages -> loss -> step -> log/eval/checkpoint, on
+    `run.train` (a `Run`: the policy, the data, `out_dir`, the seed, the reward...). Metrics go to
+    `out_dir/metrics.jsonl`, checkpoints to `out_dir/checkpoints/grpo` (`run.resume`: "", "auto" or a
+    checkpoint folder). `run.reward_fn(texts, records)` scores a batch (default: the MCQ rules; a failing
+    one stops the run with a `RewardError`). Under several processes (`run.procs`) each samples and trains
+    on its share of every step's prompts (whole groups, so advantages are exact); only the first logs,
+    evaluates and writes checkpoints. `run.turns` (`Turns.of(cfg.env)`) with more than one turn plays
+    multi-turn episodes (`embodied.rl.episodes`): a group is G whole trajectories, rewarded by
     `turns.reward`, the outcome also said in words with `turns.words`, turns after the first sampled at
     `turns.retry_temperature` among the tokens `turns.retry_min_p` keeps, a later turn's video chosen by
-    `turns.clip`."""
-    procs = procs or Processes()
+    `turns.clip`. With `cfg.keep_best` the policy ends on its best held-out point."""
+    t = GRPOTrainer.build(cfg, run)
+    bar = tqdm(range(t.start, cfg.steps + 1), desc="grpo", unit="step", disable=not run.progress)
+    t.t_start = time.perf_counter()
+    for step in bar:
+        t0 = time.perf_counter()
+        ro, sampled = rollout(t.draw, cfg, run.processor, run.video)
+        t_rollout, metrics = time.perf_counter() - t0, {}
+        if ro is None:  # every group drawn had equal rewards: nothing to learn from this step
+            t.empty_steps += 1
+        else:
+            metrics = learn(t, ro, step)
+        if t.head is not None and metrics:
+            t.watch.see(step, metrics["critic/explained_variance"])
+        t.log_step(step, ro, metrics, sampled, bar, (t0, t_rollout))
+        t.held_out(step)
+        t.checkpoint(step)
+    return t.finish()
+
+
+def check_run(cfg: GRPOConfig, run: Run, procs: Processes) -> None:
+    """Fail before any work on settings that cannot run together (`check_config`, the turns, keep_best);
+    warn on clip settings that cannot act (`inert_clip_settings`)."""
     check_config(cfg, procs.world)
-    check_env_turns(turns)
-    if cfg.keep_best and (not cfg.eval_every or procs.world > 1 or resume):
+    check_env_turns(run.turns)
+    if cfg.keep_best and (not cfg.eval_every or procs.world > 1 or run.resume):
         raise ValueError(
             "grpo.keep_best needs grpo.eval_every > 0 and validation clips, in one process, without resume "
             "(the best weights are held in memory)"
         )
-    if turns.n > 1 and (cfg.dynamic_sampling or cfg.advantage == "gae" or procs.world > 1):
+    if run.turns.n > 1 and (cfg.dynamic_sampling or cfg.advantage == "gae" or procs.world > 1):
         raise ValueError(
-            f"env.turns={turns.n} runs with the group estimators in one process: not with "
+            f"env.turns={run.turns.n} runs with the group estimators in one process: not with "
             "grpo.dynamic_sampling, grpo.advantage=gae or several processes (yet)"
         )
     if inert := inert_clip_settings(cfg):
         warnings.warn(
             f"grpo.updates_per_rollout=1 with {', '.join(inert)}: every importance ratio is exactly 1 "
             "on-policy (the policy that sampled is the one updated), so clipping never acts",
-            stacklevel=2,
+            stacklevel=4,
         )
-    ref = procs.wrap_frozen(copy.deepcopy(model).eval().requires_grad_(False)) if cfg.kl_coef > 0 else None
-    net, out_dir, head = procs.wrap(model), Path(out_dir), value_head(model, cfg)
-    optimizer, extra = make_optimizer(model, head, cfg), ({"value_head": head} if head is not None else None)
-    reward_fn = reward_fn or mcq_rewards(cfg.accuracy_weight, cfg.format_weight, cfg.order_credit)
-    log, guard = MetricsLog(out_dir / "metrics.jsonl", "grpo"), NonFiniteGuard()
-    ckpt_dir = out_dir / "checkpoints" / "grpo"
-    state = {"drawn": 0, "empty_steps": 0}
-    order, start = index_batches(len(train), cfg.prompts_per_step, seed), 1
-    if path := resolve_resume(resume, ckpt_dir):
-        start, order = resume_state(path, procs, model, optimizer, guard, state, order, log, extra)
-    elif cfg.checkpoint_every:
-        set_aside(ckpt_dir, procs.main)
-    sampling, critic_watch = sampling_args(cfg), CriticWatch(cfg.value_ev_patience)
-    keep = keeps_prefix(net, model, cfg, procs, head, turns.n)
-    best = BestWeights() if cfg.keep_best else None
 
-    def draw() -> Rollout:
-        state["drawn"] += 1
-        idx = procs.shard(next(order))
+
+@dataclass(kw_only=True)
+class GRPOTrainer(Trainer):
+    """A GRPO run's state (`Trainer`'s, and): the frozen reference policy of the KL term (`ref`), PPO's value
+    head and the watch on its explained variance, the reward, the rollouts' sampling settings, whether the
+    update takes the sampler's prompt pass, the best held-out weights (`keep_best`) and the counters its
+    checkpoints save (prompt draws, steps with nothing to learn from)."""
+
+    ref: torch.nn.Module | None = None
+    head: ValueHead | None = None
+    reward_fn: RewardFn | None = None
+    sampling: Sampling | None = None
+    keep_prefix: bool = False
+    best: BestWeights | None = None
+    watch: CriticWatch | None = None
+    drawn: int = 0
+    empty_steps: int = 0
+
+    @classmethod
+    def build(cls, cfg: GRPOConfig, run: Run) -> GRPOTrainer:
+        """Check the settings; build the reference, the value head, the optimizer and the log; resume
+        (`run.resume`) or set an earlier run's checkpoints aside."""
+        procs = run.procs or Processes()
+        check_run(cfg, run, procs)
+        model = run.model
+        ref = (
+            procs.wrap_frozen(copy.deepcopy(model).eval().requires_grad_(False)) if cfg.kl_coef > 0 else None
+        )
+        net, head = procs.wrap(model), value_head(model, cfg)
+        t = cls(cfg=cfg, run=run, procs=procs, net=net, ref=ref, head=head)
+        t.optimizer = make_optimizer(model, head, cfg)
+        t.reward_fn = run.reward_fn or mcq_rewards(cfg.accuracy_weight, cfg.format_weight, cfg.order_credit)
+        t.log = MetricsLog(run.out_dir / "metrics.jsonl", "grpo")
+        t.order = index_batches(len(run.train), cfg.prompts_per_step, run.seed)
+        if path := resolve_resume(run.resume, t.ckpt_dir):
+            t.resume(path)
+        elif cfg.checkpoint_every:
+            set_aside(t.ckpt_dir, procs.main)
+        t.sampling, t.watch = sampling_args(cfg), CriticWatch(cfg.value_ev_patience)
+        t.keep_prefix = keeps_prefix(net, model, cfg, procs, head, run.turns.n)
+        t.best = BestWeights() if cfg.keep_best else None
+        return t
+
+    @property
+    def ckpt_dir(self) -> Path:
+        return self.run.out_dir / "checkpoints" / "grpo"
+
+    @property
+    def extra(self) -> dict | None:
+        """The modules a checkpoint saves beside the policy: PPO's value head."""
+        return {"value_head": self.head} if self.head is not None else None
+
+    def resume(self, path: Path) -> None:
+        """Load a GRPO checkpoint into the model, optimizer, value head, guard and counters; the next step
+        is the one after it, and the batch order skips the batches already drawn."""
+        saved = self.procs.load_checkpoint(path, self.model, self.optimizer, extra=self.extra)
+        self.drawn, self.empty_steps = saved["drawn"], saved["empty_steps"]
+        self.guard.total, self.guard.in_row = saved["skipped"], saved["in_row"]
+        self.log.truncate(saved["step"])
+        print(f"resuming GRPO from {path} (step {saved['step']})")
+        self.start, self.order = saved["step"] + 1, skip_batches(self.order, saved["drawn"])
+
+    def draw(self) -> Rollout:
+        """This process's share of the next `prompts_per_step` prompts, answered and scored: G answers per
+        prompt, or G trajectories with `run.turns`."""
+        run = self.run
+        self.drawn += 1
+        idx = self.procs.shard(next(self.order))
         # each prompt's answers are seeded by (run seed, draw, prompt): the same whatever the process count
-        seeds = [sampling_seed(seed, state["drawn"], i) for i in idx]
-        if turns.n > 1:
-            examples = [train[i] for i in idx]
-            kwargs = turns.play_kwargs() | sampling
-            return sample_episodes(model, processor, examples, video, reward_fn, seeds=seeds, **kwargs)
-        return sample_groups(
-            model,
-            processor,
-            [train[i] for i in idx],
-            video,
-            reward_fn,
-            seeds=seeds,
-            keep_prefix=keep,
-            **sampling,
-        )
+        seeds = [sampling_seed(run.seed, self.drawn, i) for i in idx]
+        examples = [run.train[i] for i in idx]
+        policy = (run.model, run.processor, examples, run.video, self.reward_fn)
+        if run.turns.n > 1:
+            return sample_episodes(*policy, run.turns, self.sampling, seeds)
+        return sample_groups(*policy, self.sampling, seeds, self.keep_prefix)
 
-    bar = tqdm(range(start, cfg.steps + 1), desc="grpo", unit="step", disable=not progress)
-    t_start = time.perf_counter()
-    for step in bar:
-        t0 = time.perf_counter()
-        ro, sampled = rollout(draw, cfg, processor, video)
-        t_rollout, metrics = time.perf_counter() - t0, {}
-        if ro is None:  # every group drawn had equal rewards: nothing to learn from this step
-            state["empty_steps"] += 1
-        else:
-            metrics = learn(net, ref, model, processor, ro, cfg, optimizer, guard, procs, seed, step, head)
-        if head is not None and metrics:
-            critic_watch.see(step, metrics["critic/explained_variance"])
+    def log_step(self, step: int, ro, metrics: dict, sampled: dict, bar, times: tuple[float, float]) -> None:
+        """Every `log_every` steps (and the last) the step's metrics (`step_metrics`); with PPO's critic
+        its metrics at every step; the logged rollouts (every `log.samples_every` steps). `times`: when the
+        step began and the seconds its rollout took."""
+        cfg, procs = self.cfg, self.procs
         if step % cfg.log_every == 0 or step == cfg.steps:
-            counts = {"train/skipped_steps": guard.total, "train/empty_steps": state["empty_steps"]}
-            metrics = step_metrics(
-                metrics | sampled | counts, ro, model, processor, cfg, reward_fn, procs, seed, step
-            )
+            counts = {"train/skipped_steps": self.guard.total, "train/empty_steps": self.empty_steps}
+            metrics = step_metrics(self, metrics | sampled | counts, ro, step)
             if ro is not None:
                 bar.set_postfix(r=f"{metrics['reward/total']:.2f}")
             if procs.main:
-                log.log(step, metrics | {"time/step": time.perf_counter() - t0, "time/rollout": t_rollout})
-        elif head is not None and metrics and procs.main:  # the critic's metrics at every step
-            log.log(step, {k: v for k, v in metrics.items() if k.startswith(CRITIC_KEYS)})
+                t0, t_rollout = times
+                self.log.log(
+                    step, metrics | {"time/step": time.perf_counter() - t0, "time/rollout": t_rollout}
+                )
+        elif self.head is not None and metrics and procs.main:  # the critic's metrics at every step
+            self.log.log(step, {k: v for k, v in metrics.items() if k.startswith(CRITIC_KEYS)})
         if procs.main:
-            log.log_rollout(step, ro)  # every log.samples_every steps: frames, answers, rewards, truth
-        held_out = cfg.eval_every and val and (step % cfg.eval_every == 0 or (best and step == cfg.steps))
-        if procs.all_forward and held_out:
-            accuracy = validate(model, processor, val[: cfg.eval_examples], video, log, step, t_start, procs)
-            if best is not None:
-                best.see(step, accuracy, model)
-        if cfg.checkpoint_every and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
-            counters = state | {"skipped": guard.total, "in_row": guard.in_row}
-            procs.save_checkpoint(
-                ckpt_dir, step, model, optimizer, None, counters, config_yaml, cfg.keep_checkpoints, extra
+            self.log.log_rollout(step, ro)  # every log.samples_every steps: frames, answers, rewards, truth
+
+    def held_out(self, step: int) -> None:
+        """Every `eval_every` steps (and the last under `keep_best`): greedy accuracy on the validation
+        clips, logged, and seen by `best`."""
+        cfg, val, best = self.cfg, self.run.val, self.best
+        due = cfg.eval_every and val and (step % cfg.eval_every == 0 or (best and step == cfg.steps))
+        if self.procs.all_forward and due:
+            clips = val[: cfg.eval_examples]
+            accuracy = validate(
+                self.model, self.processor, clips, self.run.video, self.log, step, self.t_start, self.procs
             )
-    procs.barrier()
-    model.eval()
-    summary = {"steps": cfg.steps, "wall_s": time.perf_counter() - t_start, "skipped_steps": guard.total}
-    if best is not None and best.step is not None:
-        best.restore(model)
-        summary |= {"best_step": best.step, "best_accuracy": best.accuracy}
-        if procs.main:
-            log.log(cfg.steps, {"eval/best_step": best.step, "eval/best_accuracy": best.accuracy})
-    return summary
+            if best is not None:
+                best.see(step, accuracy, self.model)
+
+    def checkpoint(self, step: int) -> None:
+        """Every `checkpoint_every` steps (and the last): the whole state, the counters included."""
+        cfg = self.cfg
+        if cfg.checkpoint_every and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
+            counters = {"drawn": self.drawn, "empty_steps": self.empty_steps}
+            counters |= {"skipped": self.guard.total, "in_row": self.guard.in_row}
+            self.procs.save_checkpoint(
+                self.ckpt_dir, step, self.model, self.optimizer, None, counters, self.run.config_yaml,
+                cfg.keep_checkpoints, self.extra,
+            )  # fmt: skip
+
+    def finish(self) -> dict:
+        """The run's summary, once every process is done; under `keep_best` the policy goes back to its
+        best held-out weights."""
+        cfg, best = self.cfg, self.best
+        self.procs.barrier()
+        self.model.eval()
+        summary = {"steps": cfg.steps, "wall_s": time.perf_counter() - self.t_start}
+        summary["skipped_steps"] = self.guard.total
+        if best is not None and best.step is not None:
+            best.restore(self.model)
+            summary |= {"best_step": best.step, "best_accuracy": best.accuracy}
+            if self.procs.main:
+                self.log.log(cfg.steps, {"eval/best_step": best.step, "eval/best_accuracy": best.accuracy})
+        return summary
 
 
 class BestWeights:
@@ -571,19 +647,6 @@ def keeps_prefix(net, model, cfg, procs, head, turns: int) -> bool:
     )
 
 
-def resume_state(
-    path: Path, procs, model, optimizer, guard, state: dict, order, log, extra=None
-) -> tuple[int, Iterator]:
-    """Load a GRPO checkpoint into the model, optimizer, guard, counters and `extra` modules (PPO's value
-    head); returns the first step to run and the batch order past the batches already drawn."""
-    saved = procs.load_checkpoint(path, model, optimizer, extra=extra)
-    state |= {"drawn": saved["drawn"], "empty_steps": saved["empty_steps"]}
-    guard.total, guard.in_row = saved["skipped"], saved["in_row"]
-    log.truncate(saved["step"])
-    print(f"resuming GRPO from {path} (step {saved['step']})")
-    return saved["step"] + 1, skip_batches(order, saved["drawn"])
-
-
 def rollout(draw, cfg, processor, video: VideoConfig) -> tuple[Rollout | None, dict]:
     """This step's rollout: one draw, or DAPO's dynamic sampling (with its statistics)."""
     if cfg.dynamic_sampling:
@@ -591,16 +654,15 @@ def rollout(draw, cfg, processor, video: VideoConfig) -> tuple[Rollout | None, d
     return draw(), {}
 
 
-def learn(
-    net, ref, model, processor, ro: Rollout, cfg, optimizer, guard, procs, seed: int, step: int, head=None
-) -> dict:
-    """Advantages within each group (or, with PPO's value `head`, GAE against its values), then
+def learn(t: GRPOTrainer, ro: Rollout, step: int) -> dict:
+    """Advantages within each group (or, with PPO's value head `t.head`, GAE against its values), then
     `cfg.updates_per_rollout` optimizer steps against the sampling policy's log-probs (masks and token
     picks drawn from `(seed, step)`); the last update's metrics."""
-    gen, critic, extra = _generator(seed, step, 1), None, {}
+    cfg, model, head = t.cfg, t.model, t.head
+    gen, critic, extra = _generator(t.seed, step, 1), None, {}
     model.train()
     if head is None:
-        all_sum = procs.sum if procs.world > 1 else None
+        all_sum = t.procs.sum if t.procs.world > 1 else None
         advantages = compute_advantages(ro.rewards, cfg.advantage, all_sum).flatten()
         if ro.owner is not None:  # multi-turn: every turn's row gets its trajectory's advantage
             advantages = advantages[ro.owner]
@@ -608,14 +670,16 @@ def learn(
         mu = cfg.updates_per_rollout
         old_logp = rollout_logprobs(model, ro, cfg.micro_batch_size) if mu > 1 else None
     else:
-        advantages, old_logp, critic, extra = critic_targets(model, ref, head, ro, cfg)
+        advantages, old_logp, critic, extra = critic_targets(model, t.ref, head, ro, cfg)
     warmup = head is not None and step <= cfg.value_warmup_steps  # the critic learns, the policy waits
     stepped = model if head is None else torch.nn.ModuleList([model, head])  # clipped and stepped together
     for _ in range(cfg.updates_per_rollout):
-        metrics = update(net, ref, processor, ro, advantages, old_logp, cfg, gen, procs, critic, warmup)
+        metrics = update(t, ro, advantages, old_logp, gen, critic, warmup)
         loss = torch.tensor(metrics["loss/total"])
         stepping = head if warmup else stepped  # no policy parameter has a gradient in the warm-up
-        metrics["optim/grad_norm"] = apply_gradients(stepping, optimizer, loss, cfg.grad_clip, guard, step)
+        metrics["optim/grad_norm"] = apply_gradients(
+            stepping, t.optimizer, loss, cfg.grad_clip, t.guard, step
+        )
     if critic is not None:
         extra |= critic_fit(model, ro, critic, cfg) | {"critic/warmup": float(warmup)}
     model.eval()
@@ -634,9 +698,7 @@ def critic_fit(model, ro: Rollout, critic: Critic, cfg) -> dict:
     return {"critic/explained_variance_fit": float(fit)}
 
 
-def step_metrics(
-    metrics: dict, ro: Rollout | None, model, processor, cfg, reward_fn, procs, seed, step
-) -> dict:
+def step_metrics(t: GRPOTrainer, metrics: dict, ro: Rollout | None, step: int) -> dict:
     """A logged step's metrics: the update's and the rollout's, reduced over processes, plus PAPO's
     masked-input accuracy (its masks drawn from `(seed, step)`)."""
     if ro is not None:
@@ -647,9 +709,10 @@ def step_metrics(
             "rollout/truncated": ro.truncated.float().mean(),
             **ro.stats,
         }
-        metrics = procs.reduce_metrics(metrics, summed=UPDATE_SUMS)
-    if procs.all_forward and ro is not None and cfg.papo:
-        metrics |= masked_input_accuracy(model, processor, ro, cfg, reward_fn, _generator(seed, step, 2))
+        metrics = t.procs.reduce_metrics(metrics, summed=UPDATE_SUMS)
+    if t.procs.all_forward and ro is not None and t.cfg.papo:
+        gen = _generator(t.seed, step, 2)
+        metrics |= masked_input_accuracy(t.model, t.processor, ro, t.cfg, t.reward_fn, gen)
     return metrics
 
 

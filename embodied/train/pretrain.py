@@ -331,6 +331,7 @@ def pretrain_policy(
     from embodied.policy.tiny import TinySpec, build_tiny_policy
     from embodied.train.common import seed_everything
     from embodied.train.sft import train_sft
+    from embodied.train.state import Run
 
     out = Path(pc.out) if pc.out else Path(out_dir) / "model"
     _check(pc)
@@ -345,9 +346,8 @@ def pretrain_policy(
     t1 = time.perf_counter()
     vision = pretrain_vision(model, processor, train, pc, video, progress) if pc.vision_steps else {}
     t_vision = time.perf_counter() - t1
-    info = train_sft(
-        model, processor, train, sft, video, out_dir, seed=pc.seed, progress=progress, target_fn=_target
-    )
+    run = Run(model, processor, train, out_dir, video, seed=pc.seed, progress=progress)
+    info = train_sft(sft, run, target_fn=_target)
     with torch.no_grad():
         score = caption_accuracy if pc.captions == "drop" else scene_caption_accuracy
         acc = score(model, processor, val, video)

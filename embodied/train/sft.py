@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +16,6 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from embodied.data.load import Example
 from embodied.data.schema import kind
 from embodied.envs import is_interactive, random_answer
 from embodied.eval.loop import evaluate
@@ -31,7 +30,6 @@ from embodied.policy.model import (
 from embodied.questions import LETTERS, family_names, is_family, sft_target
 from embodied.train.checkpoint import resolve_resume, set_aside
 from embodied.train.common import (
-    NonFiniteGuard,
     apply_gradients,
     index_batches,
     micro_batches,
@@ -39,9 +37,10 @@ from embodied.train.common import (
     skip_batches,
     with_last,
 )
+from embodied.train.config import SFTConfig
 from embodied.train.distributed import Processes
 from embodied.train.metrics import MetricsLog
-from embodied.video import VideoConfig
+from embodied.train.state import Run, Trainer
 
 
 def warmup_cosine(warmup: int, total: int, floor: float = 0.1):
@@ -131,104 +130,44 @@ def stops_here(cfg, step: int, accuracy: float | None, elapsed_s: float) -> bool
 
 
 def train_sft(
-    model,
-    processor,
-    train: Sequence[Example],
-    cfg,
-    video: VideoConfig,
-    out_dir: str | Path,
-    val: Sequence[Example] = (),
-    seed: int = 0,
-    progress: bool = True,
-    resume: str = "",
-    config_yaml: str = "",
-    procs: Processes | None = None,
+    cfg: SFTConfig,
+    run: Run,
     target_fn: Callable[[dict], str] | None = None,
     on_validate: Callable[[int, float], None] | None = None,
 ) -> dict:
-    """Run `cfg.steps` SFT steps (`cfg` is an `SFTConfig`); metrics go to `out_dir/metrics.jsonl`.
+    """Run `cfg.steps` SFT steps on `run.train` (a `Run`: the policy, the data, `out_dir`, the seed...);
+    metrics go to `out_dir/metrics.jsonl`.
 
-    Checkpoints go to `out_dir/checkpoints/sft`; `resume` is "", "auto" or a checkpoint folder. Under
-    several processes (`procs`), each trains on its slice of every global batch; only the first logs,
+    Checkpoints go to `out_dir/checkpoints/sft`; `run.resume` is "", "auto" or a checkpoint folder. Under
+    several processes (`run.procs`), each trains on its slice of every global batch; only the first logs,
     evaluates and writes checkpoints. `target_fn(record)` gives each record's target text (default: the
     family's answer format, `tasks.sft_target`). `on_validate(step, accuracy)` is called after each
     validation (on the processes that validate), e.g. to keep a snapshot of the model.
     """
-    procs = procs or Processes()
-    if cfg.targets not in ("answer", "format"):
-        raise ValueError(f"sft.targets={cfg.targets!r}; choose answer or format")
-    if cfg.micro_batch_size < 0:
-        raise ValueError(f"sft.micro_batch_size={cfg.micro_batch_size}; use 0 (the whole batch) or more")
-    net = procs.wrap(model)
-    device = next(model.parameters()).device
-    model.train()
-    cycle = cfg.restart_every if cfg.restart_every > 0 else cfg.steps
-    log = MetricsLog(Path(out_dir) / "metrics.jsonl", "sft")
-    ckpt_dir = Path(out_dir) / "checkpoints" / "sft"
-    run = _Run(index_batches(len(train), cfg.batch_size, seed), NonFiniteGuard())
-    if path := resolve_resume(resume, ckpt_dir):
-        run.resume(path, model, cfg, cycle, procs, log)
-    elif cfg.checkpoint_every:
-        set_aside(ckpt_dir, procs.main)
-    bar = tqdm(range(run.start, cfg.steps + 1), desc="sft", unit="step", disable=not progress)
-    t_start = time.perf_counter()
-    step = run.start - 1  # a run resumed at its last step trains no more
+    t = SFTTrainer.build(cfg, run)
+    bar = tqdm(range(t.start, cfg.steps + 1), desc="sft", unit="step", disable=not run.progress)
+    t.t_start = time.perf_counter()
+    step = t.start - 1  # a run resumed at its last step trains no more
     for step in bar:
         t0 = time.perf_counter()
-        if (step - 1) % cycle == 0:  # start, and each warm restart
-            run.optimizer, run.schedule = _fresh_optimizer(model, cfg, cycle)
-        chunk = [train[i] for i in procs.shard(next(run.order))]
-        records = [e.record for e in chunk]
-        batch = encode_examples(processor, chunk, video, device)
-        targets = [target_fn(r) for r in records] if target_fn else sft_targets(records, cfg, seed, step)
-        ids, mask = encode_completions(processor, targets, device)
-        tokens = procs.sum(mask.sum())  # the mean is over the whole global batch's target tokens
-        weights = (
-            mask if cfg.answer_weight == 1 else answer_weights(processor, targets, mask, cfg.answer_weight)
-        )
-        run.optimizer.zero_grad(set_to_none=True)
-        loss = torch.zeros((), device=device)
-        for part, last in with_last(sft_micro_batches(batch, ids, mask, weights, cfg.micro_batch_size)):
-            with procs.grad_sync(net, last):  # DDP all-reduces once, after the last part
-                logp = completion_logprobs(net, *part[:3])
-                part_loss = -(logp * part[3]).sum() / tokens
-                procs.backward(part_loss)  # gradients add up over the parts: the whole batch's mean
-            loss = loss + part_loss.detach()
-        grad_norm = apply_gradients(model, run.optimizer, loss, cfg.grad_clip, run.guard, step)
-        run.schedule.step()
-        run.loss_sum += procs.sum(loss.detach()).item()
-        run.tokens += int(tokens)
-        acc, t_eval = None, time.perf_counter()
-        if procs.all_forward and cfg.eval_every and val and step % cfg.eval_every == 0:
-            acc = _validate(
-                model, processor, val[: cfg.eval_examples], video, log, bar, step, t_start, procs.main
-            )
-            if on_validate is not None:
-                on_validate(step, acc)
+        if (step - 1) % t.cycle == 0:  # start, and each warm restart
+            t.optimizer, t.schedule = _fresh_optimizer(t.model, cfg, t.cycle)
+        grad_norm = t.train_step(step, target_fn)
+        t_eval = time.perf_counter()
+        acc = t.held_out(step, bar, on_validate)  # None: no validation this step
         t0 += time.perf_counter() - t_eval  # time/step leaves validation out
-        last = stops_here(cfg, step, acc, time.perf_counter() - t_start)
-        if (cfg.stop_at or cfg.max_seconds) and procs.world > 1:  # one decision, the same on every process
-            last = bool(procs.sum(torch.tensor(float(last), device=device)) > 0)
+        last = t.stops(step, acc)
         if step % cfg.log_every == 0 or last:
-            if procs.main:
-                bar.set_postfix(loss=f"{run.log_metrics(log, step, cfg, grad_norm, t0):.3f}")
-            run.loss_sum = 0.0
+            if t.procs.main:
+                bar.set_postfix(loss=f"{t.log_metrics(step, grad_norm, t0):.3f}")
+            t.loss_sum = 0.0
         if cfg.checkpoint_every and (step % cfg.checkpoint_every == 0 or last):
-            procs.save_checkpoint(
-                ckpt_dir,
-                step,
-                model,
-                run.optimizer,
-                run.schedule,
-                run.state(),
-                config_yaml,
-                cfg.keep_checkpoints,
-            )
+            t.checkpoint(step)
         if last:
             break
-    procs.barrier()
-    model.eval()
-    return {"steps": step, "wall_s": time.perf_counter() - t_start, "skipped_steps": run.guard.total}
+    t.procs.barrier()
+    t.model.eval()
+    return {"steps": step, "wall_s": time.perf_counter() - t.t_start, "skipped_steps": t.guard.total}
 
 
 def sft_micro_batches(batch, ids: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor, size: int):
@@ -250,19 +189,46 @@ def _fresh_optimizer(model, cfg, cycle: int):
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(cfg.warmup_steps, cycle))
 
 
-@dataclass
-class _Run:
-    """What an SFT run carries from step to step, and what its checkpoints save."""
+@dataclass(kw_only=True)
+class SFTTrainer(Trainer):
+    """An SFT run's state (`Trainer`'s, and): the learning-rate schedule and its cycle (`restart_every`),
+    the device, and the loss and token counts its logs and checkpoints carry."""
 
-    order: Iterator
-    guard: NonFiniteGuard
-    start: int = 1
+    cycle: int
+    device: torch.device
+    schedule: torch.optim.lr_scheduler.LambdaLR | None = None
     loss_sum: float = 0.0
     tokens: int = 0
-    optimizer: torch.optim.Optimizer | None = None
-    schedule: torch.optim.lr_scheduler.LambdaLR | None = None
+
+    @classmethod
+    def build(cls, cfg: SFTConfig, run: Run) -> SFTTrainer:
+        """Check the settings, wrap the model, open the log; resume (`run.resume`) or set an earlier run's
+        checkpoints aside."""
+        procs = run.procs or Processes()
+        if cfg.targets not in ("answer", "format"):
+            raise ValueError(f"sft.targets={cfg.targets!r}; choose answer or format")
+        if cfg.micro_batch_size < 0:
+            raise ValueError(f"sft.micro_batch_size={cfg.micro_batch_size}; use 0 (the whole batch) or more")
+        model = run.model
+        net = procs.wrap(model)
+        device = next(model.parameters()).device
+        model.train()
+        cycle = cfg.restart_every if cfg.restart_every > 0 else cfg.steps
+        log = MetricsLog(run.out_dir / "metrics.jsonl", "sft")
+        order = index_batches(len(run.train), cfg.batch_size, run.seed)
+        t = cls(cfg=cfg, run=run, procs=procs, net=net, log=log, order=order, cycle=cycle, device=device)
+        if path := resolve_resume(run.resume, t.ckpt_dir):
+            t.resume(path)
+        elif cfg.checkpoint_every:
+            set_aside(t.ckpt_dir, procs.main)
+        return t
+
+    @property
+    def ckpt_dir(self) -> Path:
+        return self.run.out_dir / "checkpoints" / "sft"
 
     def state(self) -> dict:
+        """The counters a checkpoint saves."""
         return {
             "loss_sum": self.loss_sum,
             "tokens": self.tokens,
@@ -270,17 +236,71 @@ class _Run:
             "in_row": self.guard.in_row,
         }
 
-    def resume(self, path: Path, model, cfg, cycle: int, procs: Processes, log: MetricsLog) -> None:
-        self.optimizer, self.schedule = _fresh_optimizer(model, cfg, cycle)
-        state = procs.load_checkpoint(path, model, self.optimizer, self.schedule)
+    def resume(self, path: Path) -> None:
+        self.optimizer, self.schedule = _fresh_optimizer(self.model, self.cfg, self.cycle)
+        state = self.procs.load_checkpoint(path, self.model, self.optimizer, self.schedule)
         self.start, self.loss_sum, self.tokens = state["step"] + 1, state["loss_sum"], state["tokens"]
         self.guard.total, self.guard.in_row = state["skipped"], state["in_row"]
         self.order = skip_batches(self.order, state["step"])
-        log.truncate(state["step"])
+        self.log.truncate(state["step"])
         print(f"resuming SFT from {path} (step {state['step']})")
 
-    def log_metrics(self, log: MetricsLog, step: int, cfg, grad_norm: float, t0: float) -> float:
+    def train_step(self, step: int, target_fn: Callable[[dict], str] | None) -> float:
+        """One optimizer step on the next batch (this process's slice): its targets, the loss accumulated
+        over micro-batches, the guarded step; returns the gradient norm."""
+        cfg, procs, processor, device = self.cfg, self.procs, self.processor, self.device
+        chunk = [self.run.train[i] for i in procs.shard(next(self.order))]
+        records = [e.record for e in chunk]
+        batch = encode_examples(processor, chunk, self.run.video, device)
+        targets = [target_fn(r) for r in records] if target_fn else sft_targets(records, cfg, self.seed, step)
+        ids, mask = encode_completions(processor, targets, device)
+        tokens = procs.sum(mask.sum())  # the mean is over the whole global batch's target tokens
+        weights = (
+            mask if cfg.answer_weight == 1 else answer_weights(processor, targets, mask, cfg.answer_weight)
+        )
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = torch.zeros((), device=device)
+        for part, last in with_last(sft_micro_batches(batch, ids, mask, weights, cfg.micro_batch_size)):
+            with procs.grad_sync(self.net, last):  # DDP all-reduces once, after the last part
+                logp = completion_logprobs(self.net, *part[:3])
+                part_loss = -(logp * part[3]).sum() / tokens
+                procs.backward(part_loss)  # gradients add up over the parts: the whole batch's mean
+            loss = loss + part_loss.detach()
+        grad_norm = apply_gradients(self.model, self.optimizer, loss, cfg.grad_clip, self.guard, step)
+        self.schedule.step()
+        self.loss_sum += procs.sum(loss.detach()).item()
+        self.tokens += int(tokens)
+        return grad_norm
+
+    def held_out(self, step: int, bar, on_validate) -> float | None:
+        """Every `eval_every` steps: the greedy validation accuracy (then `on_validate(step, accuracy)`);
+        None on the other steps."""
+        cfg, val = self.cfg, self.run.val
+        if not (self.procs.all_forward and cfg.eval_every and val and step % cfg.eval_every == 0):
+            return None
+        args = (self.log, bar, step, self.t_start, self.procs.main)
+        acc = _validate(self.model, self.processor, val[: cfg.eval_examples], self.run.video, *args)
+        if on_validate is not None:
+            on_validate(step, acc)
+        return acc
+
+    def stops(self, step: int, accuracy: float | None) -> bool:
+        """`stops_here`, one decision the same on every process."""
+        last = stops_here(self.cfg, step, accuracy, time.perf_counter() - self.t_start)
+        if (self.cfg.stop_at or self.cfg.max_seconds) and self.procs.world > 1:
+            last = bool(self.procs.sum(torch.tensor(float(last), device=self.device)) > 0)
+        return last
+
+    def checkpoint(self, step: int) -> None:
+        cfg = self.cfg
+        self.procs.save_checkpoint(
+            self.ckpt_dir, step, self.model, self.optimizer, self.schedule, self.state(),
+            self.run.config_yaml, cfg.keep_checkpoints,
+        )  # fmt: skip
+
+    def log_metrics(self, step: int, grad_norm: float, t0: float) -> float:
         """Log the mean loss since the last log (and the rest); returns that loss."""
+        cfg = self.cfg
         n = cfg.log_every if step % cfg.log_every == 0 else (step - 1) % cfg.log_every + 1
         lrs = self.schedule.get_last_lr()
         metrics = {
@@ -292,7 +312,7 @@ class _Run:
             "train/tokens": self.tokens,
             "train/skipped_steps": self.guard.total,
         }
-        log.log(step, metrics)
+        self.log.log(step, metrics)
         return metrics["loss/sft"]
 
 

@@ -157,6 +157,7 @@ def main() -> None:
     from embodied.eval.loop import evaluate, evaluate_free
     from embodied.policy.model import load
     from embodied.train.sft import train_sft
+    from embodied.train.state import Run
 
     cfg = load_config(args.config or None, overrides=args.overrides)
     torch.set_num_threads(max(1, cfg.threads) if cfg.threads else torch.get_num_threads())
@@ -167,18 +168,8 @@ def main() -> None:
     out = Path(args.out)
     run_dir = out.with_suffix("")
     sft = dataclasses.replace(cfg.sft, eval_every=0, checkpoint_every=0)
-    done = train_sft(
-        model,
-        processor,
-        train,
-        sft,
-        cfg.video,
-        run_dir,
-        (),
-        args.seed,
-        True,
-        target_fn=lambda r: target_text(r, args.targets, cfg.sft.answer_as),
-    )
+    run = Run(model, processor, train, run_dir, cfg.video, seed=args.seed)
+    done = train_sft(sft, run, target_fn=lambda r: target_text(r, args.targets, cfg.sft.answer_as))
     t0 = time.perf_counter()
     res = evaluate(
         model,

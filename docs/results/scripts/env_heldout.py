@@ -26,7 +26,7 @@ from embodied.config import load_config
 from embodied.data.episodes import ensure_episodes
 from embodied.data.load import load_examples
 from embodied.envs import answer_examples
-from embodied.eval.envs import best_constant, evaluate_env
+from embodied.eval.envs import EnvEval, best_constant, evaluate_env
 from embodied.experiments.config import EnvFeedbackRun
 from embodied.experiments.reuse import folder_weights_hash
 from embodied.policy.model import load_policy
@@ -65,17 +65,8 @@ def main() -> None:
     for path in models:
         t = time.perf_counter()
         model, processor = load_policy(path, cfg.policy.dtype, cfg.policy.device)
-        res = evaluate_env(
-            model,
-            processor,
-            examples,
-            cfg.video,
-            cfg.env.backend,
-            cfg.eval.batch_size,
-            cfg.eval.max_new_tokens,
-            cfg.env.format_weight,
-            progress=True,
-        )
+        how = EnvEval(cfg.env.backend, cfg.eval.batch_size, cfg.eval.max_new_tokens, cfg.env.format_weight)
+        res = evaluate_env(model, processor, examples, cfg.video, how, progress=True)
         tasks = {
             name: {
                 "success": r["success"],

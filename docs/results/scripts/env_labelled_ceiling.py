@@ -30,12 +30,13 @@ from embodied.config import load_config
 from embodied.data.load import load_examples
 from embodied.envs import answer_examples, answer_text, grid_action, task
 from embodied.envs.reward import env_reward
-from embodied.eval.envs import best_constant, evaluate_env
+from embodied.eval.envs import EnvEval, best_constant, evaluate_env
 from embodied.experiments.config import EnvFeedbackRun
 from embodied.experiments.reuse import code_hash, folder_weights_hash
 from embodied.policy.model import load_policy
 from embodied.train.common import seed_everything
 from embodied.train.sft import train_sft
+from embodied.train.state import Run
 
 
 def label(name: str, mod, record: dict) -> str:
@@ -91,12 +92,11 @@ def main() -> None:
         t0 = time.perf_counter()
         out = Path(args.out).with_suffix("") / f"seed{seed}"
         train_sft(
-            model, processor, train, sft, cfg.video, out, (), seed, True, target_fn=lambda r: labels[r["id"]]
+            sft, Run(model, processor, train, out, cfg.video, seed=seed), target_fn=lambda r: labels[r["id"]]
         )
         wall = time.perf_counter() - t0
-        res = evaluate_env(
-            model, processor, test, cfg.video, cfg.env.backend, cfg.eval.batch_size, cfg.eval.max_new_tokens
-        )
+        how = EnvEval(cfg.env.backend, cfg.eval.batch_size, cfg.eval.max_new_tokens)
+        res = evaluate_env(model, processor, test, cfg.video, how)
         fig = res["per_task"][args.task]
         rows.append(
             {

@@ -36,7 +36,7 @@ from embodied.config import load_config
 from embodied.data.load import load_examples
 from embodied.envs import answer_examples
 from embodied.envs.config import Turns
-from embodied.eval.envs import evaluate_env
+from embodied.eval.envs import EnvEval, evaluate_env
 from embodied.eval.stats import seed_interval
 from embodied.experiments.config import EnvFeedbackRun
 from embodied.policy.model import load_policy, save_policy
@@ -45,6 +45,7 @@ from embodied.rl.rewards import rewards_for
 from embodied.train.common import seed_everything
 from embodied.train.expert import train_expert_config
 from embodied.train.grpo import train_grpo
+from embodied.train.state import Run
 
 
 def evaluate(model, processor, test, cfg) -> dict:
@@ -55,15 +56,12 @@ def evaluate(model, processor, test, cfg) -> dict:
         processor,
         test,
         cfg.video,
-        cfg.env.backend,
-        cfg.eval.batch_size,
-        cfg.eval.max_new_tokens,
-        cfg.env.format_weight,
-        samples=fb.test_time_samples,
-        k=list(range(1, cfg.env.turns + 1)),
-        seed=cfg.seed,
-        turns=Turns.of(cfg.env),
-    )
+        EnvEval(
+            cfg.env.backend, cfg.eval.batch_size, cfg.eval.max_new_tokens, cfg.env.format_weight,
+            samples=fb.test_time_samples, k=list(range(1, cfg.env.turns + 1)), seed=cfg.seed,
+            turns=Turns.of(cfg.env),
+        ),
+    )  # fmt: skip
     res["eval_s"] = round(time.perf_counter() - t, 1)
     if "turns" not in res:  # env.turns=1 (single-turn expert or GRPO): the greedy success is turn 1's
         res["turns"] = {"greedy": {"success@1": {"rate": res["success"], "ci95": res["ci95"]}, "calls": 1.0}}
@@ -124,23 +122,14 @@ def main() -> None:
                 t = time.perf_counter()
                 if stage == "expert":  # a fresh run drops the folder's earlier rows and checkpoints itself
                     resume = "auto" if a.resume else ""
-                    row["expert"] = train_expert_config(model, processor, train, c, stage_dir, True, resume)
+                    row["expert"] = train_expert_config(
+                        c, Run(model, processor, train, stage_dir, resume=resume)
+                    )
                 else:
                     (stage_dir / "metrics.jsonl").unlink(missing_ok=True)
                     grpo = dataclasses.replace(cfg.grpo, checkpoint_every=0)
-                    train_grpo(
-                        model,
-                        processor,
-                        train,
-                        grpo,
-                        cfg.video,
-                        stage_dir,
-                        (),
-                        seed,
-                        True,
-                        reward_fn=rewards_for(cfg),
-                        turns=Turns.of(cfg.env),
-                    )
+                    how = {"reward_fn": rewards_for(cfg), "turns": Turns.of(cfg.env)}
+                    train_grpo(grpo, Run(model, processor, train, stage_dir, cfg.video, seed=seed, **how))
                 row["train_s"] = round(time.perf_counter() - t, 1)
                 save_policy(model, processor, stage_dir / "model")
             res = evaluate(model, processor, test, c)

@@ -31,15 +31,18 @@ import torch
 from embodied.config import load_config
 from embodied.data.load import Example, load_examples
 from embodied.envs import answer_examples, task
+from embodied.envs.config import Turns
 from embodied.envs.core import parse_letter
 from embodied.experiments.config import EnvFeedbackRun
 from embodied.policy.model import load_policy, save_policy
 from embodied.questions import LETTERS
 from embodied.rl.episodes import again, play
 from embodied.rl.rewards import rewards_for
+from embodied.rl.rollout import Sampling
 from embodied.train.common import seed_everything
 from embodied.train.expert import round_sft
 from embodied.train.sft import train_sft
+from embodied.train.state import Run
 
 
 def correction(record: dict, text: str, terms: dict) -> str | None:
@@ -81,7 +84,9 @@ def main() -> None:
     reward_fn = rewards_for(cfg)
     for start in range(0, len(examples), cfg.eval.batch_size):
         chunk = examples[start : start + cfg.eval.batch_size]
-        ep = play(model, processor, chunk, cfg.video, reward_fn, 2, max_new_tokens=cfg.grpo.max_new_tokens)
+        ep = play(
+            model, processor, chunk, cfg.video, reward_fn, Turns(2), Sampling(1, cfg.grpo.max_new_tokens)
+        )
         for t, traj in enumerate(ep.per_trajectory()):
             ex, (text, terms) = chunk[t], traj[0]
             if terms["reward/success"] > 0:
@@ -105,9 +110,8 @@ def main() -> None:
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "targets.json").write_text(json.dumps({"counts": counts, "targets": targets}, indent=1) + "\n")
     tune = round_sft(cfg.sft, a.steps, cfg.expert.batch_size, a.lr)
-    train_sft(
-        model, processor, kept, tune, cfg.video, a.out, seed=a.seed, target_fn=lambda rec: targets[rec["id"]]
-    )
+    run = Run(model, processor, kept, a.out, cfg.video, seed=a.seed)
+    train_sft(tune, run, target_fn=lambda rec: targets[rec["id"]])
     save_policy(model, processor, a.out / "model")
 
 
