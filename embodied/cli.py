@@ -32,7 +32,7 @@ COMMANDS = {
     "`show-config experiment NAME` (or `bench`): with that command's own section",
     "compare": "rank several runs' evaluations (eval_*.json) in one table and figure: RUN_DIR... [out=DIR]",
     "report": "rebuild RUN_DIR/report.html (summary, evaluations, curves, examples) from a run folder",
-    "export": "write data.root as parquet for verl or EasyR1 (--format), with their reward entry point",
+    "export": "write data.root as parquet for verl or EasyR1, or as an lmms-eval task folder (--format)",
 }
 
 

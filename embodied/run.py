@@ -329,12 +329,31 @@ def expert(cfg: Config, progress: bool = True) -> dict:
 
 
 def export(cfg: Config, progress: bool = True) -> dict:
-    """Write `data.root` as parquet for verl or EasyR1 (`export.format`) under `export.out` or `run_dir`."""
+    """Write `data.root` as parquet for verl or EasyR1, or as an lmms-eval task folder (`export.format`),
+    under `export.out` or `run_dir`."""
     from embodied.integrations.export import export_dataset
 
     e = cfg.export
     out = Path(e.out) if e.out else _run_dir(cfg, "export")
+    if e.format == "lmms-eval":
+        return _export_lmms_eval(cfg, out)
     return export_dataset(cfg.data.root, out, e.format, cfg.video, e.splits, e.media_root)
+
+
+def _export_lmms_eval(cfg: Config, out: Path) -> dict:
+    """`export --format lmms-eval`: one split as an lmms-eval task folder, asked and scored as `embodied eval`
+    asks and scores it (`eval.max_new_tokens`, `env.answer`, `env.backend`, `env.format_weight`)."""
+    from embodied.integrations.lmms_eval import export_lmms_eval
+
+    e = cfg.export
+    if len(e.splits) > 1:
+        raise ValueError(f"export.splits={list(e.splits)}: an lmms-eval export holds one split; name one")
+    env = cfg.env
+    return export_lmms_eval(
+        cfg.data.root, out, cfg.video, split=e.splits[0] if e.splits else "test", name=e.name,
+        media_root=e.media_root, max_new_tokens=cfg.eval.max_new_tokens, answer=env.answer,
+        backend=env.backend, format_weight=env.format_weight, pixel_multiple=e.pixel_multiple,
+    )  # fmt: skip
 
 
 def _quickstart_summary(

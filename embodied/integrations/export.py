@@ -34,7 +34,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-FORMATS = ("verl", "easyr1")
+FORMATS = ("verl", "easyr1", "lmms-eval")
+"""lmms-eval: a task folder instead of parquet (`embodied.integrations.lmms_eval`)."""
 
 
 @dataclass
@@ -43,14 +44,19 @@ class ExportConfig:
     framework. Frame sampling and pixel budgets come from the `video` section."""
 
     format: str = "verl"
-    """verl | easyr1."""
+    """verl | easyr1 | lmms-eval (a task folder for `lmms-eval --include_path`: docs/evaluation.md)."""
     out: str = ""
     """Output folder; empty: `run_dir` (default `runs/export`)."""
     splits: list[str] = field(default_factory=list)
-    """Splits to export (empty: every `<split>.jsonl` in `data.root`)."""
+    """Splits to export (empty: every `<split>.jsonl` in `data.root`; lmms-eval: one, default `test`)."""
     media_root: str = ""
     """Written in place of the absolute dataset root in video and image paths (e.g. where the cluster mounts
     the dataset); empty: absolute paths on this machine."""
+    name: str = "embodied"
+    """lmms-eval: the group's name; its tasks are `<name>_<family or interactive task>`."""
+    pixel_multiple: int = 28
+    """lmms-eval: sides of a frame resized into the pixel budget are multiples of this (Qwen2/2.5-VL 28,
+    Qwen3-VL and Qwen3.5 32); frames already at that size, as the default 112 px frames are, go unchanged."""
 
 
 def ground_truth_json(record: dict) -> str:
@@ -142,7 +148,7 @@ def export_dataset(
     from embodied.data import schema
     from embodied.data.load import load_records
 
-    if fmt not in FORMATS:
+    if fmt not in FORMATS or fmt == "lmms-eval":  # lmms-eval: embodied.integrations.lmms_eval
         raise ValueError(f"export.format={fmt!r}; choose one of {list(FORMATS)}")
     root, out = Path(root), Path(out)
     names = list(splits) or sorted(p.stem for p in root.glob("*.jsonl"))
