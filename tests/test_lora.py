@@ -121,3 +121,99 @@ def test_gradient_checkpointing_gives_the_same_loss_and_grads(tiny_path, lora_ra
     assert ga.keys() == gb.keys() and len(ga) > 0
     for n in ga:
         torch.testing.assert_close(gb[n], ga[n], atol=1e-5, rtol=0, msg=n)
+
+
+@pytest.mark.parametrize("path", ["tiny-base", "tiny:qwen3-vl", "tiny:qwen3.5"])
+def test_streamed_merged_save_writes_what_save_pretrained_writes(path, tmp_path):
+    """The LoRA save streams one merged weight at a time; its folder is `save_pretrained`'s with the
+    adapters merged by hand (same files, keys, tensors), and it reloads to the adapted model's outputs."""
+    from embodied.policy.lora import lora_layers
+    from embodied.policy.saving import save_merged
+
+    torch.manual_seed(0)
+    model, processor = load(PolicyConfig(path=path, lora_rank=4, lora_alpha=8.0))
+    merged = {}
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.1)  # non-zero adapters, so a merge that forgot one shows
+        for layer_name, layer in ((n, m) for n, m in model.named_modules() if m in set(lora_layers(model))):
+            delta = layer.get_delta_weight("default")
+            merged[f"{layer_name}.weight"] = layer.get_base_layer().weight + delta.to(torch.float32)
+    # the reference: transformers' own save of a state dict merged by hand
+    state = {}
+    for key, value in model.state_dict().items():
+        if "lora_" in key:
+            continue
+        key = key.replace(".base_layer.", ".")
+        state[key] = merged.get(key, value)
+    model.save_pretrained(tmp_path / "ref", safe_serialization=True, state_dict=state)
+    save_merged(model, tmp_path / "streamed")
+    ref, got = (
+        load_file(tmp_path / "ref" / "model.safetensors"),
+        load_file(tmp_path / "streamed" / "model.safetensors"),
+    )
+    assert list(ref) and set(ref) == set(got)
+    for key in ref:
+        assert torch.equal(ref[key], got[key]), key
+    for name in ("config.json", "generation_config.json"):
+        assert (tmp_path / "ref" / name).read_text() == (tmp_path / "streamed" / name).read_text()
+    assert sorted(p.name for p in (tmp_path / "streamed").iterdir()) == sorted(
+        p.name for p in (tmp_path / "ref").iterdir()
+    )
+
+
+def test_reference_under_lora_equals_a_deep_copy(tiny_path):
+    """Under LoRA the KL reference is the live model with its adapters off (fresh adapters) or with frozen
+    snapshots of them (adapters trained before): its log-probs equal those of a deep copy made at the same
+    moment, after the policy has moved on, in float32 to 1e-6, and it holds no copy of the base weights."""
+    import copy
+
+    from embodied.train.distributed import Processes
+    from embodied.train.reference import Reference
+
+    for trained_before in (False, True):
+        torch.manual_seed(0)
+        model, processor = load(PolicyConfig(path=str(tiny_path), lora_rank=4, lora_alpha=8.0))
+        batch, ids, mask = _inputs(processor)
+        if trained_before:
+            with torch.no_grad():
+                for n, p in model.named_parameters():
+                    if "lora_B" in n:
+                        p.normal_(0, 0.1)
+        copied = copy.deepcopy(model).eval().requires_grad_(False)
+        ref = Reference(model, Processes())
+        assert ref.shares_weights and ref.copy is None
+        assert (ref.adapters.snapshots is None) is (not trained_before)
+        model.train()
+        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+        for _ in range(2):
+            opt.zero_grad()
+            loss = _nll(model, batch, ids, mask)
+            with torch.no_grad(), ref.active() as frozen:  # inside the step, as the GRPO loss calls it
+                got = completion_logprobs(frozen, batch, ids, mask)
+            loss.backward()  # the policy's saved tensors were not touched by the reference pass
+            opt.step()
+        assert model.training  # restored
+        with torch.no_grad():
+            want = completion_logprobs(copied, batch, ids, mask)
+            moved = completion_logprobs(model.eval(), batch, ids, mask)
+        assert (moved - want).abs().max() > 1e-3  # the policy did move away from the reference
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
+
+
+def test_keep_best_under_lora_keeps_the_adapters_only(tiny_path):
+    from embodied.train.grpo import BestWeights
+
+    model, _ = load(PolicyConfig(path=str(tiny_path), lora_rank=4))
+    best = BestWeights()
+    best.see(1, 0.5, model)
+    assert best.weights and all("lora_" in k for k in best.weights)
+    lora = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    assert set(best.weights) == set(lora)
+    kept = {n: p.detach().clone() for n, p in lora.items()}
+    with torch.no_grad():
+        for p in lora.values():
+            p.add_(1.0)
+    best.restore(model)
+    assert all(torch.equal(p, kept[n]) for n, p in lora.items())

@@ -2,16 +2,19 @@
 
 LoRA is injected in place (`peft.inject_adapter_in_model`), so the policy stays the same
 `Qwen2_5_VLForConditionalGeneration` object that every loop, `generate` and `completion_logprobs` already
-handle; only the adapter weights train. Saving merges the adapters into the base weights on the fly
-(`merged_state_dict`) and writes an ordinary Hugging Face folder that loads with no peft at all; the live
-model keeps its separate adapters, so training can go on after a save (the quickstart saves mid-run).
+handle; only the adapter weights train. Saving merges the adapters into the base weights one weight at a
+time (`embodied.policy.saving.save_merged`) and writes an ordinary Hugging Face folder that loads with no
+peft at all; the live model keeps its separate adapters, so training can go on after a save (the quickstart
+saves mid-run). The KL reference of a LoRA run is the same model with its adapters off (`FrozenAdapters`),
+not a second copy of the weights.
 """
 
 from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 
@@ -85,33 +88,6 @@ def has_lora(model: torch.nn.Module) -> bool:
     return any(isinstance(m, LoraLayer) for m in model.modules())
 
 
-@torch.no_grad()
-def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The state dict of `model` with every LoRA adapter merged into its base weight (W + B A * scale),
-    under the base model's own key names; `model` is left unchanged."""
-    from peft.tuners.lora import LoraLayer
-
-    state = {}
-    lora_prefixes = set()
-    for name, module in model.named_modules():
-        if not isinstance(module, LoraLayer):
-            continue
-        lora_prefixes.add(name)
-        base = module.get_base_layer()
-        weight = base.weight.detach().clone()
-        for adapter in module.active_adapters:
-            if adapter in module.lora_A:
-                weight += module.get_delta_weight(adapter).to(weight.dtype)
-        state[f"{name}.weight"] = weight
-        if getattr(base, "bias", None) is not None:
-            state[f"{name}.bias"] = base.bias.detach()
-    for key, value in model.state_dict().items():
-        if any(key.startswith(f"{p}.") for p in lora_prefixes):
-            continue  # base_layer.* and lora_* entries of an adapted layer: merged above
-        state[key] = value
-    return state
-
-
 def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
     """Recompute activations in the backward pass instead of storing them (vision and text blocks).
 
@@ -125,3 +101,92 @@ def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     else:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def lora_layers(model: torch.nn.Module) -> list:
+    """The modules of `model` that hold LoRA adapters (peft `LoraLayer`s), in module order."""
+    if "peft" not in sys.modules:
+        return []
+    from peft.tuners.lora import LoraLayer
+
+    return [m for m in model.modules() if isinstance(m, LoraLayer)]
+
+
+@torch.no_grad()
+def adapters_are_zero(layers: Sequence) -> bool:
+    """Whether every active adapter of `layers` adds nothing (each `lora_B` is all zeros, as peft
+    initialises it): the policy then equals its base model exactly."""
+    for layer in layers:
+        for name in layer.active_adapters:
+            if name in layer.lora_B and bool(layer.lora_B[name].weight.any()):
+                return False
+    return True
+
+
+class FrozenAdapters:
+    """The base model of a LoRA policy, or the policy as it was when this was made, without a second copy
+    of the base weights: a reference for the KL term that costs nothing (adapters off) or the adapters' size.
+
+    `with frozen.active(): ...` runs the live `model` with every adapted layer either skipping its adapters
+    (when they were all zero at construction, the start of a fresh LoRA run) or using frozen snapshots of
+    them (adapters trained before, e.g. by an SFT stage in the same process), in eval mode. Adapter modules
+    are swapped in the layers' `ModuleDict`s, never written in place, so tensors autograd saved for the
+    policy's own backward stay untouched; everything is restored on exit.
+    """
+
+    def __init__(self, model: torch.nn.Module):
+        import copy
+
+        self.model, self.layers = model, lora_layers(model)
+        if not self.layers:
+            raise ValueError("FrozenAdapters needs a model with LoRA adapters (policy.lora_rank > 0)")
+        self.snapshots = None
+        if not adapters_are_zero(self.layers):
+            self.snapshots = [
+                {
+                    name: (
+                        copy.deepcopy(layer.lora_A[name]).requires_grad_(False),
+                        copy.deepcopy(layer.lora_B[name]).requires_grad_(False),
+                    )
+                    for name in layer.active_adapters
+                    if name in layer.lora_A
+                }
+                for layer in self.layers
+            ]
+
+    @contextmanager
+    def active(self) -> Iterator[torch.nn.Module]:
+        modes = [(m, m.training) for m in self.model.modules()]
+        self.model.eval()
+        undo = []
+        try:
+            for i, layer in enumerate(self.layers):
+                if self.snapshots is None:
+                    undo.append((layer, layer._disable_adapters))
+                    layer._disable_adapters = True  # peft's own switch (read by every LoRA forward)
+                    continue
+                for name, (a, b) in self.snapshots[i].items():
+                    undo.append((layer, name, layer.lora_A[name], layer.lora_B[name]))
+                    layer.lora_A[name], layer.lora_B[name] = a, b
+            yield self.model
+        finally:
+            for entry in reversed(undo):
+                if len(entry) == 2:
+                    entry[0]._disable_adapters = entry[1]
+                else:
+                    layer, name, a, b = entry
+                    layer.lora_A[name], layer.lora_B[name] = a, b
+            for m, training in modes:
+                m.training = training
+
+    def nbytes(self) -> int:
+        """Bytes the reference holds beyond the policy itself (the adapter snapshots, if any)."""
+        if self.snapshots is None:
+            return 0
+        return sum(
+            p.numel() * p.element_size()
+            for snap in self.snapshots
+            for pair in snap.values()
+            for m in pair
+            for p in m.parameters()
+        )

@@ -38,9 +38,9 @@ from embodied.policy.lora import (
     apply_lora,
     enable_gradient_checkpointing,
     has_lora,
-    merged_state_dict,
 )
 from embodied.policy.random_weights import build_random_policy, is_random
+from embodied.policy.saving import save_merged
 from embodied.policy.tiny import SHIPPED, SHIPPED_QWEN3_VL, SHIPPED_WORLDS, TinySpec, build_tiny_policy
 from embodied.questions import format_question
 from embodied.video import Clip, VideoConfig
@@ -178,8 +178,10 @@ def save_policy(model, processor, out: str | Path, state: dict | None = None) ->
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
-    state = merged_state_dict(model) if has_lora(model) else state
-    model.save_pretrained(tmp, safe_serialization=True, state_dict=state)
+    if has_lora(model):  # streamed: one merged weight at a time (embodied/policy/saving.py)
+        save_merged(model, tmp)
+    else:
+        model.save_pretrained(tmp, safe_serialization=True, state_dict=state)
     processor.save_pretrained(tmp)
     old = out.with_name(f".{out.name}.old")
     if out.exists():

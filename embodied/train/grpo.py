@@ -10,7 +10,6 @@ policy's last hidden states, trained alongside it (`Critic`, `critic_targets`), 
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import time
 import warnings
@@ -23,6 +22,7 @@ from tqdm.auto import tqdm
 
 from embodied.data.load import Example
 from embodied.eval.loop import evaluate
+from embodied.policy.lora import has_lora
 from embodied.policy.model import completion_logprobs, decode, generate, select_rows
 from embodied.rl.advantages import ESTIMATORS, compute_advantages
 from embodied.rl.episodes import check_env_turns, sample_episodes
@@ -60,6 +60,7 @@ from embodied.train.common import (
 from embodied.train.config import GRPOConfig
 from embodied.train.distributed import Processes
 from embodied.train.metrics import MetricsLog
+from embodied.train.reference import Reference
 from embodied.train.state import Run, Trainer
 from embodied.video import VideoConfig
 
@@ -251,8 +252,8 @@ class _Update:
         )
         ref_logp = None
         if self.t.ref is not None and spec.kl_coef > 0:
-            with torch.no_grad():
-                ref_logp = completion_logprobs(self.t.ref, sub, ids, m, temp)
+            with torch.no_grad(), self.t.ref.active() as ref:
+                ref_logp = completion_logprobs(ref, sub, ids, m, temp)
         old = logp.detach() if self.old_logp is None else self.old_logp[idx]
         ent = entropy if cfg.entropy_coef > 0 else None
         if self.critic_only:
@@ -322,7 +323,9 @@ def critic_targets(
     baseline = baseline_values(old_values, mask, cfg)
     kl = None
     if cfg.kl_in_reward and ref is not None:
-        kl = kl_estimate(old_logp, rollout_logprobs(ref, ro, cfg.micro_batch_size), cfg.kl_estimator)
+        with ref.active() as frozen:
+            ref_logp = rollout_logprobs(frozen, ro, cfg.micro_batch_size)
+        kl = kl_estimate(old_logp, ref_logp, cfg.kl_estimator)
     kl_coef = cfg.kl_coef if kl is not None else 0.0
     rewards = ro.rewards.flatten()
     advantages, returns = gae_advantages(
@@ -457,7 +460,7 @@ class GRPOTrainer(Trainer):
     update takes the sampler's prompt pass, the best held-out weights (`keep_best`) and the counters its
     checkpoints save (prompt draws, steps with nothing to learn from)."""
 
-    ref: torch.nn.Module | None = None
+    ref: Reference | None = None
     head: ValueHead | None = None
     reward_fn: RewardFn | None = None
     sampling: Sampling | None = None
@@ -474,9 +477,7 @@ class GRPOTrainer(Trainer):
         procs = run.procs or Processes()
         check_run(cfg, run, procs)
         model = run.model
-        ref = (
-            procs.wrap_frozen(copy.deepcopy(model).eval().requires_grad_(False)) if cfg.kl_coef > 0 else None
-        )
+        ref = Reference(model, procs) if cfg.kl_coef > 0 else None  # under LoRA: the adapters off, no copy
         net, head = procs.wrap(model), value_head(model, cfg)
         t = cls(cfg=cfg, run=run, procs=procs, net=net, ref=ref, head=head)
         t.optimizer = make_optimizer(model, head, cfg)
@@ -586,19 +587,24 @@ class GRPOTrainer(Trainer):
 
 
 class BestWeights:
-    """The weights of the held-out point with the highest accuracy so far (the latest of equals), on CPU."""
+    """The weights of the held-out point with the highest accuracy so far (the latest of equals), on CPU.
+    Under LoRA only the adapters change, so only they are kept (not a second copy of the base weights)."""
 
     def __init__(self):
-        self.step, self.accuracy, self.weights = None, -1.0, None
+        self.step, self.accuracy, self.weights, self.partial = None, -1.0, None, False
 
     def see(self, step: int, accuracy: float, model) -> None:
         if accuracy >= self.accuracy:
             self.step, self.accuracy = step, accuracy
-            self.weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+            state, self.partial = model.state_dict(), has_lora(model)
+            if self.partial:
+                trained = {n for n, p in model.named_parameters() if p.requires_grad}
+                state = {k: v for k, v in state.items() if k in trained}
+            self.weights = {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
 
     def restore(self, model) -> None:
         if self.step is not None:
-            model.load_state_dict(self.weights)
+            model.load_state_dict(self.weights, strict=not self.partial)
 
 
 class CriticWatch:
