@@ -1,0 +1,208 @@
+"""`embodied export --format lmms-eval` on real generated data: a fresh benchmark (`data.benchmark=true`) and
+a push-episode root written as lmms-eval task folders, their hooks scoring as `embodied eval` scores.
+
+The first test runs by default (no lmms-eval needed: the hooks are this framework's code). The others (marker
+`lmms_eval`) run lmms-eval 0.7.3 itself in `.venv-lmms` (scripts/setup_lmms_eval.sh): its own task manager on
+both exports, and a whole `lmms-eval` run through its OpenAI-compatible backend against a real `transformers
+serve` on 127.0.0.1, compared question by question and episode by episode with `embodied eval
+eval.endpoint=...` against the same server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from embodied.cli import main
+from embodied.data.load import load_records
+from embodied.envs import answer_form, push
+from embodied.envs.reward import env_reward
+from embodied.questions import LETTERS, FamilySpec, format_question
+from embodied.video import read_video
+
+ROOT = Path(__file__).parents[1]
+LMMS_PYTHON = ROOT / ".venv-lmms" / "bin" / "python"
+FAMILIES = [
+    FamilySpec(family="arrow_of_time"),
+    FamilySpec(family="temporal_puzzle"),
+    FamilySpec(family="spatial_puzzle"),
+]
+
+
+def _benchmark(root: Path, families: list[FamilySpec], n: int) -> Path:
+    """A fresh benchmark (`data.benchmark=true`: one `test` split from the benchmark seed stream)."""
+    from embodied.data.build import generate_dataset
+    from embodied.data.schema import DataConfig
+
+    data = DataConfig(root=str(root), workers=0, families=families, sheets=False, benchmark=True)
+    data.n_train, data.n_val, data.n_test = 0, 0, n
+    generate_dataset(data, progress=False)
+    return root
+
+
+def _push(root: Path, n_train: int, n_test: int) -> Path:
+    """Push episodes at 56 px (train and test splits)."""
+    from embodied.data.episodes import generate_episodes
+    from embodied.envs.config import EnvConfig
+
+    env = EnvConfig(root=str(root), tasks=["push"], n_train=n_train, n_test=n_test, width=56, height=56)
+    generate_episodes(env, progress=False)
+    return root
+
+
+class _Loader(yaml.SafeLoader):
+    """Reads lmms-eval's `!function module.name` as the string `module.name` (lmms-eval imports it)."""
+
+
+_Loader.add_constructor("!function", lambda loader, node: f"!function {loader.construct_scalar(node)}")
+
+
+def _hooks(folder: Path):
+    spec = importlib.util.spec_from_file_location(f"hooks_{folder.name}", folder / "embodied_hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _export(root: Path, out: Path, capsys, *overrides: str) -> dict:
+    args = ["export", "--format", "lmms-eval", f"data.root={root}", f"run_dir={out}", "-q", *overrides]
+    assert main(args) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _aggregate(hooks, folder: Path, task: str, rows: dict[str, list]) -> dict[str, float]:
+    """Each metric of `task`'s YAML aggregated by the function the YAML names."""
+    config = yaml.load((folder / f"{task}.yaml").read_text(), Loader=_Loader)
+    out = {}
+    for m in config["metric_list"]:
+        fn = getattr(hooks, m["aggregation"].split(".", 1)[1])
+        out[m["metric"]] = fn(rows[m["metric"]])
+    return out
+
+
+def test_export_writes_tasks_whose_hooks_show_and_score_as_embodied_eval(tmp_path, capsys):
+    """The folder's YAML (task per family, group, content hash), and its hooks on real records: the sampled
+    frames, the question text, a known answer scored by the parser and metrics, a push answer executed."""
+    bench = _benchmark(tmp_path / "bench", [FamilySpec(family="arrow_of_time")], 4)
+    summary = _export(bench, tmp_path / "out", capsys)
+    out, digest = (
+        tmp_path / "out",
+        json.loads((bench / "manifest.json").read_text())["content_hash"]["sha256"],
+    )
+    assert summary["tasks"] == {"embodied_arrow_of_time": 4} and summary["content_hash"] == digest
+    group = yaml.load((out / "embodied.yaml").read_text(), Loader=_Loader)
+    task = yaml.load((out / "embodied_arrow_of_time.yaml").read_text(), Loader=_Loader)
+    assert group["task"] == ["embodied_arrow_of_time"] and group["metadata"]["content_hash"] == digest
+    assert task["metadata"]["content_hash"] == digest and task["metadata"]["benchmark"] is True
+    assert task["process_results"] == "!function embodied_hooks.process_results"
+    assert [m["metric"] for m in task["metric_list"]] == [
+        "accuracy_all", "chance_all", "unparseable", "accuracy_easy", "chance_easy"
+    ]  # fmt: skip
+    hooks = _hooks(out)
+    docs = [json.loads(line) for line in (out / "docs" / "arrow_of_time.jsonl").read_text().splitlines()]
+    rows: dict[str, list] = {}
+    for i, (doc, rec) in enumerate(zip(docs, load_records(bench, "test"))):
+        frames = np.stack([np.asarray(im) for im in hooks.doc_to_visual(doc)])
+        assert np.array_equal(frames, read_video(bench / rec["video"]).frames)  # 2 fps, same pixels
+        assert hooks.doc_to_text(doc) == format_question(rec["question"], rec["options"])
+        wrong = next(x for x in LETTERS[:2] if x != rec["answer"])
+        answer = ["<think>so</think><answer>{}</answer>".format(rec["answer"]), f"<answer>{wrong}</answer>"]
+        result = hooks.process_results(doc, [answer[i % 2] if i < 3 else "no idea"])
+        for name, row in result.items():
+            rows.setdefault(name, []).append(row)
+    got = _aggregate(hooks, out, "embodied_arrow_of_time", rows)
+    assert got == {"accuracy_all": 0.5, "chance_all": 0.5, "unparseable": 0.25} | {
+        "accuracy_easy": 0.5,
+        "chance_easy": 0.5,
+    }  # fmt: skip  (right, wrong, right, unparseable)
+
+    episodes = _push(tmp_path / "env", 0, 2)
+    _export(episodes, tmp_path / "env_out", capsys, "export.name=physics", "env.answer=number")
+    hooks = _hooks(tmp_path / "env_out")
+    doc = json.loads((tmp_path / "env_out" / "docs" / "push.jsonl").read_text().splitlines()[0])
+    rec = answer_form(load_records(episodes, "test")[0], "number")
+    good = f"<think>ok</think><answer>{push.good_action(rec):.3f}</answer>"
+    row = hooks.process_results(doc, [good])["success"]
+    assert row["terms"] == env_reward([good], [rec])[0] and row["terms"]["reward/success"] == 1.0
+    assert hooks.episode_success([row]) == 1.0 and hooks.episode_simulate_s([row]) > 0
+
+
+# --- lmms-eval itself (marker lmms_eval, .venv-lmms) ------------------------------------------------------
+
+
+def _need_lmms() -> None:
+    if not LMMS_PYTHON.is_file():
+        pytest.skip("no .venv-lmms: run scripts/setup_lmms_eval.sh (lmms-eval pins av<16 and wandb==0.25)")
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """A fresh 3-family benchmark (8 questions a family) and push episodes (6 train, 6 test), exported as
+    two task folders under one include path (groups `bench` and `physics`)."""
+    from embodied.config import Config
+    from embodied.run import export
+
+    base = tmp_path_factory.mktemp("lmms")
+    bench = _benchmark(base / "bench", FAMILIES, 24)
+    episodes = _push(base / "env", 6, 6)
+    for root, name in ((bench, "bench"), (episodes, "physics")):
+        cfg = Config()
+        cfg.data.root, cfg.export.format, cfg.export.name = str(root), "lmms-eval", name
+        cfg.export.out = str(base / "tasks" / name)
+        export(cfg)
+    return {"bench": bench, "env": episodes, "tasks": base / "tasks"}
+
+
+def _frames_digest(path: Path) -> str:
+    frames = np.ascontiguousarray(read_video(path).frames)
+    return hashlib.sha256(frames.tobytes()).hexdigest()
+
+
+@pytest.mark.lmms_eval
+def test_lmms_eval_task_manager_loads_both_exports(exported, tmp_path):
+    """lmms-eval 0.7.3's TaskManager (`--include_path`) indexes both groups and builds every task (chat type,
+    as its OpenAI backend asks): the documents, the content hash, and each request's parts: the frames
+    `embodied eval` samples (decoded in .venv-lmms with its own PyAV, digest equal), then the question."""
+    _need_lmms()
+    spec = {"include_paths": [str(exported["tasks"])], "groups": ["bench", "physics"]}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    check = Path(__file__).with_name("lmms_env_check.py")
+    proc = subprocess.run(
+        [str(LMMS_PYTHON), str(check), str(tmp_path / "spec.json")],
+        capture_output=True, text=True, timeout=600, env=_offline_env(),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["lmms_eval"] == "0.7.3" and report["indexed"] == {"bench": True, "physics": True}
+    for group, root in (("bench", exported["bench"]), ("physics", exported["env"])):
+        digest = json.loads((root / "manifest.json").read_text())["content_hash"]["sha256"]
+        records = {r["id"]: r for r in load_records(root, "test")}
+        tasks = report["groups"][group]
+        assert sum(len(t["docs"]) for t in tasks.values()) == len(records)
+        for name, task in tasks.items():
+            assert task["metadata"]["content_hash"] == digest, name
+            assert (
+                task["generation_kwargs"]["max_new_tokens"] == 48
+                and task["generation_kwargs"]["do_sample"] is False
+            )
+            for rid, request in task["docs"].items():
+                rec = records[rid] if group == "bench" else answer_form(records[rid], "number")
+                clip = read_video(root / rec["video"])
+                assert request["order"] == ["image"] * len(clip.frames) + ["text"]
+                assert request["size"] == list(clip.frames.shape[1:3])
+                assert request["text"] == [format_question(rec["question"], rec["options"])]
+                assert request["frames_sha256"] == _frames_digest(root / rec["video"]), rid
+    assert set(report["groups"]["bench"]) == {f"bench_{f.family}" for f in FAMILIES}
+    assert "success" in report["groups"]["physics"]["physics_push"]["metrics"]
+
+
+def _offline_env() -> dict:
+    return os.environ | {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
