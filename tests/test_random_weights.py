@@ -286,3 +286,35 @@ def test_a_processor_folder_must_match_the_family(tiny_cache, tmp_path, monkeypa
         build_random_policy("random:qwen3-vl-2b", torch.bfloat16, "meta", str(tmp_path / "tiny"))
     with pytest.raises(FileNotFoundError, match="holds no tokenizer_config.json"):
         build_random_policy("random:qwen3-vl-2b", torch.bfloat16, "meta", str(tmp_path))
+
+
+def test_a_random_policy_samples_only_ids_its_tokenizer_decodes(tiny_cache, tmp_path, monkeypatch):
+    """`random:` with the tiny tokenizer masks the output layer past the tokenizer's length: sampled answers
+    decode to text (without the mask almost every id would decode to ''), log-probs and entropies stay
+    finite, the layer keeps its real size, and a saved folder is masked again when loaded."""
+    from embodied.policy.model import completion_logprobs, decode, load_policy, save_policy
+    from embodied.policy.random_weights import VOCAB_LIMIT
+
+    monkeypatch.setenv("EMBODIED_CACHE", str(tiny_cache))
+    cfg = _shrunken("qwen3.5-0.8b")
+    cfg["text_config"]["vocab_size"] = 20_000
+    path = tmp_path / "wide.json"
+    path.write_text(json.dumps(cfg))
+    model, processor = load(PolicyConfig(path=f"random:{path}", device="cpu", tiny_seed=1))
+    limit = len(processor.tokenizer)
+    assert getattr(model.config, VOCAB_LIMIT) == limit < model.get_output_embeddings().out_features == 20_000
+    frames = np.random.default_rng(0).integers(0, 256, (4, 64, 64, 3), dtype=np.uint8)
+    record = {"video": "v.mp4", "question": "Forward or reversed?", "options": ["forward", "reversed"]}
+    batch = encode_prompts(processor, [record] * 4, [Clip(frames, 2.0)] * 4, VideoConfig())
+    ids, mask = generate(model, processor, batch, max_new_tokens=12, seeds=[0, 1, 2, 3])
+    assert int(ids[mask.bool()].max()) < limit
+    assert all(text.strip() for text in decode(processor, ids, mask))
+    logp, entropy = completion_logprobs(model, batch, ids, mask, with_entropy=True)
+    assert torch.isfinite(logp).all() and torch.isfinite(entropy).all()
+    save_policy(model, processor, tmp_path / "saved")
+    again, _ = load_policy(tmp_path / "saved")
+    with torch.no_grad():
+        torch.testing.assert_close(completion_logprobs(again, batch, ids, mask), logp)
+    model.get_output_embeddings()._forward_hooks.clear()  # the failure this guards against
+    raw, raw_mask = generate(model, processor, batch, max_new_tokens=12, seeds=[0, 1, 2, 3])
+    assert (raw[raw_mask.bool()] >= limit).float().mean() > 0.5

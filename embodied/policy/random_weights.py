@@ -16,8 +16,18 @@ settings: Qwen2.5-VL's (14 px patches, 2 x 2 merge, 2 frames per temporal patch,
 Qwen3-VL's, which Qwen3.5 uses too (16 px patches, 2 x 2 merge, 2 frames per temporal patch, mean and std
 0.5; `Qwen3VLProcessor` with `Qwen3VLVideoProcessor`). The config's special-token ids (image, video, vision
 start and end, bos, eos, pad) are remapped to that tokenizer's ids, and every size stays the published one
-(the embedding keeps all its rows; only the first ~4,000 are ever used). Such a policy runs end to end
-(prompts, video, generation, loss) at the real size, but its text is not Qwen's. `policy.processor=DIR`
+(the embedding and the output layer keep all their rows). Such a policy runs end to end (prompts, video,
+generation, loss) at the real size, but its text is not Qwen's.
+
+The output layer is masked, not cut. With the tiny tokenizer (700 tokens) a randomly initialised 151,936- or
+248,320-row output layer puts almost all its probability on ids that tokenizer cannot decode: every sampled
+answer decoded to '' and every reward, advantage and gradient was 0 (issue 58). `mask_undecodable` adds a
+hook on the output layer that sets the logits of every id past the tokenizer's length to -10,000, so
+sampling, log-probs, entropies and the KL all see one distribution over decodable ids, while the layer keeps
+its real size (at 0.8B its matrix is a quarter of the parameters and a large share of an update's work, so
+cutting it would make the timings of `embodied bench step` not those of the real model). The limit is
+recorded in the config (`embodied_decodable_vocab`), so a folder saved from such a policy (an SFT stage's
+output) is masked again when it is loaded. `policy.processor=DIR`
 takes the tokenizer and processor from a local folder instead (a checkpoint of the same family: its
 tokenizer and processor files; weights are not needed) and keeps the published ids.
 """
@@ -81,6 +91,40 @@ def architecture_file(spec: str) -> Path:
         f"{', '.join(PREFIX + n for n in known_architectures())}, or random:/path/to/config.json "
         f"(configs live in {ARCHITECTURES})"
     )
+
+
+MASKED_LOGIT = -1e4
+"""The logit of an id the tokenizer cannot decode: exp() of it is 0 in float32, and unlike -inf it keeps
+`p * log p` (the entropy) at 0."""
+VOCAB_LIMIT = "embodied_decodable_vocab"
+"""The config field naming how many output ids are decodable (set for a `random:` policy with the tiny
+tokenizer; saved in config.json with the folder)."""
+
+
+class _DecodableOnly:
+    """Forward hook on an output layer: logits of ids `>= limit` set to `MASKED_LOGIT` (in place: the layer's
+    backward needs its input and weight, not its output, so autograd allows it, and the masked entries get
+    no gradient)."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+
+    def __call__(self, module, args, out: torch.Tensor) -> torch.Tensor:
+        out[..., self.limit :] = MASKED_LOGIT
+        return out
+
+
+def mask_undecodable(model, limit: int | None = None) -> int | None:
+    """Mask `model`'s output layer to its first `limit` ids (default: the config's `embodied_decodable_vocab`,
+    if set) and record the limit in the config; returns the limit, or None when nothing is masked."""
+    limit = limit or getattr(model.config, VOCAB_LIMIT, None)
+    head = model.get_output_embeddings()
+    if not limit or head is None or limit >= head.out_features:
+        return None
+    setattr(model.config, VOCAB_LIMIT, int(limit))
+    if not any(isinstance(h, _DecodableOnly) for h in head._forward_hooks.values()):
+        head.register_forward_hook(_DecodableOnly(int(limit)))
+    return int(limit)
 
 
 def random_config(spec: str):
@@ -203,6 +247,8 @@ def build_random_policy(
     else:
         _remap_special_ids(config, processor.tokenizer)
     model = instantiate(config, dtype, device, seed)
+    if not processor_dir:  # the tiny tokenizer: only its ids can be decoded (module docstring)
+        mask_undecodable(model, len(processor.tokenizer))
     pack_vision_attention(model)
     processor.tokenizer.padding_side = "left"
     return model, processor
