@@ -120,6 +120,10 @@ def eval(cfg: Config, progress: bool = True) -> dict:  # noqa: A001 - the comman
     check_baseline(e.baseline)
     check_media(e.media)
     resolve_k(e.samples, e.k)  # a bad eval.k fails before the model and the videos load
+    if e.endpoint:  # a URL with user:password@ stops here, before a config, a log or a title holds it
+        from embodied.eval.endpoint import check_url
+
+        check_url(e.endpoint)
     out = _setup(cfg, "eval")
     if e.baseline in MODEL_FREE:  # no model and no video: records only
         result = model_free_eval(cfg.data.root, e.split, e.baseline, cfg.seed, e.samples, e.k, e.limit)
@@ -135,18 +139,59 @@ def eval(cfg: Config, progress: bool = True) -> dict:  # noqa: A001 - the comman
         if any(is_interactive(x.record) for x in examples):
             return _eval_env(cfg, source, examples, skipped, out, progress)
         result = _eval_mcq(cfg, source, examples, progress)
-        who = _who(cfg) + ("" if e.baseline == "none" else f" ({e.baseline} baseline)")
+        who = _who(cfg, source) + ("" if e.baseline == "none" else f" ({e.baseline} baseline)")
     result["skipped_videos"] = skipped
     name = e.split if e.baseline == "none" else f"{e.split}_{e.baseline}"
     print(_write_eval(out, name, result, f"{who} on {cfg.data.root}/{e.split}"))
     print(f"{who} on {cfg.data.root}/{e.split}: {format_result(result)}")
+    for note in result.get("notes", []):
+        print(f"note: {note}")
+    _refuse_none_answered(result)
     return {k: v for k, v in result.items() if k != "predictions"}
 
 
-def _who(cfg: Config) -> str:
+def _who(cfg: Config, source=None) -> str:
     """What was evaluated, for titles: the policy folder, or the served model and where."""
+    if source is not None and hasattr(source, "client"):
+        return f"{source.client.model} at {source.client.url}"
     e = cfg.eval
     return f"{e.model or 'the served model'} at {e.endpoint}" if e.endpoint else cfg.policy.path
+
+
+def _refuse_none_answered(result: dict) -> None:
+    """An evaluation that answered nothing fails (non-zero exit), naming the likely cause; its result files
+    are written first, so `embodied compare` and `report` show it as none answered."""
+    if result.get("n") == 0 and result.get("requested"):
+        cause = result.get("endpoint", {}).get("cause", "no question could be answered")
+        raise ValueError(f"none of the {result['requested']} questions was answered: {cause}")
+
+
+def _signed(cfg: Config, source, examples, result: dict) -> dict:
+    """`result` with its input signature (`embodied.eval.signature`) and, for a served model, its endpoint
+    record and the notes its summary prints: who answered with what counts, and that a video-native model
+    shown images is not comparable with a local video run."""
+    from embodied.eval.signature import input_signature
+
+    e = cfg.eval
+    media = getattr(source, "media", "images" if e.media == "images" else "video")
+    result["signature"] = input_signature(examples, cfg.video, media, cfg.data.root, e.split)
+    if not hasattr(source, "client"):
+        return result
+    ep = result["endpoint"]
+    notes = [
+        f"served by {ep['url']} (model {ep['model']}): {ep['requests']} requests, {ep['sent']} received by "
+        f"the server, {ep['cached']} from an earlier run's cache, {ep['failed']} failed"
+    ]
+    if e.media == "auto" and any("video" in x.record for x in examples):
+        notes.append(
+            "the served model got each clip's frames as images (eval.media=auto through an endpoint): a "
+            "video-native model (Qwen2.5-VL, Qwen3-VL, Qwen3.5) evaluated locally on video is not comparable "
+            "with this result; compare with a local eval.media=images run"
+        )
+    if result.get("settings", {}).get("sampling"):
+        notes.append(f"sampled figures {result['settings']['sampling']}")
+    result["notes"] = notes
+    return result
 
 
 def _served(cfg: Config, out: Path):
@@ -160,17 +205,20 @@ def _served(cfg: Config, out: Path):
     client = EndpointClient(
         e.endpoint, e.model, cache, e.api_key_env, e.concurrency, e.timeout, e.retries, e.backoff
     )
-    return EndpointAnswerer(client, cfg.video, e.max_new_tokens, e.media, e.processor_kwargs, e.choice)
+    args = (e.max_new_tokens, e.media, e.processor_kwargs, e.choice, e.video_url)
+    return EndpointAnswerer(client, cfg.video, *args)
 
 
-def _endpoint_record(served, seconds: float) -> dict:
-    """What the endpoint did for a result: where, which model, requests by fate, tokens and seconds."""
-    from urllib.parse import urlsplit
+def _endpoint_record(served, seconds: float, result: dict) -> dict:
+    """What the endpoint did for a result: where, which model, requests by fate, tokens and seconds, and when
+    nothing was answered the likely cause."""
+    from embodied.eval.endpoint import likely_cause, redact
 
-    u = urlsplit(served.client.url)
-    url = u._replace(netloc=u.hostname + (f":{u.port}" if u.port else "")).geturl()  # no user:password@
     usage = dataclasses.asdict(served.client.usage)
-    return {"url": url, "model": served.client.model, "seconds": round(seconds, 2)} | usage
+    record = {"url": redact(served.client.url), "model": served.client.model, "seconds": round(seconds, 2)}
+    if result.get("n") == 0 and result.get("requested"):
+        record["cause"] = likely_cause(served.client)
+    return record | usage
 
 
 def _eval_mcq(cfg: Config, source, examples, progress: bool) -> dict:
@@ -182,20 +230,24 @@ def _eval_mcq(cfg: Config, source, examples, progress: bool) -> dict:
     if isinstance(source, tuple):
         model, processor = source
         args = (cfg.video, e.batch_size, e.max_new_tokens, e.choice, progress)
-        return evaluate(model, processor, examples, *args, seed=cfg.seed, media=e.media, **kwargs)
+        result = evaluate(model, processor, examples, *args, seed=cfg.seed, media=e.media, **kwargs)
+        return _signed(cfg, source, examples, result)
     result = evaluate_answers(source, examples, e.batch_size, e.choice, progress, seed=cfg.seed, **kwargs)
     result["settings"]["max_new_tokens"] = e.max_new_tokens
-    result["endpoint"] = _endpoint_record(source, time.perf_counter() - t0)
+    result["endpoint"] = _endpoint_record(source, time.perf_counter() - t0, result)
     _print_endpoint(result)
-    return result
+    return _signed(cfg, source, examples, result)
 
 
 def _print_endpoint(result: dict) -> None:
     ep = result["endpoint"]
+    read = ", ".join(f"{v} {k}" for k, v in ep["read"].items()) or "none"
     print(
-        f"endpoint {ep['url']} ({ep['model']}): {ep['requests']} requests, {ep['sent']} sent, "
-        f"{ep['cached']} cached, {ep['failed']} failed, {ep['retries']} retries; "
-        f"{ep['sent_prompt_tokens']} + {ep['sent_completion_tokens']} tokens sent; {ep['seconds']} s"
+        f"endpoint {ep['url']} ({ep['model']}): {ep['requests']} requests: {ep['sent']} received by the "
+        f"server, {ep['cached']} from an earlier run's cache, {ep['repeated']} repeats answered within the "
+        f"run, {ep['unreached']} never reached it, {ep['failed']} failed, {ep['retries']} retries; "
+        f"answers read as {read}; {ep['sent_prompt_tokens']} + {ep['sent_completion_tokens']} tokens sent; "
+        f"{ep['seconds']} s"
         + (f"; {len(result['failed'])} unanswered, not scored" if result.get("failed") else "")
     )
     if ep["errors"]:  # e.g. a wrong eval.model ("pinned to ..."), a video the server cannot read
@@ -220,10 +272,15 @@ def _eval_env(cfg: Config, source, examples, skipped, out: Path, progress: bool)
         result = evaluate_env(model, processor, examples, cfg.video, how, progress)
     else:
         result = evaluate_env_answers(source, examples, how, progress)
-        result["endpoint"] = _endpoint_record(source, time.perf_counter() - t0)
+        result["endpoint"] = _endpoint_record(source, time.perf_counter() - t0, result)
         _print_endpoint(result)
     result["skipped_videos"] = skipped
-    print(_write_eval(out, e.split, result, f"{_who(cfg)} on {cfg.data.root}/{e.split}", env_markdown))
+    _signed(cfg, source, examples, result)
+    title = f"{_who(cfg, source)} on {cfg.data.root}/{e.split}"
+    print(_write_eval(out, e.split, result, title, env_markdown))
+    for note in result.get("notes", []):
+        print(f"note: {note}")
+    _refuse_none_answered(result)
     return {k: v for k, v in result.items() if k != "predictions"}
 
 

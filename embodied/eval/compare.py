@@ -1,13 +1,19 @@
-"""Many evaluations, one table and one figure: `embodied compare RUN_DIR...`.
+"""Many evaluations, one page: `embodied compare RUN_DIR...`.
 
 Every `eval_<name>.json` a run folder holds is one result: a policy's or a served model's evaluation of a
 split (`eval_test.json`), a quickstart stage (`eval_grpo.json`), or a shortcut baseline of one
 (`eval_test_blind.json`, `settings.baseline` says which). A baseline is shown beside the result of the same
 split and run, never as a model of its own, so a model is read against what the question set gives away.
 
-Rows are the results' keys: overall, per family, per family x difficulty tier (MCQ splits: accuracy), or
-overall and per interactive task (episodes: success in the simulator). Columns are the results, ranked by
-their overall figure, best first; a cell is the figure with its 95% Wilson interval and the questions it
+Like with like: results are ranked only within one group, the same questions (the split's content hash from
+the result's input signature, `embodied.eval.signature`) and one metric (accuracy on MCQs, success on
+episodes); each group is its own table. Within a group, a result whose signature (media, frames, frame
+size, pixel budget, prompt format) differs from a neighbour's is flagged with the difference, and every
+result has its paired difference to the group's best on the questions both answered, with a 95% interval,
+beside its own interval. A result with nothing answered (n = 0) shows as "none answered" and ranks last.
+
+Rows are the results' keys: overall, per family, per family x difficulty tier (MCQ splits), or overall and
+per interactive task (episodes). A cell is the figure with its 95% Wilson interval and the questions it
 counts. The figure has one panel per row key: each result's figure with its interval, its baselines as
 hollow markers beside it, chance as a dashed line.
 """
@@ -21,7 +27,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from embodied.eval.stats import by_family, wilson_interval
+from embodied.eval.signature import differences
+from embodied.eval.stats import by_family, seed_interval, wilson_interval
 
 MAX_PANELS = 24
 """Panels drawn at most (the table holds every row)."""
@@ -40,6 +47,20 @@ class Result:
     baselines: dict[str, dict[tuple[str, str], dict]] = field(default_factory=dict)
     served: str = ""
     """The served model and endpoint, for a result evaluated through `eval.endpoint`."""
+    signature: dict | None = None
+    """What the model was shown (`embodied.eval.signature`); None for results written before it."""
+    scores: dict[str, float] = field(default_factory=dict)
+    """Per answered question id, its score (right or not, success or not; the mean over its views)."""
+    group: str = ""
+    """The ranking group: the split's content hash (or where it was read) and the metric."""
+    flags: list[str] = field(default_factory=list)
+    """How its signature differs from its neighbours' in the ranking (empty: it does not)."""
+    paired: dict | None = None
+    """Its paired difference to the group's best: `vs`, `diff`, `ci95`, `n` (questions both answered)."""
+
+    @property
+    def value(self) -> float | None:
+        return self.cells.get(("all", "all"), {}).get("value")
 
 
 def _cell(s: dict, metric: str) -> dict:
@@ -72,9 +93,50 @@ def _label(run: Path, name: str, runs: list[Path]) -> str:
     return f"{run if len(same) > 1 else run.name}: {name}"
 
 
+def scores_of(result: dict) -> dict[str, float]:
+    """Per answered question id, its score: right (MCQ) or success (episode), the mean over its views."""
+    seen: dict[str, list[float]] = {}
+    for row in result.get("predictions", []):
+        if row.get("failed"):
+            continue
+        if "terms" in row:
+            score = float(row["terms"].get("reward/success", 0.0))
+        elif "answer" in row and "predicted" in row:
+            score = float(row["predicted"] == row["answer"])
+        else:
+            continue
+        seen.setdefault(row["id"], []).append(score)
+    return {k: sum(v) / len(v) for k, v in seen.items()}
+
+
+def group_of(metric: str, signature: dict | None) -> str:
+    """A result's ranking group: its split's content hash (else the data root it read) and its metric."""
+    sig = signature or {}
+    split = sig.get("content_hash") or (f"root {sig['data_root']}" if sig.get("data_root") else "unrecorded")
+    return f"{metric} on {split}"
+
+
+def _load(run: Path, p: Path, r: dict, runs: list[Path]) -> Result:
+    metric, cells = cells_of(r)
+    served = r.get("endpoint", {})
+    who = ""
+    if served:
+        who = f"{served.get('model')} at {served.get('url')}"
+        if "sent" in served:
+            who += (
+                f"; {served.get('requests', 0)} requests: {served['sent']} received by the server, "
+                f"{served.get('cached', 0)} cached, {served.get('failed', 0)} failed"
+            )
+    sig = r.get("signature")
+    label = _label(run, p.stem.removeprefix("eval_"), runs)
+    return Result(
+        label, p, metric, cells, served=who, signature=sig, scores=scores_of(r), group=group_of(metric, sig)
+    )
+
+
 def read_results(run_dirs: list[str | Path]) -> list[Result]:
-    """Every evaluation in `run_dirs`, baselines attached to the result of their split; raises
-    `FileNotFoundError` naming a folder that is missing or holds no `eval_*.json`."""
+    """Every evaluation in `run_dirs`, baselines attached to the result of their split, ranked within their
+    group (`rank`); raises `FileNotFoundError` naming a folder that is missing or holds no `eval_*.json`."""
     runs = [Path(d) for d in run_dirs]
     results: list[Result] = []
     for run in runs:
@@ -85,12 +147,7 @@ def read_results(run_dirs: list[str | Path]) -> list[Result]:
             raise FileNotFoundError(f"{run}: no eval_*.json (run `embodied eval run_dir={run}` first)")
         loaded = {p: json.loads(p.read_text()) for p in found}
         mains = {p: r for p, r in loaded.items() if r.get("settings", {}).get("baseline", "none") == "none"}
-        for p, r in mains.items():
-            metric, cells = cells_of(r)
-            served = r.get("endpoint", {})
-            label = _label(run, p.stem.removeprefix("eval_"), runs)
-            who = f"{served['model']} at {served['url']}" if served else ""
-            results.append(Result(label, p, metric, cells, served=who))
+        results += [_load(run, p, r, runs) for p, r in mains.items()]
         for p, r in loaded.items():
             baseline = r.get("settings", {}).get("baseline", "none")
             if baseline == "none":
@@ -100,10 +157,37 @@ def read_results(run_dirs: list[str | Path]) -> list[Result]:
             if owner is not None:
                 owner.baselines[baseline] = cells_of(r)[1]
             else:  # a baseline run alone (e.g. `eval --baseline majority` in its own folder)
-                results.append(
-                    Result(_label(run, p.stem.removeprefix("eval_"), runs), p, "accuracy", cells_of(r)[1])
-                )
-    return sorted(results, key=lambda x: -x.cells.get(("all", "all"), {"value": 0.0})["value"])
+                results.append(_load(run, p, r, runs))
+    return rank(results)
+
+
+def rank(results: list[Result]) -> list[Result]:
+    """`results` ranked within each group (best first, none answered last), groups in order of their best
+    figure; each result's `flags` and `paired` filled in."""
+    groups: dict[str, list[Result]] = {}
+    for r in results:
+        groups.setdefault(r.group, []).append(r)
+    for members in groups.values():
+        members.sort(key=lambda x: (x.value is None, -(x.value or 0.0)))
+        for i, r in enumerate(members):
+            r.flags = [
+                f"differs from {nb.label}: " + "; ".join(d)
+                for nb in members[max(0, i - 1) : i] + members[i + 1 : i + 2]
+                if (d := differences(r.signature, nb.signature))
+            ]
+            r.paired = paired_difference(r, members[0]) if i else None
+    order = sorted(groups.values(), key=lambda m: (m[0].value is None, -(m[0].value or 0.0), m[0].group))
+    return [r for members in order for r in members]
+
+
+def paired_difference(a: Result, b: Result) -> dict | None:
+    """`a` minus `b` on the questions both answered: the mean difference of their per-question scores with
+    its 95% Student-t interval over questions (`seed_interval`); None without a common question."""
+    common = sorted(set(a.scores) & set(b.scores))
+    if not common:
+        return None
+    mean, lo, hi = seed_interval([a.scores[q] - b.scores[q] for q in common])
+    return {"vs": b.label, "diff": mean, "ci95": [lo, hi], "n": len(common)}
 
 
 def row_keys(results: list[Result]) -> list[tuple[str, str]]:
@@ -142,7 +226,43 @@ def table_html(results: list[Result]) -> str:
         out.append(
             "<tr>" + "".join(f"<td{' class=num' * (i > 1)}>{c}</td>" for i, c in enumerate(cells)) + "</tr>"
         )
-    return "\n".join(out) + "</table>"
+        if key == ("all", "all"):
+            out.append(_paired_row(cols))
+    return "\n".join([out[0], _input_row(cols), *out[1:]]) + "</table>"
+
+
+def describe(signature: dict | None) -> str:
+    """A signature in a few words: media, frames x size, prompt format."""
+    if not signature:
+        return "input not recorded"
+    frames = "/".join(map(str, signature.get("frames", []))) or "?"
+    size = "/".join("x".join(map(str, s)) for s in signature.get("frame_size", [])) or "?"
+    return f"{signature.get('media')}, {frames} frames of {size} px, prompt {signature.get('prompt')}"
+
+
+def _input_row(cols: list[tuple[Result, str | None]]) -> str:
+    """The row under the header: what each result's model was shown, and its flags."""
+    cells = ["input", "", ""]
+    for r, b in cols:
+        if b is not None:
+            cells.append("")
+            continue
+        flags = "".join(f"<br><span class='flag'>&#9888; {html.escape(f)}</span>" for f in r.flags)
+        cells.append(f"<span class='muted'>{html.escape(describe(r.signature))}</span>{flags}")
+    return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
+
+
+def _paired_row(cols: list[tuple[Result, str | None]]) -> str:
+    """The row under the overall figures: each result minus the group's best on the same questions."""
+    cells = ["paired difference", "vs best", ""]
+    for r, b in cols:
+        p = r.paired if b is None else None
+        if p is None:
+            cells.append("")
+            continue
+        lo, hi = p["ci95"]
+        cells.append(f"{p['diff']:+.3f} [{lo:+.3f}, {hi:+.3f}] n={p['n']} vs {html.escape(p['vs'])}")
+    return "<tr>" + "".join(f"<td{' class=num' * (i > 1)}>{c}</td>" for i, c in enumerate(cells)) + "</tr>"
 
 
 def figure_png(results: list[Result]) -> bytes:
@@ -190,33 +310,71 @@ def figure_png(results: list[Result]) -> bytes:
     return buf.getvalue()
 
 
-def comparison_html(results: list[Result], style: str = "") -> str:
-    """The whole page: what was compared, the ranked table, the figure, the result files."""
+def groups_of(results: list[Result]) -> dict[str, list[Result]]:
+    """The ranked results by group, in ranking order."""
+    out: dict[str, list[Result]] = {}
+    for r in results:
+        out.setdefault(r.group, []).append(r)
+    return out
+
+
+def group_html(group: str, members: list[Result]) -> str:
+    """One group's section: what it ranks, the table, the figure."""
     esc = html.escape
-    metric = ", ".join(sorted({r.metric for r in results}))
-    png = base64.b64encode(figure_png(results)).decode()
+    roots = sorted({(r.signature or {}).get("data_root", "not recorded") for r in members})
+    png = base64.b64encode(figure_png(members)).decode()
+    return (
+        f"<h2>{esc(group)}</h2>\n<p class='muted'>{len(members)} results on the same questions, ranked by "
+        f"the overall figure (best first), 95% Wilson intervals; data read from {esc(', '.join(roots))}. "
+        "Paired difference: minus the best on the questions both answered, 95% t interval.</p>\n"
+        f"{table_html(members)}\n"
+        f"<img src='data:image/png;base64,{png}' alt='comparison figure: {esc(group)}'>\n"
+    )
+
+
+def comparison_html(results: list[Result], style: str = "") -> str:
+    """The whole page: one section per group (same questions, one metric), then the result files."""
+    esc = html.escape
+    groups = groups_of(results)
     files = "".join(
-        f"<li>{esc(r.label)}: <code>{esc(str(r.path))}</code>" + (f" ({esc(r.served)})" if r.served else "")
+        f"<li>{esc(r.label)} [{esc(r.group)}]: <code>{esc(str(r.path))}</code>"
+        + (f" ({esc(r.served)})" if r.served else "")
         for r in results
     )
+    apart = (
+        f"<p><b>{len(groups)} groups of different questions or metrics: they are ranked apart, never "
+        "against each other.</b></p>\n"
+        if len(groups) > 1
+        else ""
+    )
+    style += ".flag { color: #b00; }"
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>embodied compare</title>"
         f"<style>{style}</style></head><body>\n<h1>Comparison of {len(results)} evaluations</h1>\n"
-        f"<p class='muted'>{esc(metric)} with 95% Wilson intervals, ranked by the overall figure "
-        "(best first); each result's shortcut baselines follow it; dashed line: chance.</p>\n"
-        f"{table_html(results)}\n<h2>Per family, tier and task</h2>\n"
-        f"<img src='data:image/png;base64,{png}' alt='comparison figure'>\n"
-        f"<h2>Results</h2><ul>{files}</ul>\n</body></html>\n"
+        f"{apart}<p class='muted'>Each result's shortcut baselines follow it; dashed line: chance; "
+        "&#9888;: its input differs from a neighbour's (named).</p>\n"
+        + "".join(group_html(g, m) for g, m in groups.items())
+        + f"<h2>Results</h2><ul>{files}</ul>\n</body></html>\n"
     )
 
 
 def ranking(results: list[Result]) -> list[dict]:
-    """The ranked overall figures (JSON): label, metric, value, 95% interval, n, baselines' overall values."""
-    out = []
+    """The ranked overall figures (JSON): group and rank in it, label, metric, value, 95% interval, n, its
+    baselines' overall values, its input signature, flags and paired difference to the group's best."""
+    out, ranks = [], {}
     for r in results:
+        ranks[r.group] = ranks.get(r.group, 0) + 1
         c = r.cells.get(("all", "all"), {})
         base = {
             b: cells[("all", "all")]["value"] for b, cells in r.baselines.items() if ("all", "all") in cells
         }
-        out.append({"label": r.label, "path": str(r.path), "metric": r.metric} | c | {"baselines": base})
+        head = {
+            "group": r.group,
+            "rank": ranks[r.group],
+            "label": r.label,
+            "path": str(r.path),
+            "metric": r.metric,
+        }
+        tail = {"baselines": base, "signature": r.signature, "flags": r.flags, "paired": r.paired}
+        out.append(head | c | tail)
     return out

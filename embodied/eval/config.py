@@ -52,7 +52,12 @@ class EvalConfig:
     cache_dir: str = ""
     """Where endpoint responses are cached, keyed by model and request content, so a rerun (after a kill or a
     crash) sends only what is missing; empty: `<run_dir>/endpoint_cache`."""
+    video_url: str = "auto"
+    """With `media=video` through `endpoint`: how the lossless mp4 travels: data (a `data:` URL) | file (its
+    path, written under `cache_dir`, for a server on this machine whose video loader refuses `data:` URLs,
+    as `transformers serve` does) | auto (file for a server on 127.0.0.1 or localhost, else data)."""
     processor_kwargs: bool = True
     """Send the pixel budget (and do_sample_frames=false for a video) as
     `chat_template_kwargs.processor_kwargs`, which `transformers serve` hands to its processor so that it
-    sizes frames as the local policy does. Set false for an API that refuses unknown request fields."""
+    sizes frames as the local policy does, and sampled requests' `do_sample` and `top_k`. Set false for an API
+    that refuses unknown request fields."""

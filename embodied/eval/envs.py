@@ -155,16 +155,29 @@ def evaluate_env_answers(
     result = summarize_env(predictions, by_id) | {"requested": len(examples), "failed": failed}
     if samples:
         sampled = [row for row in predictions if "sampled" in row]
-        _vote(sampled, by_id, ks, backend, format_weight)
-        per_sample = {key: v / (max(1, len(sampled)) * samples) for key, v in seconds.items()}
-        result |= test_time_compute(sampled, ks, per_sample)
+        if not _greedy_server(answerer, examples, how, sampled):
+            _vote(sampled, by_id, ks, backend, format_weight)
+            per_sample = {key: v / (max(1, len(sampled)) * samples) for key, v in seconds.items()}
+            result |= test_time_compute(sampled, ks, per_sample)
         result["settings"] = {"samples": samples, "k": ks, "temperature": how.temperature, "seed": how.seed,
                               "sampled_episodes": len(sampled)}  # fmt: skip
     result["settings"] = result.get("settings", {}) | answerer.settings()
-    if turns.n > 1:
+    if turns.n > 1 and predictions:  # none answered: no per-turn figures
         result["turns"] = turn_summary(predictions, turns.n)
         result["turns"]["corrections"] = correction_summary(predictions, by_id)
     return result | {"predictions": predictions}
+
+
+def _greedy_server(answerer, examples: Sequence, how: EnvEval, sampled: Sequence[dict]) -> bool:
+    """True when the answer source says its samples are not samples (a served model whose server answers
+    greedily whatever the temperature, `EndpointAnswerer.check_sampling`): best-of-N and vote are then
+    unavailable, with the reason in `settings["sampling"]`, never numbers."""
+    if not sampled or not hasattr(answerer, "check_sampling"):
+        return False
+    texts = [[x["response"] for x in row["sampled"]] for row in sampled]
+    first = next(e for e in examples if e.record["id"] == sampled[0]["id"])
+    seed = sampling_seed(how.seed, 0)
+    return bool(answerer.check_sampling(first.record, first.clip, seed, texts, how.temperature))
 
 
 def _split_sampled(examples: Sequence, per_task: int) -> tuple[list[int], list[int]]:
@@ -210,6 +223,7 @@ def _answer_batch(answerer, chunk, how: EnvEval, samples: int, seeds, seconds: d
             _keep_turns(row, traj, "turns")
         if samples:
             temps = torch.full((len(chunk) * samples,), float(temperature))
+            t0 = time.perf_counter()  # sampled turn 1 is drawn here (the samples below reuse it)
             trajs = answerer.play(
                 chunk,
                 reward_fn,
@@ -220,6 +234,7 @@ def _answer_batch(answerer, chunk, how: EnvEval, samples: int, seeds, seconds: d
                 seeds=seeds,
                 **later,
             )
+            seconds["generate"] += time.perf_counter() - t0
             for i, row in enumerate(rows):
                 _keep_turns(row, trajs[i * samples : (i + 1) * samples], "sampled_turns")
     if samples and rows:
@@ -492,8 +507,8 @@ def summarize_env(predictions: Sequence[dict], records: dict | None = None) -> d
         means = {k: float(np.mean([p["terms"].get(k, 0.0) for p in preds])) for k in keys} if n else {}
         return {
             "n": n,
-            "success": wins / n if n else 0.0,
-            "ci95": list(wilson_interval(wins, n)),
+            "success": wins / n if n else None,  # none answered: no figure, not a 0 that reads as one
+            "ci95": list(wilson_interval(wins, n)) if n else None,
             "unparseable": means.get("reward/unparseable", 0.0),
             "terms": means,
         }
@@ -526,6 +541,9 @@ def env_markdown(result: dict, title: str = "") -> str:
     rows = []
     for name, s in [*result["per_task"].items(), ("**all**", result)]:
         spread = s.get("spread", {})
+        if s["success"] is None:
+            rows.append(f"| {name} | 0 | none answered |" + " |" * (len(head) - 3))
+            continue
         cells = [name, str(s["n"]), f"{s['success']:.3f} [{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}]"]
         cells += [
             f"{s['unparseable']:.1%}",
@@ -544,7 +562,9 @@ def env_markdown(result: dict, title: str = "") -> str:
     if tt:
         sec = result["seconds_per_episode"]
         lines += ["", "seconds per episode: " + ", ".join(f"{k} {v:.3f}" for k, v in sec.items())]
-    return "\n".join(lines) + "\n"
+    sampling = result.get("settings", {}).get("sampling")
+    notes = ([f"best-of-N and vote {sampling}"] if sampling else []) + list(result.get("notes", []))
+    return "\n".join(lines + (["", *notes] if notes else [])) + "\n"
 
 
 def best_constant(

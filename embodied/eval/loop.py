@@ -24,6 +24,7 @@ from embodied.eval.answerer import Answerer, LocalAnswerer, choice_prefix, sampl
 from embodied.eval.baselines import VIDEO_BASELINES, baseline_views, question_rng
 from embodied.eval.endpoint import Failure
 from embodied.eval.stats import (
+    drop_sampled,
     format_result,
     majority_vote,
     markdown_table,
@@ -151,18 +152,19 @@ def evaluate_answers(
         raise ValueError(f"evaluate runs the policy: baseline must be none or one of {VIDEO_BASELINES}")
     ks = resolve_k(samples, k)
     items = _items(examples, baseline, seed)
-    rows, sampling_s = [], 0.0
+    rows, sampling_s, sample_texts = [], 0.0, []
     for start in tqdm(range(0, len(items), batch_size), desc=desc, unit="batch", disable=not progress):
         chunk = items[start : start + batch_size]
         records, clips = [it[0] for it in chunk], [it[1] for it in chunk]
         texts = answerer.greedy(records, clips)
         scores = answerer.choice(records, clips, texts) if choice else [None] * len(chunk)
         t0 = time.perf_counter()
-        seeds = [sampling_seed(seed, it[3], it[2]) for it in chunk]
+        seeds = [seeds_of(seed, it) for it in chunk]
         drawn = (
             answerer.sample(records, clips, samples, temperature, seeds) if samples else [None] * len(chunk)
         )
         sampling_s += time.perf_counter() - t0
+        sample_texts += [d for d in drawn if d is not None]
         for (rec, _, view, _), text, lp, s in zip(chunk, texts, scores, drawn):
             lost = [x for x in [text, *(s or [])] if isinstance(x, Failure)]
             if lost:
@@ -177,6 +179,12 @@ def evaluate_answers(
     result["failed"] = sorted(failed_ids)
     if samples:  # what majority vote over k samples costs: k times this, per question
         result["seconds_per_sample"] = sampling_s / (len(items) * samples)
+    if samples and hasattr(answerer, "check_sampling") and items:
+        first = items[0]
+        why = answerer.check_sampling(first[0], first[1], seeds_of(seed, first), sample_texts, temperature)
+        if why:  # a server that answers greedily: no pass@k or cons@k, never a number
+            drop_sampled(result)
+            result.pop("seconds_per_sample", None)
     result["settings"] = answerer.settings() | {
         "baseline": baseline,
         "samples": samples,
@@ -188,6 +196,11 @@ def evaluate_answers(
         result["settings"]["choice"] = "unavailable: the answer source gave no log-probs for every answer"
     result["predictions"] = rows
     return result
+
+
+def seeds_of(seed: int, item: tuple) -> int:
+    """The sampling seed of an item of `_items` (question index and view)."""
+    return sampling_seed(seed, item[3], item[2])
 
 
 def evaluate_free(model, processor, examples: Sequence[Example], cfg, **kwargs) -> dict:

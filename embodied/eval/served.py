@@ -16,26 +16,42 @@ What a request holds, and why:
   `embodied.policy.model.media_kwargs` gives the local processor, and for a video `do_sample_frames=False`
   (the frames are already sampled; `transformers serve` would otherwise ask for 32). `transformers serve`
   passes them to the processor; another server may ignore or refuse them.
-* Greedy requests at temperature 0; sampled ones at `eval.temperature` with `top_p` 1 and a seed per
-  question and sample, so a rerun sends the same requests (and hits the cache).
+* Greedy requests at temperature 0; sampled ones at `eval.temperature` with `top_p` 1, a seed per question
+  and sample (so a rerun sends the same requests and hits the cache) and, where the server takes extra
+  fields (`eval.processor_kwargs`), `do_sample` and `top_k` (the whole vocabulary, as the local sampler
+  draws). `transformers serve` refuses those two and gets them as `generation_config`
+  (`embodied.eval.endpoint`): without it, it sets the temperature but not `do_sample` and answers greedily.
+  A server whose samples are still identical is caught (`EndpointAnswerer.check_sampling`) and the sampled
+  figures are reported unavailable, never as numbers.
+* With `eval.media=video`, a video record goes as one lossless mp4: a `data:` URL, or (`eval.video_url`
+  `file`, the default for a server on this machine) the path of the mp4 written under the cache folder,
+  for servers whose video loader refuses `data:` URLs (`transformers serve` reads http(s) URLs and paths).
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 from collections.abc import Sequence
 from fractions import Fraction
+from urllib.parse import urlsplit
 
 import numpy as np
 
 from embodied.eval.answerer import check_media
-from embodied.eval.endpoint import EndpointClient, Failure
+from embodied.eval.endpoint import END_MARKERS, EndpointClient, Failure
 from embodied.questions import LETTERS, format_question
 from embodied.rl.episodes import again, continues, outcome_clip
 from embodied.rl.rollout import sampling_seed
 from embodied.video import Clip, VideoConfig, frame_pixel_cap
 
+VIDEO_URLS = ("auto", "data", "file")
+"""`eval.video_url`: how a video travels with `eval.media=video`: a `data:` URL, or the path of a file
+written under the cache folder (for a server on this machine whose loader refuses `data:` URLs); `auto`:
+`file` for a server on 127.0.0.1 / localhost, `data` otherwise."""
+PROBES = 3
+"""Requests of the sampling probe (`EndpointAnswerer.check_sampling`)."""
 TOP_LOGPROBS = 20
 """Alternatives asked per token when log-probs are requested (the OpenAI API's maximum)."""
 
@@ -65,11 +81,6 @@ def mp4_url(clip: Clip) -> str:
             container.mux(stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(f), format="rgb24")))
         container.mux(stream.encode())
     return "data:video/mp4;base64," + base64.b64encode(buf.getvalue()).decode()
-
-
-END_MARKERS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>")
-"""End-of-turn tokens a server's reasoning parser leaves in `reasoning_content` when `<think>` never
-closed."""
 
 
 def response_text(response: dict | Failure) -> str | Failure:
@@ -127,13 +138,33 @@ class EndpointAnswerer:
         media: str = "auto",
         processor_kwargs: bool = True,
         logprobs: bool = False,
+        video_url: str = "auto",
     ):
         check_media(media)
+        if video_url not in VIDEO_URLS:
+            raise ValueError(f"eval.video_url={video_url!r}; choose one of {list(VIDEO_URLS)}")
         self.client, self.video, self.max_new_tokens = client, video, max_new_tokens
         self.media = "images" if media == "auto" else media
         self.processor_kwargs, self.logprobs = processor_kwargs, logprobs
+        host = urlsplit(client.url).hostname or ""
+        local = host in ("127.0.0.1", "localhost", "::1")
+        self.video_url = ("file" if local else "data") if video_url == "auto" else video_url
+        self.sampling = ""
+        """Why sampled figures are unavailable (`check_sampling`), or "" while the server samples."""
         self._urls: dict[int, list[dict]] = {}
         self._greedy: dict[tuple[int, int], dict | Failure] = {}
+
+    def _video_part(self, clip: Clip) -> dict:
+        """A clip as one lossless mp4 `video_url`: a data URL, or the path of the file under the cache."""
+        url = mp4_url(clip)
+        if self.video_url == "file":
+            data = base64.b64decode(url.split(",", 1)[1])
+            path = self.client.cache.root / "videos" / f"{hashlib.sha256(data).hexdigest()[:24]}.mp4"
+            if not path.is_file():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(data)
+            url = str(path.resolve())
+        return {"type": "video_url", "video_url": {"url": url}}
 
     def _parts(self, record: dict, clip: Clip) -> list[dict]:
         """The content parts showing `clip` (encoded once per clip object)."""
@@ -141,7 +172,7 @@ class EndpointAnswerer:
             if len(self._urls) > 4096:
                 self._urls.clear()
             if self.media == "video" and "video" in record:
-                self._urls[id(clip)] = [{"type": "video_url", "video_url": {"url": mp4_url(clip)}}]
+                self._urls[id(clip)] = [self._video_part(clip)]
             else:
                 self._urls[id(clip)] = [
                     {"type": "image_url", "image_url": {"url": png_url(f)}} for f in clip.frames
@@ -165,6 +196,8 @@ class EndpointAnswerer:
         }
         if temperature > 0:
             body |= {"top_p": 1.0, "seed": int(seed) % 2**31}
+            if self.processor_kwargs:  # the server takes extra fields: ask it to sample, whole vocabulary
+                body |= {"do_sample": True, "top_k": -1}
         elif self.logprobs:
             body |= {"logprobs": True, "top_logprobs": TOP_LOGPROBS}
         if self.processor_kwargs:
@@ -205,8 +238,36 @@ class EndpointAnswerer:
         each trajectory's `(text, terms)` per turn, or a `Failure` when one of its requests failed."""
         return play_served(self, examples, reward_fn, turns, **kwargs)
 
+    def check_sampling(
+        self, record: dict, clip: Clip, seed: int, sampled: Sequence[Sequence], temperature
+    ) -> str:
+        """ "" when the server samples; else why the sampled figures are unavailable (also kept in
+        `self.sampling`). Samples that differ on any question show that it samples. When every question's
+        samples are identical (`sampled`: the texts per question), `PROBES` more requests for `record` at a
+        high temperature with new seeds tell a confident model from a server that answers greedily."""
+        texts = [[t for t in s if isinstance(t, str)] for s in sampled]
+        if temperature <= 0 or not any(len(t) > 1 for t in texts) or any(len(set(t)) > 1 for t in texts):
+            return ""
+        hot = max(2.0, 2.0 * float(temperature))
+        bodies = [self._body(record, [clip], [], hot, sampling_seed(seed, 1000 + j)) for j in range(PROBES)]
+        probe = {t for t in map(response_text, self.client.complete(bodies)) if isinstance(t, str)}
+        if len(probe) > 1:
+            return ""
+        self.sampling = (
+            f"unavailable: the server returned identical samples for different seeds at temperature "
+            f"{float(temperature):g} on every question, and {PROBES} more at temperature {hot:g} were "
+            "identical too: it answers greedily whatever the temperature (docs/evaluation.md)"
+        )
+        return self.sampling
+
     def settings(self) -> dict:
-        return {"media": self.media, "processor_kwargs": self.processor_kwargs}
+        out = {"media": self.media, "processor_kwargs": self.processor_kwargs}
+        out["read"] = "stream" if self.client.stream else "json"
+        if self.media == "video":
+            out["video_url"] = self.video_url
+        if self.client.refused:
+            out["refused_fields"] = sorted(self.client.refused)
+        return out | ({"sampling": self.sampling} if self.sampling else {})
 
 
 def _temperature(temperature, t: int) -> float:

@@ -138,6 +138,21 @@ def _stats(qs: list[dict]) -> dict:
     return out
 
 
+SAMPLED_KEYS = ("pass@", "cons@", "chance_pass@", "unparseable_samples")
+
+
+def drop_sampled(result: dict) -> dict:
+    """Remove every sampled figure (pass@k, cons@k, their chance, unparseable samples) from `result`, overall,
+    per family and per family x tier: for a source whose samples are not samples (a server that answers
+    greedily), so they are reported unavailable rather than as numbers."""
+    blocks = [result, *result.get("per_family", {}).values()]
+    blocks += [s for tiers in result.get("per_family_tier", {}).values() for s in tiers.values()]
+    for block in blocks:
+        for key in [k for k in block if k.startswith(SAMPLED_KEYS)]:
+            del block[key]
+    return result
+
+
 def _tier_key(tier: str) -> tuple:
     return (TIER_ORDER.index(tier) if tier in TIER_ORDER else len(TIER_ORDER), tier)
 
@@ -188,7 +203,8 @@ def format_result(result: dict) -> str:
     for key in result:
         if key.startswith(("pass@", "cons@")):
             line += f", {key} {result[key]:.3f}"
-    return line + ")"
+    sampling = result.get("settings", {}).get("sampling", "")
+    return line + ")" + (f"; pass@k and cons@k {sampling}" if sampling else "")
 
 
 def markdown_table(result: dict, title: str = "") -> str:
@@ -214,4 +230,7 @@ def markdown_table(result: dict, title: str = "") -> str:
         rows.append(line(family, "all", s))
         rows += [line(family, tier, st) for tier, st in per_family_tier[family].items()]
     table = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *rows]
-    return "\n".join(([f"### {title}", ""] if title else []) + table) + "\n"
+    notes = [f"pass@k and cons@k {s}" for s in [result.get("settings", {}).get("sampling")] if s]
+    notes += list(result.get("notes", []))
+    notes = ["", *notes] if notes else []
+    return "\n".join(([f"### {title}", ""] if title else []) + table + notes) + "\n"
