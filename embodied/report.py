@@ -107,9 +107,65 @@ def summary_section(run: Path) -> str:
     return f"<h2>Summary</h2>\n{table}\n<p class='muted'>{_esc(line)}</p>"
 
 
+def _about(r: dict) -> str:
+    """What a result was, under its table: the served endpoint (no credentials) with its requests by fate,
+    the input signature, notes (e.g. a video model shown images) and sampled figures reported unavailable."""
+    from embodied.eval.signature import describe_signature
+
+    lines = []
+    ep = r.get("endpoint")
+    if ep:
+        line = f"Served: model {ep.get('model')} at {ep.get('url')}"
+        if "sent" in ep:
+            line += (
+                f"; {ep.get('requests', 0)} requests: {ep['sent']} received by the server, "
+                f"{ep.get('cached', 0)} from an earlier run's cache, {ep.get('failed', 0)} failed"
+            )
+        lines.append(line + (f". Cause: {ep['cause']}" if ep.get("cause") else ""))
+    if r.get("signature"):
+        lines.append("Input: " + describe_signature(r["signature"]))
+    lines += [f"Note: {n}" for n in r.get("notes", []) if not n.startswith("served by ")]
+    if r.get("settings", {}).get("sampling"):
+        lines.append(f"Sampled figures {r['settings']['sampling']}")
+    if r.get("failed"):
+        lines.append(f"Unanswered (requests failed, not scored): {len(r['failed'])} of {r.get('requested')}")
+    return "".join(f"<p class='muted'>{_esc(x)}</p>\n" for x in lines)
+
+
+def env_section(path: Path, r: dict) -> str:
+    """An episode evaluation (`eval_<name>.json` with `success`): per task the success with its interval,
+    the episodes that failed in the simulator and those left unanswered, and the mean of every reward term."""
+    tasks = [*r.get("per_task", {}).items(), ("all", r)]
+    terms = sorted({k for _, s in tasks for k in s.get("terms", {})})
+    unanswered: dict[str, int] = {}
+    for row in r.get("failed", []):
+        if isinstance(row, dict):
+            unanswered[row.get("task", "?")] = unanswered.get(row.get("task", "?"), 0) + 1
+    head = ["task", "n", "success [95% CI]", "failed in simulation", "unanswered", *terms]
+    rows = []
+    for name, s in tasks:
+        n, success = s.get("n", 0), s.get("success")
+        lost = sum(unanswered.values()) if name == "all" else unanswered.get(name, 0)
+        failed = "" if success is None else str(round(n - success * n))
+        cells = [_esc(name), n, _ci(success, s.get("ci95")), failed, lost]
+        rows.append(cells + [_fmt(s.get("terms", {}).get(k, "")) for k in terms])
+    tt = r.get("test_time") or {}
+    extra = ", ".join(f"{k} {_fmt(v)}" for k, v in tt.items() if k.startswith(("best_of@", "vote@")))
+    name = path.stem.removeprefix("eval_")
+    return (
+        f"<h3>Episode evaluation: {_esc(name)}</h3>\n"
+        + _table(head, rows, numeric_from=1)
+        + (f"<p class='muted'>Test-time compute: {_esc(extra)}</p>\n" if extra else "")
+        + _about(r)
+    )
+
+
 def eval_section(path: Path) -> str:
-    """One `eval_<name>.json`: overall, per family and per family x tier, as `markdown_table` has them."""
+    """One `eval_<name>.json`: overall, per family and per family x tier, as `markdown_table` has them (an
+    episode evaluation: `env_section`), then what it was (`_about`)."""
     r = _json(path)
+    if isinstance(r, dict) and "success" in r and "accuracy" not in r:
+        return env_section(path, r)
     if not isinstance(r, dict) or "accuracy" not in r or "ci95" not in r:
         return ""
     sampled = [k for k in r if k.startswith(("pass@", "cons@"))]
@@ -129,7 +185,7 @@ def eval_section(path: Path) -> str:
         rows.append(row(family, "all", s))
         rows += [row(family, tier, st) for tier, st in per_family_tier.get(family, {}).items()]
     name = path.stem.removeprefix("eval_")
-    return f"<h3>Evaluation: {_esc(name)}</h3>\n" + _table(head, rows, numeric_from=2)
+    return f"<h3>Evaluation: {_esc(name)}</h3>\n" + _table(head, rows, numeric_from=2) + _about(r)
 
 
 def _numeric_series(rows: list[dict]) -> dict[str, list[float]]:

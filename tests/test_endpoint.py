@@ -28,7 +28,9 @@ from embodied.eval.served import EndpointAnswerer
 from embodied.eval.stats import format_result, markdown_table
 from embodied.video import VideoConfig
 
-SHORT = "<think></think><answer>0.05</answer>"  # push: an impulse far too small, so turn 1 fails
+# push: an impulse far too small, so turn 1 fails; two reasoning and two content regions, so that reading a
+# non-streamed answer of transformers serve (one region of each kind kept: the last) loses the answer
+SHORT = "<think>far</think><answer>0.05</answer><think>low</think>."
 KEY_ENV = "EMBODIED_TEST_ENDPOINT_KEY"
 KEY = "sk-test-7f3a9c1e-do-not-write-me"
 N_MCQ = 8
@@ -93,7 +95,7 @@ def data(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def served_folder(tmp_path_factory, data):
-    """The tiny base after 40 SFT steps towards SHORT on the push episodes, shown as images
+    """The tiny base after 120 SFT steps (5 s) towards SHORT on the push episodes, shown as images
     (`eval.media=images`, the form the server takes), saved as a folder."""
     from embodied.config import SFTConfig
     from embodied.data.load import Example, load_split
@@ -107,7 +109,7 @@ def served_folder(tmp_path_factory, data):
     model, processor = load_policy(SHIPPED)
     train = load_split(data[1], "test", VideoConfig())
     train = [Example(as_images(e.record, e.clip), e.clip) for e in train]
-    cfg = SFTConfig(steps=40, batch_size=1, lr=5e-3, eval_every=0, checkpoint_every=0, warmup_steps=0)
+    cfg = SFTConfig(steps=120, batch_size=1, lr=5e-3, eval_every=0, checkpoint_every=0, warmup_steps=0)
     train_sft(cfg, Run(model, processor, train, out / "sft", progress=False), target_fn=lambda r: SHORT)
     save_policy(model, processor, out / "model")
     return out / "model"
@@ -160,6 +162,9 @@ def test_endpoint_answers_equal_local_answers_and_the_key_is_written_nowhere(
     assert "choice_accuracy" not in served and "unavailable" in served["settings"]["choice"]
     ep = served["endpoint"]
     assert ep["sent"] == ep["requests"] == N_MCQ and ep["sent_completion_tokens"] > 0 and ep["seconds"] > 0
+    assert ep["read"] == {"stream": N_MCQ} and ep["cached"] == 0 and served["settings"]["read"] == "stream"
+    assert served["signature"]["media"] == local["signature"]["media"] == "images"
+    assert served["signature"]["content_hash"] == local["signature"]["content_hash"] is not None
     written = [p for p in (tmp_path / "served").rglob("*") if p.is_file()]
     assert (
         any("endpoint_cache" in str(p) for p in written) and (tmp_path / "served" / "config.yaml") in written
@@ -192,6 +197,7 @@ def test_interactive_split_through_the_endpoint_executes_answers_and_shows_outco
     cfg.env.turns = 2
     served = run_eval(cfg, False)
     a, b = _predictions(tmp_path / "local"), _predictions(tmp_path / "served")
+    assert all(r["response"].count("<think>") == 2 for r in a.values())  # several regions, every episode
     for qid, row in a.items():  # turn 1 is the single-turn greedy answer, executed in MuJoCo
         assert _same_text(b[qid]["response"], row["response"])
         # transformers serve drops an empty `<think></think>`, read by `reward/format` (docs/evaluation.md)
@@ -321,3 +327,68 @@ def test_cache_key_is_the_model_and_the_request_content():
     assert cache_key("m", body) == cache_key("m", dict(reversed(body.items())))
     assert cache_key("m", body) != cache_key("n", body)
     assert cache_key("m", body) != cache_key("m", body | {"temperature": 1.0})
+
+
+def test_a_non_streamed_answer_loses_regions_which_streaming_keeps(server, data, tmp_path):
+    """The control of the test above: read without streaming, transformers serve's response parser keeps one
+    reasoning and one content region (the last), so the served text is not the generated one."""
+    from embodied.data.load import load_split
+
+    examples = load_split(data[1], "test", VideoConfig(), limit=2)  # what the model was trained on
+    texts = {}
+    for stream in (True, False):
+        client = EndpointClient(server.url, "", tmp_path / f"cache{stream}", stream=stream)
+        answerer = EndpointAnswerer(client, VideoConfig())
+        texts[stream] = answerer.greedy([e.record for e in examples], [e.clip for e in examples])
+        assert client.usage.read == {"stream" if stream else "json": 2}
+    assert all(t.count("<answer>") == 1 and t.count("<think>") == 2 for t in texts[True])
+    assert all(t.count("<answer>") == 0 and t.count("<think>") == 1 for t in texts[False])
+
+
+def test_sampled_requests_sample_and_a_greedy_server_is_reported_unavailable(server, data, tmp_path):
+    """eval.samples=4 at temperature 1 against transformers serve: the client's sampling fields (sent as
+    `generation_config` after the server refuses `do_sample` and `top_k`) give distinct samples and pass@k.
+    Without them (an API that takes no extra fields) the server answers greedily: identical samples, caught,
+    and pass@k / cons@k reported unavailable with the reason, never as numbers."""
+    from embodied.data.load import load_split
+
+    examples = load_split(data[0], "test", VideoConfig(), limit=3)
+    kwargs = {"samples": 4, "k": [1, 4], "temperature": 1.0, "choice": False, "progress": False}
+    client = EndpointClient(server.url, "", tmp_path / "a")
+    sampled = evaluate_answers(EndpointAnswerer(client, VideoConfig()), examples, **kwargs)
+    assert (
+        set(client.usage.refused_fields) == {"do_sample", "top_k"} and "sampling" not in sampled["settings"]
+    )
+    bodies = [json.loads(p.read_text()) for p in (tmp_path / "a").rglob("*.json")]
+    texts = [b["choices"][0]["message"]["content"] for b in bodies]
+    assert len(set(texts)) > 4 and "pass@4" in sampled and "cons@4" in sampled  # not 1 greedy text + copies
+
+    client = EndpointClient(server.url, "", tmp_path / "b")
+    greedy = EndpointAnswerer(client, VideoConfig(), processor_kwargs=False)
+    refused = evaluate_answers(greedy, examples, **kwargs)
+    assert not any(k.startswith(("pass@", "cons@")) for k in refused)
+    assert not any(k.startswith("pass@") for s in refused["per_family"].values() for k in s)
+    assert refused["settings"]["sampling"].startswith("unavailable: the server returned identical samples")
+    assert "pass@k and cons@k unavailable" in markdown_table(refused) and "unavailable" in format_result(
+        refused
+    )
+
+
+def test_a_wrong_model_or_a_url_without_v1_fails_naming_the_fault(server, data, tmp_path, capsys):
+    from embodied.cli import main
+
+    base = [f"data.root={data[0]}", "eval.limit=2", "eval.retries=0", "threads=1", "-q"]
+    run = tmp_path / "wrong"
+    assert main(["eval", f"eval.endpoint={server.url}", "eval.model=nope", f"run_dir={run}", *base]) == 1
+    err = capsys.readouterr().err
+    assert "none of the 2 questions was answered: wrong model" in err and "nope" in err, err
+    assert main(["eval", f"eval.endpoint={server.url[:-3]}", f"run_dir={tmp_path / 'v1'}", *base]) == 1
+    assert "must be the server's base URL ending in /v1" in capsys.readouterr().err
+    assert (
+        main(["eval", f"eval.endpoint={server.url[:-3]}", "eval.model=m", f"run_dir={tmp_path / 'v'}", *base])
+        == 1
+    )
+    assert "HTTP 404" in capsys.readouterr().err
+    out = tmp_path / "cmp"
+    assert main(["compare", str(run), f"out={out}"]) == 0  # the failed result: shown, not a crash
+    assert "none answered n=0" in (out / "compare.html").read_text()

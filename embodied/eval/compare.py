@@ -27,7 +27,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from embodied.eval.signature import differences
+from embodied.eval.signature import describe_signature, differences
 from embodied.eval.stats import by_family, seed_interval, wilson_interval
 
 MAX_PANELS = 24
@@ -231,15 +231,6 @@ def table_html(results: list[Result]) -> str:
     return "\n".join([out[0], _input_row(cols), *out[1:]]) + "</table>"
 
 
-def describe(signature: dict | None) -> str:
-    """A signature in a few words: media, frames x size, prompt format."""
-    if not signature:
-        return "input not recorded"
-    frames = "/".join(map(str, signature.get("frames", []))) or "?"
-    size = "/".join("x".join(map(str, s)) for s in signature.get("frame_size", [])) or "?"
-    return f"{signature.get('media')}, {frames} frames of {size} px, prompt {signature.get('prompt')}"
-
-
 def _input_row(cols: list[tuple[Result, str | None]]) -> str:
     """The row under the header: what each result's model was shown, and its flags."""
     cells = ["input", "", ""]
@@ -248,7 +239,7 @@ def _input_row(cols: list[tuple[Result, str | None]]) -> str:
             cells.append("")
             continue
         flags = "".join(f"<br><span class='flag'>&#9888; {html.escape(f)}</span>" for f in r.flags)
-        cells.append(f"<span class='muted'>{html.escape(describe(r.signature))}</span>{flags}")
+        cells.append(f"<span class='muted'>{html.escape(describe_signature(r.signature))}</span>{flags}")
     return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
 
 

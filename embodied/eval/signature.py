@@ -85,6 +85,19 @@ def differences(a: dict | None, b: dict | None) -> list[str]:
     return out
 
 
+def describe_signature(signature: dict | None) -> str:
+    """A signature in a few words: media, frames and their size, pixel cap, prompt format, split."""
+    if not signature:
+        return "input not recorded"
+    frames = "/".join(map(str, signature.get("frames", []))) or "?"
+    size = "/".join("x".join(map(str, s)) for s in signature.get("frame_size", [])) or "?"
+    cap = "/".join(map(str, (signature.get("pixels") or {}).get("frame_cap", []))) or "?"
+    return (
+        f"{signature.get('media')}, {frames} frames of {size} px (cap {cap} px per frame), prompt "
+        f"{signature.get('prompt')}, split {signature.get('content_hash') or 'without manifest'}"
+    )
+
+
 def _short(value) -> str:
     if isinstance(value, dict):
         return ", ".join(f"{k} {v}" for k, v in value.items())
