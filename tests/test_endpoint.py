@@ -8,6 +8,7 @@ episode split. The server is killed mid-evaluation and restarted once.
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import signal
@@ -392,3 +393,96 @@ def test_a_wrong_model_or_a_url_without_v1_fails_naming_the_fault(server, data, 
     out = tmp_path / "cmp"
     assert main(["compare", str(run), f"out={out}"]) == 0  # the failed result: shown, not a crash
     assert "none answered n=0" in (out / "compare.html").read_text()
+
+
+class _Broken(http.server.BaseHTTPRequestHandler):
+    """A server that answers every chat request the same broken way (`mode`): HTTP 500, a 200 whose body is
+    not JSON, or a 200 with `content: null`; `hits` counts the requests it received."""
+
+    mode, hits = "500", 0
+
+    def do_POST(self):  # noqa: N802 - the stdlib's name
+        type(self).hits += 1
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        null = {"choices": [{"index": 0, "message": {"role": "assistant", "content": None}}]}
+        status, body, kind = {
+            "500": (500, b"boom", "text/plain"),
+            "html": (200, b"<html>a proxy's login page</html>", "text/html"),
+            "null": (200, json.dumps(null).encode(), "application/json"),
+        }[self.mode]
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def broken():
+    import threading
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Broken)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    httpd.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("mode", "hits", "cause"),
+    [
+        ("500", 4, "every request failed with a server error (HTTP 500"),
+        ("html", 2, "not JSON"),
+        ("null", 2, "null"),
+    ],
+)
+def test_a_broken_server_fails_the_run_naming_why_and_compare_and_report_show_it(
+    broken, data, tmp_path, capsys, mode, hits, cause
+):
+    """Every request 5xx (retried), a 200 that is not JSON or holds `content: null` (failed at once, neither
+    retried nor cached nor scored): `embodied eval` exits 1 naming the cause; compare and report show the
+    result as none answered."""
+    from embodied.cli import main
+    from embodied.report import build_report
+
+    _Broken.mode, _Broken.hits = mode, 0
+    run = tmp_path / "run"
+    args = [f"eval.endpoint={broken}", "eval.model=m", "eval.limit=2", "eval.retries=1", "eval.backoff=0.01"]
+    assert main(["eval", *args, f"data.root={data[0]}", f"run_dir={run}", "threads=1", "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "none of the 2 questions was answered" in err and cause in err, err
+    assert _Broken.hits == hits  # 2 questions: a 500 is retried once, a bad 200 never
+    assert not list((run / "endpoint_cache").rglob("*.json"))
+    result = json.loads((run / "eval_test.json").read_text())
+    assert result["n"] == 0 and result["accuracy"] is None and result["endpoint"]["sent"] == 2
+    assert main(["compare", str(run), f"out={tmp_path / 'cmp'}"]) == 0
+    assert "none answered" in (tmp_path / "cmp" / "compare.html").read_text()
+    page = build_report(run)
+    assert "none answered" in page and f"Served: model m at {broken}" in page and "2 failed" in page
+
+
+def test_a_closed_port_fails_naming_it_and_credentials_in_the_url_are_written_nowhere(data, tmp_path, capsys):
+    from embodied.cli import main
+
+    port = _free_port()  # nothing listens there
+    base = [f"data.root={data[0]}", "eval.limit=2", "eval.retries=0", "threads=1", "-q"]
+    closed = f"http://127.0.0.1:{port}/v1"
+    assert main(["eval", f"eval.endpoint={closed}", f"run_dir={tmp_path / 'a'}", *base]) == 1
+    assert f"connection refused at {closed}" in capsys.readouterr().err  # not "set eval.model"
+    assert main(["eval", f"eval.endpoint={closed}", "eval.model=m", f"run_dir={tmp_path / 'b'}", *base]) == 1
+    err = capsys.readouterr().err
+    assert "none of the 2 questions was answered: connection refused" in err, err
+    assert json.loads((tmp_path / "b" / "eval_test.json").read_text())["endpoint"]["unreached"] == 2
+
+    secret = "SECRET-do-not-print-7c1"
+    url = f"http://user:{secret}@127.0.0.1:{port}/v1"
+    assert main(["eval", f"eval.endpoint={url}", "eval.model=m", f"run_dir={tmp_path / 'c'}", *base]) == 1
+    out = capsys.readouterr()
+    assert "eval.api_key_env" in out.err and "***@127.0.0.1" in out.err
+    assert secret not in out.out + out.err
+    assert all(secret.encode() not in p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
+    with pytest.raises(ValueError) as e:
+        EndpointClient(url, "m", tmp_path / "cache")
+    assert secret not in str(e.value)
