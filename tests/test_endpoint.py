@@ -232,7 +232,8 @@ def test_server_killed_mid_evaluation_loses_nothing_and_resume_sends_only_what_i
 
     first = answerer(kill_at_half)
     broken = evaluate_answers(first, examples, choice=False, progress=False)
-    lost = set(broken["failed"])
+    lost = {f["id"] for f in broken["failed"]}
+    assert all(f["error"] and f["family"] for f in broken["failed"])  # id, family and error, as documented
     assert lost and broken["n"] == N_MCQ - len(lost) and broken["requested"] == N_MCQ
     assert first.client.usage.failed == len(lost) and first.client.usage.retries == len(lost)
     assert all("predicted" not in r for r in broken["predictions"] if r.get("failed"))  # listed, not scored

@@ -176,7 +176,10 @@ def evaluate_answers(
     scored = [r for r in rows if r["id"] not in failed_ids]
     result = prediction_stats(scored, k=ks)
     result["requested"] = len({r["id"] for r in rows})
-    result["failed"] = sorted(failed_ids)
+    lost = {r["id"]: r for r in rows if r.get("failed")}  # a question once, with one view's error
+    result["failed"] = [
+        {"id": i, "family": lost[i]["family"], "error": lost[i]["error"]} for i in sorted(failed_ids)
+    ]
     if samples:  # what majority vote over k samples costs: k times this, per question
         result["seconds_per_sample"] = sampling_s / (len(items) * samples)
     if samples and hasattr(answerer, "check_sampling") and items:
