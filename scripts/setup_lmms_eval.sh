@@ -26,7 +26,8 @@ site=$(.venv-lmms/bin/python -c "import sysconfig; print(sysconfig.get_path('pur
 echo "import site; site.addsitedir('$base_site')" > "$site/zz_embodied_venv.pth"
 
 pip=(.venv-lmms/bin/python -m pip install -q)
-"${pip[@]}" "$lmms_spec"
+# filelock<4: lmms-eval 0.7.3's evaluator patches `filelock._api`, which filelock 4 (in .venv) no longer has
+"${pip[@]}" "$lmms_spec" "filelock<4"
 .venv-lmms/bin/python - <<'EOF'
 import sys
 from importlib.metadata import version
@@ -36,6 +37,8 @@ import transformers
 
 import embodied.integrations.lmms_eval  # noqa: F401  (the hooks import here)
 from lmms_eval.tasks import TaskManager  # noqa: F401
+
+import filelock._api  # noqa: F401  (lmms_eval.evaluator needs it)
 
 here = {m: sys.modules[m].__file__ for m in ("torch", "embodied")}
 print(f"setup_lmms_eval: done (lmms-eval {version('lmms_eval')}, torch {torch.__version__} and "

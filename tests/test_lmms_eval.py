@@ -14,7 +14,11 @@ import hashlib
 import importlib.util
 import json
 import os
+import socket
 import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -206,3 +210,154 @@ def test_lmms_eval_task_manager_loads_both_exports(exported, tmp_path):
 
 def _offline_env() -> dict:
     return os.environ | {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+
+
+class Server:
+    """`transformers serve FOLDER` on a free 127.0.0.1 port, started and killed by the test."""
+
+    def __init__(self, folder: Path, log: Path):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        exe = Path(sys.executable).parent / "transformers"
+        cmd = [
+            str(exe),
+            "serve",
+            str(folder),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--device",
+            "cpu",
+        ]
+        self.log = log
+        self.proc = subprocess.Popen(cmd, stdout=log.open("a"), stderr=subprocess.STDOUT, env=_offline_env())
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"transformers serve exited: {log.read_text()[-2000:]}"
+            try:
+                with urllib.request.urlopen(f"{self.url}/models", timeout=1) as r:
+                    self.model = json.loads(r.read())["data"][0]["id"]
+                    return
+            except OSError:
+                time.sleep(0.3)
+        raise AssertionError(f"transformers serve did not come up: {log.read_text()[-2000:]}")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def server(exported, tmp_path_factory):
+    """The tiny base after 150 SFT steps (frames shown as images, the form the server takes) towards answers
+    that parse and differ: each question's last option letter (B, C or D by family) and each push train
+    episode's good impulse (the model settles on one). Its skill is not the point: the test compares two
+    harnesses on the same served answers."""
+    from embodied.config import SFTConfig
+    from embodied.data.load import Example, load_split
+    from embodied.eval.answerer import as_images
+    from embodied.policy.model import load_policy, save_policy
+    from embodied.policy.tiny import SHIPPED
+    from embodied.train.sft import train_sft
+    from embodied.train.state import Run
+    from embodied.video import VideoConfig
+
+    out = tmp_path_factory.mktemp("served")
+    model, processor = load_policy(SHIPPED)
+    questions = load_split(exported["bench"], "test", VideoConfig())
+    train = questions + load_split(exported["env"], "train", VideoConfig()) * 4  # 24 questions, 24 pushes
+    train = [Example(as_images(e.record, e.clip), e.clip) for e in train]
+
+    def target(r: dict) -> str:
+        answer = f"{push.good_action(r):.2f}" if r.get("task") == "push" else LETTERS[len(r["options"]) - 1]
+        return f"<think></think><answer>{answer}</answer>"
+
+    cfg = SFTConfig(steps=150, batch_size=2, lr=5e-3, eval_every=0, checkpoint_every=0, warmup_steps=0)
+    train_sft(cfg, Run(model, processor, train, out / "sft", progress=False), target_fn=target)
+    save_policy(model, processor, out / "model")
+    s = Server(out / "model", out / "server.log")
+    yield s
+    s.kill()
+
+
+def _embodied_eval(root: Path, url: str, run_dir: Path) -> dict:
+    """`embodied eval data.root=ROOT eval.endpoint=URL` (the defaults otherwise); its `eval_test.json`."""
+    from embodied.config import Config
+    from embodied.run import eval as run_eval
+
+    cfg = Config()
+    cfg.run_dir, cfg.data.root, cfg.threads, cfg.eval.endpoint = str(run_dir), str(root), 1, url
+    run_eval(cfg, False)
+    return json.loads((run_dir / "eval_test.json").read_text())
+
+
+def _lmms_eval(server: Server, tasks: Path, out: Path) -> tuple[dict, dict[str, dict]]:
+    """`lmms-eval --model openai` on both groups: its results JSON and the logged row of every document."""
+    args = f"model={server.model},base_url={server.url},num_concurrent=4,max_retries=1,timeout=120"
+    cmd = [str(LMMS_PYTHON), "-m", "lmms_eval", "--model", "openai", "--model_args", args, "--tasks"]
+    cmd += ["bench,physics", "--include_path", str(tasks), "--log_samples", "--output_path", str(out)]
+    env = _offline_env() | {"OPENAI_API_KEY": "EMPTY"}  # the client wants one; the server checks none
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=out.parent)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (results,) = out.rglob("*_results.json")
+    rows = {}
+    for path in out.rglob("*_samples_*.jsonl"):
+        for line in path.read_text().splitlines():
+            sample = json.loads(line)
+            row = sample.get("accuracy_all") or sample["success"]
+            rows[row["id"]] = row | {"lmms_response": sample["filtered_resps"]}
+    return json.loads(results.read_text()), rows
+
+
+@pytest.mark.lmms_eval
+def test_lmms_eval_through_transformers_serve_reproduces_embodied_eval(exported, server, tmp_path):
+    """The same served model, the same split: lmms-eval's OpenAI backend on the exported tasks and `embodied
+    eval eval.endpoint=...` give the same prediction for every question, the same accuracy (overall, per
+    family and tier, chance beside it), and on push episodes the same executed outcome per episode and the
+    same success."""
+    _need_lmms()
+    mcq = _embodied_eval(exported["bench"], server.url, tmp_path / "eval_bench")
+    env = _embodied_eval(exported["env"], server.url, tmp_path / "eval_env")
+    t0 = time.perf_counter()
+    results, rows = _lmms_eval(server, exported["tasks"], tmp_path / "lmms")
+    lmms_s = time.perf_counter() - t0
+    got = results["results"]
+
+    ours = {p["id"]: p for p in mcq["predictions"]}
+    same = [qid for qid, p in ours.items() if rows[qid]["predicted"] == p["predicted"]]
+    assert len(same) == len(ours) == 24, [
+        (q, rows[q]["response"], ours[q]["response"]) for q in ours if q not in same
+    ]
+    assert len({p["predicted"] for p in ours.values()}) > 1, "the served answers should vary"
+    assert got["bench"]["accuracy_all,none"] == pytest.approx(mcq["accuracy"], abs=1e-12)
+    assert got["bench"]["chance_all,none"] == pytest.approx(mcq["chance"], abs=1e-12)
+    assert got["bench"]["unparseable,none"] == pytest.approx(mcq["unparseable"], abs=1e-12)
+    for family, tiers in mcq["per_family_tier"].items():
+        task = got[f"bench_{family}"]
+        assert task["accuracy_all,none"] == pytest.approx(mcq["per_family"][family]["accuracy"], abs=1e-12)
+        for tier, s in tiers.items():
+            assert task[f"accuracy_{tier},none"] == pytest.approx(s["accuracy"], abs=1e-12)
+            assert task[f"chance_{tier},none"] == pytest.approx(s["chance"], abs=1e-12)
+
+    episodes = {p["id"]: p for p in env["predictions"]}
+    assert len(episodes) == 6
+    for eid, p in episodes.items():  # the same answer, executed to the same outcome
+        mine = rows[eid]["terms"]
+        physics = lambda t: {k: v for k, v in t.items() if k not in ("reward/format", "reward/total")}  # noqa: E731
+        assert physics(mine) == physics(p["terms"]), (eid, rows[eid]["response"], p["response"])
+    assert got["physics"]["success,none"] == pytest.approx(env["success"], abs=1e-12)
+    texts_equal = sum(rows[q]["response"].strip() == ours[q]["response"].strip() for q in ours)
+    print(
+        f"lmms-eval vs embodied eval: predictions {len(same)}/{len(ours)} equal, accuracy "
+        f"{got['bench']['accuracy_all,none']:.3f} / {mcq['accuracy']:.3f} (chance {mcq['chance']:.3f}), "
+        f"responses equal {texts_equal}/{len(ours)}; push success {got['physics']['success,none']:.3f} / "
+        f"{env['success']:.3f} on {len(episodes)}, MuJoCo in the hook "
+        f"{got['physics_push']['simulate_s,none'] * 1000:.1f} ms/episode; lmms-eval run {lmms_s:.1f} s"
+    )
