@@ -68,7 +68,7 @@ def _ci(acc: float | None, ci: list | None) -> str:
 
 
 def _fmt(x) -> str:
-    return f"{x:.3f}" if isinstance(x, float) else str(x)
+    return f"{x:.3f}" if isinstance(x, float) else "" if x is None else str(x)
 
 
 def _answer(text: str) -> str:
@@ -141,7 +141,8 @@ def env_section(path: Path, r: dict) -> str:
     for row in r.get("failed", []):
         if isinstance(row, dict):
             unanswered[row.get("task", "?")] = unanswered.get(row.get("task", "?"), 0) + 1
-    head = ["task", "n", "success [95% CI]", "failed in simulation", "unanswered", *terms]
+    names = [k.removeprefix("reward/") for k in terms]  # mean reward terms, short enough to fit the page
+    head = ["task", "n", "success [95% CI]", "failed in simulation", "unanswered", *names]
     rows = []
     for name, s in tasks:
         n, success = s.get("n", 0), s.get("success")
@@ -155,6 +156,8 @@ def env_section(path: Path, r: dict) -> str:
     return (
         f"<h3>Episode evaluation: {_esc(name)}</h3>\n"
         + _table(head, rows, numeric_from=1)
+        + "<p class='muted'>Columns after <i>unanswered</i>: the mean of each reward term "
+        "(<code>reward/...</code>) over the episodes answered.</p>\n"
         + (f"<p class='muted'>Test-time compute: {_esc(extra)}</p>\n" if extra else "")
         + _about(r)
     )

@@ -29,7 +29,7 @@ def test_report_shows_an_episode_evaluation_per_task(tmp_path):
     push = rows["push"]  # n 4, success 2/4, 2 failed in simulation, 1 unanswered, mean distance -0.15
     cells = [c.split(">")[-1] for c in push.split("</td>")[:-1]]
     assert cells[1:5] == ["4", "0.500 [0.150, 0.850]", "2", "1"] and "-0.150" in cells
-    assert "reward/distance" in page and "Unanswered (requests failed, not scored): 1 of 6" in page
+    assert "<th>distance</th>" in page and "Unanswered (requests failed, not scored): 1 of 6" in page
 
 
 def test_report_names_the_served_endpoint_and_its_requests(tmp_path):

@@ -239,7 +239,9 @@ def _input_row(cols: list[tuple[Result, str | None]]) -> str:
             cells.append("")
             continue
         flags = "".join(f"<br><span class='flag'>&#9888; {html.escape(f)}</span>" for f in r.flags)
-        cells.append(f"<span class='muted'>{html.escape(describe_signature(r.signature))}</span>{flags}")
+        who = "served: " + r.served.split(";")[0] if r.served else "local"
+        text = f"{who}; {describe_signature(r.signature)}"
+        cells.append(f"<span class='muted'>{html.escape(text)}</span>{flags}")
     return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
 
 
