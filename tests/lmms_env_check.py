@@ -1,6 +1,7 @@
 """Run by tests/test_lmms_eval.py with .venv-lmms's Python (lmms-eval 0.7.3): lmms-eval's own task manager on
 two `embodied export --format lmms-eval` folders. Prints one JSON line: per group, its tasks with their docs,
-metadata and what the chat request of each doc holds (image count and size, text, a digest of the frames).
+metadata, what the chat request of each doc holds (image count and size, text, a digest of the frames) and,
+for the answers the spec gives, what lmms-eval's `Task.process_results` makes of them (our hook's rows).
 
 Usage: .venv-lmms/bin/python tests/lmms_env_check.py SPEC.json   (SPEC is written by the test)
 """
@@ -58,6 +59,11 @@ def main(spec_path: str) -> dict:
                 "metrics": [m["metric"] for m in task.config.metric_list],
                 "generation_kwargs": task.config.generation_kwargs,
                 "docs": {doc["id"]: _request(task, doc) for doc in task.test_docs()},
+                "scored": {
+                    doc["id"]: task.process_results(doc, [spec["answers"][doc["id"]]])
+                    for doc in task.test_docs()
+                    if doc["id"] in spec.get("answers", {})
+                },
             }
             for name, task in sorted(tasks.items())
         }

@@ -27,7 +27,7 @@ import yaml
 
 from embodied.cli import main
 from embodied.data.load import load_records
-from embodied.envs import answer_form, push
+from embodied.envs import answer_form, push, task
 from embodied.envs.reward import env_reward
 from embodied.questions import LETTERS, FamilySpec, format_question
 from embodied.video import read_video
@@ -149,20 +149,25 @@ def _need_lmms() -> None:
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    """A fresh 3-family benchmark (8 questions a family) and push episodes (6 train, 6 test), exported as
-    two task folders under one include path (groups `bench` and `physics`)."""
+    """A fresh 3-family benchmark (8 questions a family), push episodes (6 train, 6 test) and 2 test episodes
+    of each interactive task, exported as task folders under one include path (groups `bench`, `physics`,
+    `physics3`)."""
     from embodied.config import Config
+    from embodied.data.episodes import generate_episodes
+    from embodied.envs.config import EnvConfig
     from embodied.run import export
 
     base = tmp_path_factory.mktemp("lmms")
     bench = _benchmark(base / "bench", FAMILIES, 24)
     episodes = _push(base / "env", 6, 6)
-    for root, name in ((bench, "bench"), (episodes, "physics")):
+    tasks3 = EnvConfig(root=str(base / "env3"), tasks=["place", "carry", "push"], n_train=0, n_test=2)
+    generate_episodes(tasks3, progress=False)
+    for root, name in ((bench, "bench"), (episodes, "physics"), (base / "env3", "physics3")):
         cfg = Config()
         cfg.data.root, cfg.export.format, cfg.export.name = str(root), "lmms-eval", name
         cfg.export.out = str(base / "tasks" / name)
         export(cfg)
-    return {"bench": bench, "env": episodes, "tasks": base / "tasks"}
+    return {"bench": bench, "env": episodes, "env3": base / "env3", "tasks": base / "tasks"}
 
 
 def _frames_digest(path: Path) -> str:
@@ -176,7 +181,13 @@ def test_lmms_eval_task_manager_loads_both_exports(exported, tmp_path):
     as its OpenAI backend asks): the documents, the content hash, and each request's parts: the frames
     `embodied eval` samples (decoded in .venv-lmms with its own PyAV, digest equal), then the question."""
     _need_lmms()
-    spec = {"include_paths": [str(exported["tasks"])], "groups": ["bench", "physics"]}
+    rng = np.random.default_rng(0)
+    three = [answer_form(r, "number") for r in load_records(exported["env3"], "test")]
+    answers = {
+        r["id"]: f"<think>hm</think><answer>{task(r['task']).random_answer(rng)}</answer>" for r in three
+    }
+    spec = {"include_paths": [str(exported["tasks"])], "groups": ["bench", "physics", "physics3"]}
+    spec["answers"] = answers
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     check = Path(__file__).with_name("lmms_env_check.py")
     proc = subprocess.run(
@@ -185,19 +196,21 @@ def test_lmms_eval_task_manager_loads_both_exports(exported, tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert report["lmms_eval"] == "0.7.3" and report["indexed"] == {"bench": True, "physics": True}
-    for group, root in (("bench", exported["bench"]), ("physics", exported["env"])):
+    assert report["lmms_eval"] == "0.7.3" and all(report["indexed"].values()) and len(report["indexed"]) == 3
+    for group, root in (
+        ("bench", exported["bench"]),
+        ("physics", exported["env"]),
+        ("physics3", exported["env3"]),
+    ):
         digest = json.loads((root / "manifest.json").read_text())["content_hash"]["sha256"]
         records = {r["id"]: r for r in load_records(root, "test")}
         tasks = report["groups"][group]
         assert sum(len(t["docs"]) for t in tasks.values()) == len(records)
-        for name, task in tasks.items():
-            assert task["metadata"]["content_hash"] == digest, name
-            assert (
-                task["generation_kwargs"]["max_new_tokens"] == 48
-                and task["generation_kwargs"]["do_sample"] is False
-            )
-            for rid, request in task["docs"].items():
+        for name, config in tasks.items():
+            assert config["metadata"]["content_hash"] == digest, name
+            gen = config["generation_kwargs"]
+            assert gen["max_new_tokens"] == 48 and gen["do_sample"] is False and gen["temperature"] == 0
+            for rid, request in config["docs"].items():
                 rec = records[rid] if group == "bench" else answer_form(records[rid], "number")
                 clip = read_video(root / rec["video"])
                 assert request["order"] == ["image"] * len(clip.frames) + ["text"]
@@ -205,6 +218,13 @@ def test_lmms_eval_task_manager_loads_both_exports(exported, tmp_path):
                 assert request["text"] == [format_question(rec["question"], rec["options"])]
                 assert request["frames_sha256"] == _frames_digest(root / rec["video"]), rid
     assert set(report["groups"]["bench"]) == {f"bench_{f.family}" for f in FAMILIES}
+    tasks3 = report["groups"]["physics3"]
+    assert set(tasks3) == {"physics3_place", "physics3_carry", "physics3_push"}
+    for r in three:  # lmms-eval's process_results ran our hook: the answer parsed and executed in MuJoCo
+        (name,) = [t for t in tasks3 if r["id"] in tasks3[t]["scored"]]
+        scored = tasks3[name]["scored"][r["id"]]
+        assert set(scored) == set(tasks3[name]["metrics"]) and scored["success"]["task"] == r["task"]
+        assert scored["success"]["terms"] == env_reward([answers[r["id"]]], [r])[0], r["id"]
     assert "success" in report["groups"]["physics"]["physics_push"]["metrics"]
 
 
