@@ -112,8 +112,10 @@ def test_compare_ranks_only_like_with_like_flags_inputs_and_pairs_models(tmp_pat
                                           "failed: test"]  # fmt: skip
     assert by["new_generation: test"].group != by["local_video: test"].group
     assert by["new_generation: test"].flags == [] and by["new_generation: test"].paired is None
-    assert by["local_video: test"].flags == ["differs from served_images: test: media: video vs images"]
-    assert by["served_images: test"].flags[0] == "differs from local_video: test: media: images vs video"
+    assert by["local_video: test"].flags == [
+        "differs from served_images: test, failed: test: media: video vs images"
+    ]
+    assert by["served_images: test"].flags == ["differs from local_video: test: media: images vs video"]
     p = by["served_images: test"].paired
     assert p["vs"] == "local_video: test" and p["n"] == 20 and p["diff"] == pytest.approx(-0.2)
     assert p["ci95"] == pytest.approx([-0.2 - 0.19194, -0.2 + 0.19194], abs=1e-4)

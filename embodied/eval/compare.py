@@ -8,7 +8,8 @@ split and run, never as a model of its own, so a model is read against what the 
 Like with like: results are ranked only within one group, the same questions (the split's content hash from
 the result's input signature, `embodied.eval.signature`) and one metric (accuracy on MCQs, success on
 episodes); each group is its own table. Within a group, a result whose signature (media, frames, frame
-size, pixel budget, prompt format) differs from a neighbour's is flagged with the difference, and every
+size, pixel budget, prompt format) differs from another's is flagged with the difference and the results it
+differs from, and every
 result has its paired difference to the group's best on the questions both answered, with a 95% interval,
 beside its own interval. A result with nothing answered (n = 0) shows as "none answered" and ranks last.
 
@@ -54,7 +55,7 @@ class Result:
     group: str = ""
     """The ranking group: the split's content hash (or where it was read) and the metric."""
     flags: list[str] = field(default_factory=list)
-    """How its signature differs from its neighbours' in the ranking (empty: it does not)."""
+    """How its signature differs from the others' in its group, naming them (empty: it does not)."""
     paired: dict | None = None
     """Its paired difference to the group's best: `vs`, `diff`, `ci95`, `n` (questions both answered)."""
 
@@ -170,14 +171,21 @@ def rank(results: list[Result]) -> list[Result]:
     for members in groups.values():
         members.sort(key=lambda x: (x.value is None, -(x.value or 0.0)))
         for i, r in enumerate(members):
-            r.flags = [
-                f"differs from {nb.label}: " + "; ".join(d)
-                for nb in members[max(0, i - 1) : i] + members[i + 1 : i + 2]
-                if (d := differences(r.signature, nb.signature))
-            ]
+            r.flags = flags(r, members)
             r.paired = paired_difference(r, members[0]) if i else None
     order = sorted(groups.values(), key=lambda m: (m[0].value is None, -(m[0].value or 0.0), m[0].group))
     return [r for members in order for r in members]
+
+
+def flags(r: Result, members: list[Result]) -> list[str]:
+    """How `r`'s input signature differs from the others' in its group: one line per distinct difference,
+    naming the results it differs from (`differs from A, B: media: video vs images`)."""
+    by_difference: dict[tuple[str, ...], list[str]] = {}
+    for other in members:
+        d = tuple(differences(r.signature, other.signature)) if other is not r else ()
+        if d:
+            by_difference.setdefault(d, []).append(other.label)
+    return [f"differs from {', '.join(labels)}: " + "; ".join(d) for d, labels in by_difference.items()]
 
 
 def paired_difference(a: Result, b: Result) -> dict | None:
@@ -345,7 +353,7 @@ def comparison_html(results: list[Result], style: str = "") -> str:
         f"<!doctype html><html><head><meta charset='utf-8'><title>embodied compare</title>"
         f"<style>{style}</style></head><body>\n<h1>Comparison of {len(results)} evaluations</h1>\n"
         f"{apart}<p class='muted'>Each result's shortcut baselines follow it; dashed line: chance; "
-        "&#9888;: its input differs from a neighbour's (named).</p>\n"
+        "&#9888;: its input differs from another result's in its group (named).</p>\n"
         + "".join(group_html(g, m) for g, m in groups.items())
         + f"<h2>Results</h2><ul>{files}</ul>\n</body></html>\n"
     )
