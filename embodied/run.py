@@ -144,8 +144,6 @@ def eval(cfg: Config, progress: bool = True) -> dict:  # noqa: A001 - the comman
     name = e.split if e.baseline == "none" else f"{e.split}_{e.baseline}"
     print(_write_eval(out, name, result, f"{who} on {cfg.data.root}/{e.split}"))
     print(f"{who} on {cfg.data.root}/{e.split}: {format_result(result)}")
-    for note in result.get("notes", []):
-        print(f"note: {note}")
     _refuse_none_answered(result)
     return {k: v for k, v in result.items() if k != "predictions"}
 
@@ -277,9 +275,7 @@ def _eval_env(cfg: Config, source, examples, skipped, out: Path, progress: bool)
     result["skipped_videos"] = skipped
     _signed(cfg, source, examples, result)
     title = f"{_who(cfg, source)} on {cfg.data.root}/{e.split}"
-    print(_write_eval(out, e.split, result, title, env_markdown))
-    for note in result.get("notes", []):
-        print(f"note: {note}")
+    print(_write_eval(out, e.split, result, title, env_markdown))  # its notes end the table
     _refuse_none_answered(result)
     return {k: v for k, v in result.items() if k != "predictions"}
 

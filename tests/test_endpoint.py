@@ -268,14 +268,17 @@ def test_a_refused_request_is_counted_and_listed_never_scored(server, data, tmp_
 
 
 def test_a_server_error_is_retried_then_counted(server, data, tmp_path):
-    """A real 5xx: transformers serve 5.24 answers a Qwen2.5-VL `video_url` with HTTP 500 (it tries to load
-    the clip's audio, docs/evaluation.md). Each request is retried `retries` times, then listed as failed. If
-    this test fails because the server answered, it has learned video: update docs/evaluation.md."""
+    """A real 5xx: transformers serve 5.24 answers a Qwen2.5-VL `video_url` with HTTP 500, even given as the
+    path of a local mp4 (`eval.video_url` auto on 127.0.0.1), which its video loader would read: it first
+    loads the clip's audio, and soundfile cannot decode an mp4 without torchcodec (docs/evaluation.md). Each
+    request is retried `retries` times, then listed as failed. If this test fails because the server answered,
+    it has learned video: compare its answers with local video answers and update docs/evaluation.md."""
     from embodied.data.load import load_split
 
     examples = load_split(data[0], "test", VideoConfig(), limit=2)
     client = EndpointClient(server.url, "", tmp_path / "cache", retries=2, backoff=0.05)
     answerer = EndpointAnswerer(client, VideoConfig(), media="video")
+    assert answerer.video_url == "file"
     result = evaluate_answers(answerer, examples, choice=False, progress=False)
     assert result["n"] == 0 and len(result["failed"]) == 2
     assert (
@@ -404,12 +407,18 @@ class _Broken(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self):  # noqa: N802 - the stdlib's name
         type(self).hits += 1
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        asked = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
         null = {"choices": [{"index": 0, "message": {"role": "assistant", "content": None}}]}
+        fine = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "<answer>A</answer>"}}]}
+        refuse = b'{"detail": "stream is not supported"}'
         status, body, kind = {
             "500": (500, b"boom", "text/plain"),
             "html": (200, b"<html>a proxy's login page</html>", "text/html"),
             "null": (200, json.dumps(null).encode(), "application/json"),
+            "json": (200, json.dumps(fine).encode(), "application/json"),  # ignores `stream`
+            "nostream": (400, refuse, "application/json")
+            if asked.get("stream")
+            else (200, json.dumps(fine).encode(), "application/json"),
         }[self.mode]
         self.send_response(status)
         self.send_header("Content-Type", kind)
@@ -487,3 +496,21 @@ def test_a_closed_port_fails_naming_it_and_credentials_in_the_url_are_written_no
     with pytest.raises(ValueError) as e:
         EndpointClient(url, "m", tmp_path / "cache")
     assert secret not in str(e.value)
+
+
+@pytest.mark.parametrize("mode", ["json", "nostream"])
+def test_a_server_that_does_not_stream_is_read_without_streaming(broken, data, tmp_path, mode):
+    """A server that answers a streamed request with JSON, or refuses `stream` with a 400 naming it: the
+    answer is read as JSON (`read` counts it) and scored, the refusal costing one extra request each."""
+    from embodied.data.load import load_split
+
+    _Broken.mode, _Broken.hits = mode, 0
+    examples = load_split(data[0], "test", VideoConfig(), limit=2)
+    client = EndpointClient(broken, "m", tmp_path / "cache", concurrency=1, retries=0)
+    answerer = EndpointAnswerer(client, VideoConfig())
+    result = evaluate_answers(answerer, examples, choice=False, progress=False)
+    assert result["n"] == 2 and {p["predicted"] for p in result["predictions"]} == {"A"}
+    assert client.usage.read == {"json": 2} and client.usage.failed == 0
+    assert _Broken.hits == (2 if mode == "json" else 3) and answerer.settings()["read"] == (
+        "stream" if mode == "json" else "json"
+    )
