@@ -172,14 +172,7 @@ def evaluate_answers(
                 continue
             sampled = None if s is None else [chosen_option(t, rec["options"]) for t in s]
             rows.append(_row(rec, text, view, lp, sampled))
-    failed_ids = {r["id"] for r in rows if r.get("failed")}
-    scored = [r for r in rows if r["id"] not in failed_ids]
-    result = prediction_stats(scored, k=ks)
-    result["requested"] = len({r["id"] for r in rows})
-    lost = {r["id"]: r for r in rows if r.get("failed")}  # a question once, with one view's error
-    result["failed"] = [
-        {"id": i, "family": lost[i]["family"], "error": lost[i]["error"]} for i in sorted(failed_ids)
-    ]
+    result = _scored(rows, ks)
     if samples:  # what majority vote over k samples costs: k times this, per question
         result["seconds_per_sample"] = sampling_s / (len(items) * samples)
     if samples and hasattr(answerer, "check_sampling") and items:
@@ -195,9 +188,24 @@ def evaluate_answers(
         "temperature": temperature if samples else None,
         "seed": seed,
     }
-    if choice and "choice_accuracy" not in result and scored:
+    if choice and "choice_accuracy" not in result and result["n"]:
         result["settings"]["choice"] = "unavailable: the answer source gave no log-probs for every answer"
     result["predictions"] = rows
+    return result
+
+
+def _scored(rows: list[dict], ks: Sequence[int]) -> dict:
+    """The figures over the questions answered in every view; `requested` counts all questions, `failed`
+    lists the others once each (`id`, `family`, one view's `error`)."""
+    lost: dict[str, dict] = {}
+    for r in rows:
+        if r.get("failed"):
+            lost.setdefault(r["id"], r)
+    result = prediction_stats([r for r in rows if r["id"] not in lost], k=ks)
+    result["requested"] = len({r["id"] for r in rows})
+    result["failed"] = [
+        {"id": i, "family": lost[i]["family"], "error": lost[i]["error"]} for i in sorted(lost)
+    ]
     return result
 
 
