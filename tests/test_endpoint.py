@@ -514,3 +514,34 @@ def test_a_server_that_does_not_stream_is_read_without_streaming(broken, data, t
     assert _Broken.hits == (2 if mode == "json" else 3) and answerer.settings()["read"] == (
         "stream" if mode == "json" else "json"
     )
+
+
+def test_streamed_pieces_are_rebuilt_in_arrival_order():
+    from embodied.eval.reading import BadResponse, read_stream, rebuild_text
+
+    pieces = [
+        ("reasoning", "far"),
+        ("content", "<answer>0.05</answer>"),
+        ("reasoning", "low"),
+        ("content", "."),
+    ]
+    assert rebuild_text(pieces) == SHORT
+    assert rebuild_text([("reasoning", ".0.0<|im_end|>")]) == "<think>.0.0"  # never closed: stays open
+    assert rebuild_text([("reasoning", "abc")], "length") == "<think>abc"  # cut by the token budget
+    assert rebuild_text([("reasoning", "abc")], "stop") == "<think>abc</think>"
+    events = [
+        {"choices": [{"delta": {"role": "assistant"}}]},
+        {"choices": [{"delta": {"reasoning_content": "far"}}]},
+        {
+            "choices": [{"delta": {"content": "<answer>B</answer>"}, "finish_reason": "stop"}],
+            "usage": {"x": 2},
+        },
+    ]
+    lines = [f"data: {json.dumps(e)}".encode() for e in events] + [b"", b"data: [DONE]"]
+    got = read_stream(lines)
+    assert got["choices"][0]["message"]["content"] == "<think>far</think><answer>B</answer>"
+    assert got["usage"] == {"x": 2} and got["read"] == "stream"
+    with pytest.raises(BadResponse):
+        read_stream([b"<html>a login page</html>"])
+    with pytest.raises(ConnectionError):  # an error event: retried like a 5xx
+        read_stream([b'data: {"error": "CUDA out of memory"}'])

@@ -40,7 +40,8 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from embodied.eval.answerer import check_media
-from embodied.eval.endpoint import END_MARKERS, EndpointClient, Failure
+from embodied.eval.endpoint import EndpointClient, Failure
+from embodied.eval.reading import END_MARKERS
 from embodied.questions import LETTERS, format_question
 from embodied.rl.episodes import again, continues, outcome_clip
 from embodied.rl.rollout import sampling_seed
