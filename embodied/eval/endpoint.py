@@ -4,11 +4,11 @@ Only the standard library speaks HTTP here (`urllib` and a thread pool), so eval
 no SDK. What it guarantees, and why:
 
 * **The answer read back is the answer generated.** Requests ask for a streamed answer and the text is
-  rebuilt from the reasoning and content pieces in the order they arrived (`rebuild_text`). A non-streamed
-  answer from `transformers serve` 5.24 goes through a response parser that keeps one reasoning and one
-  content region, so a text with two `<think>` or `<answer>` regions came back as its last ones. A server
-  that refuses streaming (a 4xx naming `stream`, or a JSON body instead of events) is asked without it;
-  `Usage.read` counts which way each answer came.
+  rebuilt from the reasoning and content pieces in the order they arrived (`embodied.eval.reading`). A
+  non-streamed answer from `transformers serve` 5.24 goes through a response parser that keeps one
+  reasoning and one content region, so a text with two `<think>` or `<answer>` regions came back as its
+  last ones. A server that refuses streaming (a 4xx naming `stream`, or a JSON body instead of events) is
+  asked without it; `Usage.read` counts which way each answer came.
 * **Nothing billed twice.** Every answered request is written to disk before it is used, keyed by the model
   and the request's whole content (messages with their frames, temperature, seed, limits), never by the
   endpoint's address or the key. A killed evaluation run again sends only what it had not got back; a
