@@ -233,13 +233,15 @@ def _hook(name: str) -> _Function:
 def metric_names(records: list[dict]) -> list[str]:
     """The metrics of one task's records: per tier for questions, per reward term for episodes."""
     from embodied.envs import is_interactive, task
-    from embodied.eval.stats import NO_TIER, _tier_key
+    from embodied.eval.stats import NO_TIER, TIER_ORDER
 
     if is_interactive(records[0]):
         terms = ["reward/total", "reward/format", *task(records[0]["task"]).WEIGHTS]
         terms = [t for t in dict.fromkeys(terms) if t not in EPISODE_TERMS_SKIPPED]
         return ["success", "unparseable", *(t.replace("reward/", "reward_") for t in terms), "simulate_s"]
-    tiers = sorted({r.get("meta", {}).get("difficulty") or NO_TIER for r in records}, key=_tier_key)
+    tiers = {r.get("meta", {}).get("difficulty") or NO_TIER for r in records}
+    order = {t: (TIER_ORDER.index(t) if t in TIER_ORDER else len(TIER_ORDER), t) for t in tiers}
+    tiers = sorted(tiers, key=order.get)  # as embodied eval's tables order them
     names = [f"{m}_all" for m in MCQ_METRICS] + ["unparseable"]
     return names + [f"{m}_{t}" for t in tiers for m in MCQ_METRICS]
 
