@@ -108,7 +108,7 @@ def test_export_writes_tasks_whose_hooks_show_and_score_as_embodied_eval(tmp_pat
     assert task["metadata"]["content_hash"] == digest and task["metadata"]["benchmark"] is True
     assert task["process_results"] == "!function embodied_hooks.process_results"
     assert [m["metric"] for m in task["metric_list"]] == [
-        "accuracy_all", "chance_all", "unparseable", "accuracy_easy", "chance_easy"
+        "accuracy_all", "chance_all", "unparseable", "failed", "accuracy_easy", "chance_easy"
     ]  # fmt: skip
     hooks = _hooks(out)
     docs = [json.loads(line) for line in (out / "docs" / "arrow_of_time.jsonl").read_text().splitlines()]
@@ -123,10 +123,13 @@ def test_export_writes_tasks_whose_hooks_show_and_score_as_embodied_eval(tmp_pat
         for name, row in result.items():
             rows.setdefault(name, []).append(row)
     got = _aggregate(hooks, out, "embodied_arrow_of_time", rows)
-    assert got == {"accuracy_all": 0.5, "chance_all": 0.5, "unparseable": 0.25} | {
-        "accuracy_easy": 0.5,
-        "chance_easy": 0.5,
-    }  # fmt: skip  (right, wrong, right, unparseable)
+    want = {"accuracy_all": 0.5, "chance_all": 0.5, "unparseable": 0.25, "failed": 0.0}
+    assert got == want | {"accuracy_easy": 0.5, "chance_easy": 0.5}  # right, wrong, right, unparseable
+    lost = hooks.process_results(doc, ["[LMMS_EVAL_REQUEST_FAILED after 5 retries] Connection refused"])
+    rows = {name: [*rows[name], row] for name, row in lost.items()}  # listed, never scored as wrong
+    assert _aggregate(hooks, out, "embodied_arrow_of_time", rows) == want | {
+        "failed": 0.2, "accuracy_easy": 0.5, "chance_easy": 0.5
+    }  # fmt: skip
 
     episodes = _push(tmp_path / "env", 0, 2)
     _export(episodes, tmp_path / "env_out", capsys, "export.name=physics", "env.answer=number")

@@ -44,6 +44,10 @@ HOOKS_FILE = "embodied_hooks.py"
 MCQ_METRICS = ("accuracy", "chance")
 """Per question family: each overall (`<metric>_all`) and per tier (`<metric>_<tier>`), plus `unparseable`."""
 EPISODE_TERMS_SKIPPED = ("reward/success", "reward/unparseable")
+FAILED_MARKERS = ("[LMMS_EVAL_REQUEST_FAILED", "[LMMS_EVAL_BUDGET_EXCEEDED]")
+"""How lmms-eval's API backends hand over a request that got no answer (after their retries, or past a token
+budget): such a document is counted under `failed` and left out of every other figure, as `embodied eval`
+lists a failed request and never scores it as a wrong answer."""
 """Reported under their own names (`success`, `unparseable`) rather than as `reward_*` terms."""
 
 
@@ -143,7 +147,10 @@ class ExportedTask:
         task (lmms-eval hands each metric's aggregation the list of these)."""
         text = str(results[0]) if results else ""
         r = record_of(doc)
-        row = self.episode_row(r, text) if doc["interactive"] else question_row(r, text)
+        if text.startswith(FAILED_MARKERS):
+            row = {"id": r["id"], "failed": text}
+        else:
+            row = self.episode_row(r, text) if doc["interactive"] else question_row(r, text)
         return {name: row for name in self.settings.metrics[doc["kind"]]}
 
     def episode_row(self, record: dict, text: str) -> dict:
@@ -181,11 +188,14 @@ def question_row(record: dict, text: str) -> dict:
 
 def mcq_aggregation(metric: str, tier: str | None = None):
     """lmms-eval aggregation of prediction rows: `embodied.eval.stats.prediction_stats`'s `metric`
-    (accuracy, chance, unparseable) overall, or within `tier` of the (one) family."""
+    (accuracy, chance, unparseable) over the answered documents, overall or within `tier` of the (one)
+    family; `failed`: the share of documents without an answer."""
     from embodied.eval.stats import prediction_stats
 
     def aggregate(rows: list[dict]) -> float:
-        stats = prediction_stats(rows)
+        if metric == "failed":
+            return failed_share(rows)
+        stats = prediction_stats([r for r in rows if "failed" not in r])
         if tier is not None:
             (tiers,) = stats["per_family_tier"].values()
             stats = tiers.get(tier, {})
@@ -203,6 +213,11 @@ def episode_aggregation(metric: str):
     def aggregate(rows: list[dict]) -> float:
         from embodied.eval.envs import summarize_env
 
+        if metric == "failed":
+            return failed_share(rows)
+        rows = [r for r in rows if "failed" not in r]
+        if not rows:
+            return float("nan")
         if metric == "seconds":
             return float(np.mean([r["seconds"] for r in rows]))
         summary = summarize_env(rows)
@@ -210,6 +225,11 @@ def episode_aggregation(metric: str):
 
     aggregate.__name__ = metric
     return aggregate
+
+
+def failed_share(rows: list[dict]) -> float:
+    """The share of documents whose request failed (`FAILED_MARKERS`)."""
+    return float(np.mean(["failed" in r for r in rows])) if rows else 0.0
 
 
 # --- writing the task folder ------------------------------------------------------------------------------
@@ -238,18 +258,25 @@ def metric_names(records: list[dict]) -> list[str]:
     if is_interactive(records[0]):
         terms = ["reward/total", "reward/format", *task(records[0]["task"]).WEIGHTS]
         terms = [t for t in dict.fromkeys(terms) if t not in EPISODE_TERMS_SKIPPED]
-        return ["success", "unparseable", *(t.replace("reward/", "reward_") for t in terms), "simulate_s"]
+        rewards = [t.replace("reward/", "reward_") for t in terms]
+        return ["success", "unparseable", *rewards, "simulate_s", "failed"]
     tiers = {r.get("meta", {}).get("difficulty") or NO_TIER for r in records}
     order = {t: (TIER_ORDER.index(t) if t in TIER_ORDER else len(TIER_ORDER), t) for t in tiers}
     tiers = sorted(tiers, key=order.get)  # as embodied eval's tables order them
-    names = [f"{m}_all" for m in MCQ_METRICS] + ["unparseable"]
+    names = [f"{m}_all" for m in MCQ_METRICS] + ["unparseable", "failed"]
     return names + [f"{m}_{t}" for t in tiers for m in MCQ_METRICS]
 
 
 def aggregation_hook(name: str, interactive: bool) -> tuple[str, str]:
     """`(function name, its definition)` in `embodied_hooks.py` of metric `name`'s aggregation."""
     if interactive:
-        what = {"simulate_s": "seconds", "success": "success", "unparseable": "unparseable"}.get(name)
+        what = {
+            "simulate_s": "seconds",
+            "success": "success",
+            "unparseable": "unparseable",
+            "failed": "failed",
+        }
+        what = what.get(name)
         what = what or "reward/" + name[len("reward_") :]
         return f"episode_{name}", f"episode_{name} = _hooks.episode_aggregation({what!r})"
     metric, _, tier = name.partition("_")
@@ -274,7 +301,7 @@ def task_yaml(name: str, kind: str, docs: Path, metrics: list[str], interactive:
             {
                 "metric": m,
                 "aggregation": _hook(aggregation_hook(m, interactive)[0]),
-                "higher_is_better": not m.startswith(("unparseable", "chance", "simulate")),
+                "higher_is_better": not m.startswith(("unparseable", "chance", "simulate", "failed")),
             }
             for m in metrics
         ],
@@ -286,9 +313,9 @@ def group_yaml(name: str, tasks: list[str], interactive: bool, meta: dict) -> di
     """The group over every task: size-weighted means of the overall metrics, as `embodied eval`'s
     overall figures weigh each question (episode) once."""
     overall = (
-        ("success", "unparseable", "reward_total")
+        ("success", "unparseable", "reward_total", "failed")
         if interactive
-        else ("accuracy_all", "chance_all", "unparseable")
+        else ("accuracy_all", "chance_all", "unparseable", "failed")
     )
     return {
         "group": name,
@@ -353,7 +380,8 @@ def _docs_by_kind(root: Path, split: str, answer: str, media_root: str) -> dict[
     records = load_records(root, split)  # names the file and line of a bad record
     if not records:
         raise ValueError(f"{root}/{split}.jsonl is empty: nothing to export")
-    missing = [r["video"] for r in records if "video" not in r or not (root / r["video"]).is_file()]
+    missing = [r.get("video", f"{r['id']}: no video") for r in records]
+    missing = [m for m in missing if not (root / m).is_file()]
     if missing and not media_root:
         raise FileNotFoundError(f"{len(missing)} videos of {root}/{split}.jsonl are missing: {missing[0]}")
     groups: dict[str, list[dict]] = {}
