@@ -129,13 +129,8 @@ def eval(cfg: Config, progress: bool = True) -> dict:  # noqa: A001 - the comman
         result = model_free_eval(cfg.data.root, e.split, e.baseline, cfg.seed, e.samples, e.k, e.limit)
         skipped, who = [], e.baseline
     else:
-        if not e.endpoint:
-            check_command(cfg, "eval")  # a policy too big for the device stops here, in one line
-        source = _served(cfg, out) if e.endpoint else load(cfg.policy)
         skipped: list[str] = []
-        examples = load_split(cfg.data.root, e.split, cfg.video, progress, e.limit, skipped)
-        examples = answer_examples(examples, cfg.env.answer)  # interactive records in env.answer's form
-        refuse_turns_on_questions(cfg, examples, e.split)
+        source, examples = _source_and_examples(cfg, out, progress, skipped)
         if any(is_interactive(x.record) for x in examples):
             return _eval_env(cfg, source, examples, skipped, out, progress)
         result = _eval_mcq(cfg, source, examples, progress)
@@ -146,6 +141,58 @@ def eval(cfg: Config, progress: bool = True) -> dict:  # noqa: A001 - the comman
     print(f"{who} on {cfg.data.root}/{e.split}: {format_result(result)}")
     _refuse_none_answered(result)
     return {k: v for k, v in result.items() if k != "predictions"}
+
+
+def _source_and_examples(cfg: Config, out: Path, progress: bool, skipped: list[str]) -> tuple:
+    """The answer source (a loaded policy, or the served model) and the split's examples. A server that
+    cannot even be asked for its model (connection refused, no /v1) still leaves a result behind, every
+    question unanswered with the cause, before the run fails naming it."""
+    from embodied.eval.endpoint import Unreachable
+
+    e = cfg.eval
+    if not e.endpoint:
+        check_command(cfg, "eval")  # a policy too big for the device stops here, in one line
+        source = load(cfg.policy)
+    examples = load_split(cfg.data.root, e.split, cfg.video, progress, e.limit, skipped)
+    examples = answer_examples(examples, cfg.env.answer)  # interactive records in env.answer's form
+    refuse_turns_on_questions(cfg, examples, e.split)
+    if e.endpoint:
+        try:
+            source = _served(cfg, out)
+        except Unreachable as err:
+            _write_unanswered(cfg, out, examples, str(err))
+            raise ValueError(f"none of the {len(examples)} questions was answered: {err}") from err
+    return source, examples
+
+
+def _write_unanswered(cfg: Config, out: Path, examples, cause: str) -> None:
+    """`eval_<split>.json` of a served evaluation whose server could not be asked: n = 0 and every question
+    listed under `failed` with `cause`, so `embodied compare` and `report` show it as none answered."""
+    from embodied.data.schema import kind
+    from embodied.eval.endpoint import redact
+    from embodied.eval.envs import env_markdown, summarize_env
+    from embodied.eval.signature import input_signature
+    from embodied.eval.stats import prediction_stats
+
+    e = cfg.eval
+    episodes = any(is_interactive(x.record) for x in examples)
+    result = summarize_env([]) if episodes else prediction_stats([])
+    result["requested"] = len(examples)
+    result["failed"] = [
+        {"id": x.record["id"], "task" if episodes else "family": x.record.get("task") or kind(x.record),
+         "error": cause}
+        for x in examples
+    ]  # fmt: skip
+    result["settings"] = {"baseline": e.baseline, "media": "video" if e.media == "video" else "images"}
+    url = redact(e.endpoint)
+    result["endpoint"] = {"url": url, "model": e.model, "requests": 0, "sent": 0, "cached": 0}
+    result["endpoint"] |= {"failed": len(examples), "cause": cause}
+    media = result["settings"]["media"]
+    result["signature"] = input_signature(examples, cfg.video, media, cfg.data.root, e.split)
+    result["predictions"] = []
+    name = e.split if e.baseline == "none" else f"{e.split}_{e.baseline}"
+    title = f"{e.model or 'the served model'} at {url} on {cfg.data.root}/{e.split}"
+    _write_eval(out, name, result, title, env_markdown if episodes else markdown_table)
 
 
 def _who(cfg: Config, source=None) -> str:

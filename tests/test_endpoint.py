@@ -481,6 +481,8 @@ def test_a_closed_port_fails_naming_it_and_credentials_in_the_url_are_written_no
     closed = f"http://127.0.0.1:{port}/v1"
     assert main(["eval", f"eval.endpoint={closed}", f"run_dir={tmp_path / 'a'}", *base]) == 1
     assert f"connection refused at {closed}" in capsys.readouterr().err  # not "set eval.model"
+    assert main(["compare", str(tmp_path / "a"), f"out={tmp_path / 'cmp'}"]) == 0  # its result: none answered
+    assert "none answered n=0" in (tmp_path / "cmp" / "compare.html").read_text()
     assert main(["eval", f"eval.endpoint={closed}", "eval.model=m", f"run_dir={tmp_path / 'b'}", *base]) == 1
     err = capsys.readouterr().err
     assert "none of the 2 questions was answered: connection refused" in err, err

@@ -146,6 +146,10 @@ def http_cause(code: int, detail: str) -> str:
     return "server" if code >= 500 else "client"
 
 
+class Unreachable(ValueError):
+    """The server could not be asked for its models (connection refused, no such route, a refused key)."""
+
+
 class ResponseCache:
     """One JSON file per answered request under `root/<key[:2]>/<key>.json`, written atomically (a temporary
     file renamed into place), so a run killed mid-write leaves no half answer behind."""
@@ -231,11 +235,11 @@ class EndpointClient:
             with urllib.request.urlopen(req, timeout=self.timeout) as r:
                 return [m["id"] for m in json.loads(r.read()).get("data", [])]
         except urllib.error.HTTPError as e:
-            raise ValueError(f"{self.url}/models answered HTTP {e.code}: {self._hint(e.code)}") from e
+            raise Unreachable(f"{self.url}/models answered HTTP {e.code}: {self._hint(e.code)}") from e
         except (urllib.error.URLError, OSError) as e:
-            raise ValueError(unreachable_message(self.url, e)) from e
+            raise Unreachable(unreachable_message(self.url, e)) from e
         except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise ValueError(f"{self.url}/models did not answer with a model list ({e})") from e
+            raise Unreachable(f"{self.url}/models did not answer with a model list ({e})") from e
 
     def _hint(self, code: int) -> str:
         if code == 404:
