@@ -443,7 +443,7 @@ def export(cfg: Config, progress: bool = True) -> dict:
 def _export_lmms_eval(cfg: Config, out: Path) -> dict:
     """`export --format lmms-eval`: one split as an lmms-eval task folder, asked and scored as `embodied eval`
     asks and scores it (`eval.max_new_tokens`, `env.answer`, `env.backend`, `env.format_weight`)."""
-    from embodied.integrations.lmms_eval import export_lmms_eval
+    from embodied.integrations.lmms_export import export_lmms_eval
 
     e = cfg.export
     if len(e.splits) > 1:
