@@ -318,3 +318,24 @@ def test_a_random_policy_samples_only_ids_its_tokenizer_decodes(tiny_cache, tmp_
     model.get_output_embeddings()._forward_hooks.clear()  # the failure this guards against
     raw, raw_mask = generate(model, processor, batch, max_new_tokens=12, seeds=[0, 1, 2, 3])
     assert (raw[raw_mask.bool()] >= limit).float().mean() > 0.5
+
+
+def test_a_half_precision_head_gets_a_contiguous_input_on_the_cpu(tiny_cache, monkeypatch):
+    """torch's CPU linear on a strided bfloat16 input holds a float32 copy of the whole weight (0.95 GiB
+    for Qwen3.5-0.8B's head); the loops slice the hidden states before the head, so a bf16 head gets a
+    pre-hook that makes its input contiguous (same logits), and a float32 head is left alone."""
+    from embodied.policy.random_weights import _contiguous_input
+
+    monkeypatch.setenv("EMBODIED_CACHE", str(tiny_cache))
+    half, _ = load(PolicyConfig(path="tiny:qwen3.5", dtype="bfloat16"))
+    full, _ = load(PolicyConfig(path="tiny:qwen3.5"))
+    assert _contiguous_input in half.get_output_embeddings()._forward_pre_hooks.values()
+    assert not full.get_output_embeddings()._forward_pre_hooks
+    head = half.get_output_embeddings()
+    hidden = torch.randn(2, 9, head.in_features, dtype=torch.bfloat16)
+    seen = []
+    head.register_forward_pre_hook(lambda m, a: seen.append(a[0].is_contiguous()))
+    out = head(hidden[:, -3:])
+    assert seen == [True] and torch.equal(
+        out, torch.nn.functional.linear(hidden[:, -3:].contiguous(), head.weight)
+    )

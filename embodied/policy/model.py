@@ -39,7 +39,12 @@ from embodied.policy.lora import (
     enable_gradient_checkpointing,
     has_lora,
 )
-from embodied.policy.random_weights import build_random_policy, is_random, mask_undecodable
+from embodied.policy.random_weights import (
+    build_random_policy,
+    contiguous_head_input,
+    is_random,
+    mask_undecodable,
+)
 from embodied.policy.saving import save_merged
 from embodied.policy.tiny import SHIPPED, SHIPPED_QWEN3_VL, SHIPPED_WORLDS, TinySpec, build_tiny_policy
 from embodied.questions import format_question
@@ -163,6 +168,7 @@ def load_policy(path: str | Path, dtype: str = "float32", device: str = "cpu"):
     ).to(device)
     pack_vision_attention(model)  # the same numbers, fewer calls (embodied/policy/attention.py)
     mask_undecodable(model)  # a folder saved from a `random:` policy: its decodable ids only
+    contiguous_head_input(model)  # no float32 copy of a bf16 head per call on the CPU
     processor.tokenizer.padding_side = "left"  # generation appends on the right
     if processor.tokenizer.pad_token is None:
         processor.tokenizer.pad_token = processor.tokenizer.eos_token

@@ -127,6 +127,29 @@ def mask_undecodable(model, limit: int | None = None) -> int | None:
     return int(limit)
 
 
+def _contiguous_input(module, args):
+    x = args[0]
+    return (x.contiguous(), *args[1:]) if not x.is_contiguous() else None
+
+
+def contiguous_head_input(model) -> None:
+    """Give a half-precision output layer a contiguous input on the CPU.
+
+    The loops keep only the last positions' logits (`logits_to_keep`), so the output layer gets a slice of
+    the hidden states. torch's CPU `linear` on a strided bfloat16 input takes a path that holds a float32
+    copy of the whole weight for the call: 0.95 GiB for Qwen3.5-0.8B's 248,320 x 1,024 head, measured as
+    the peak of an SFT step (issue 58). Copying the few rows kept costs kilobytes. Float32 layers (the tiny
+    models) take no such path and are left as they are.
+    """
+    head = model.get_output_embeddings()
+    if head is None or head.weight.dtype not in (torch.bfloat16, torch.float16):
+        return
+    if head.weight.device.type == "cpu" and not any(
+        h is _contiguous_input for h in head._forward_pre_hooks.values()
+    ):
+        head.register_forward_pre_hook(_contiguous_input)
+
+
 def random_config(spec: str):
     """The `transformers` config of `random:NAME` (published values, nothing remapped)."""
     from transformers import AutoConfig
@@ -249,6 +272,7 @@ def build_random_policy(
     model = instantiate(config, dtype, device, seed)
     if not processor_dir:  # the tiny tokenizer: only its ids can be decoded (module docstring)
         mask_undecodable(model, len(processor.tokenizer))
+    contiguous_head_input(model)
     pack_vision_attention(model)
     processor.tokenizer.padding_side = "left"
     return model, processor
