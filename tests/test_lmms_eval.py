@@ -385,3 +385,38 @@ def test_lmms_eval_through_transformers_serve_reproduces_embodied_eval(exported,
         f"{env['success']:.3f} on {len(episodes)}; MuJoCo in the hook {ms} ms per episode in order "
         f"(mean {got['physics_push']['simulate_s,none'] * 1000:.0f}); lmms-eval run {lmms_s:.1f} s"
     )
+
+
+@pytest.mark.lmms_eval
+@pytest.mark.parametrize("size", [(112, 112), (128, 128), (120, 160), (200, 300), (40, 40)])
+def test_frames_carry_the_pixel_budget_the_server_is_not_sent(size):
+    """lmms-eval's OpenAI backend cannot send `chat_template_kwargs.processor_kwargs`: the hook's frames, run
+    through the served Qwen processor at its defaults, give the pixel values `embodied eval`'s frames give
+    under the budget it sends (bit for bit), whether or not the frames needed resizing."""
+    from PIL import Image
+    from transformers import AutoProcessor
+
+    from embodied.integrations.lmms_eval import TaskSettings, budget_frames
+    from embodied.policy.tiny import SHIPPED
+    from embodied.video import VideoConfig, frame_pixel_cap
+
+    v = VideoConfig()
+    rng = np.random.default_rng(0)
+    base = rng.integers(0, 256, (4, 24, 32, 3), dtype=np.uint8)  # smooth-ish content, then resized
+    frames = np.stack([np.asarray(Image.fromarray(f).resize(size[::-1], Image.BICUBIC)) for f in base])
+    images = AutoProcessor.from_pretrained(SHIPPED).image_processor
+    budget = {"shortest_edge": v.min_pixels, "longest_edge": frame_pixel_cap(len(frames), v)}
+    sent = images(images=list(frames), size=budget, return_tensors="pt")  # embodied eval's request
+    s = TaskSettings("", v.fps, v.max_frames, v.min_pixels, v.max_pixels, v.video_max_pixels)
+    ours = budget_frames(frames, s)
+    got = images(images=list(ours), return_tensors="pt")  # lmms-eval's request: the server's defaults
+    assert got["image_grid_thw"].tolist() == sent["image_grid_thw"].tolist()
+    assert torch_equal(got["pixel_values"], sent["pixel_values"])
+    assert (ours is frames) == (size == (112, 112))  # untouched when already at the budget's size
+    if size[0] * size[1] > budget["longest_edge"]:  # the control: raw frames at the server's defaults differ
+        raw = images(images=list(frames), return_tensors="pt")
+        assert raw["image_grid_thw"].tolist() != sent["image_grid_thw"].tolist()
+
+
+def torch_equal(a, b) -> bool:
+    return a.shape == b.shape and bool((a == b).all())
