@@ -131,6 +131,14 @@ def test_export_writes_tasks_whose_hooks_show_and_score_as_embodied_eval(tmp_pat
         "failed": 0.2, "accuracy_easy": 0.5, "chance_easy": 0.5
     }  # fmt: skip
 
+    bare = tmp_path / "bare"  # records without their manifest: no content hash to name, refused in one line
+    bare.mkdir()
+    (bare / "test.jsonl").write_text((bench / "test.jsonl").read_text())
+    assert (
+        main(["export", "--format", "lmms-eval", f"data.root={bare}", f"run_dir={tmp_path / 'x'}", "-q"]) == 1
+    )
+    assert "no manifest with a content_hash" in capsys.readouterr().err
+
     episodes = _push(tmp_path / "env", 0, 2)
     _export(episodes, tmp_path / "env_out", capsys, "export.name=physics", "env.answer=number")
     hooks = _hooks(tmp_path / "env_out")
