@@ -286,6 +286,14 @@ def test_a_server_error_is_retried_then_counted(server, data, tmp_path):
         and client.usage.failed == 2
         and client.usage.errors[0].startswith("HTTP 500")
     )
+    import av
+    import numpy as np
+
+    sent = sorted((tmp_path / "cache" / "videos").glob("*.mp4"))  # the paths the server was given
+    assert len(sent) == 2
+    with av.open(str(sent[0])) as container:
+        frames = np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
+    assert any(np.array_equal(frames, e.clip.frames) for e in examples)  # lossless, as the local clip
 
 
 def test_response_text_puts_the_reasoning_back_and_choice_needs_log_probs():
