@@ -85,10 +85,12 @@ def mp4_url(clip: Clip) -> str:
 
 
 def response_text(response: dict | Failure) -> str | Failure:
-    """The assistant's text as the local decode gives it, up to whitespace at the edges of the parts: a
-    server that splits `<think>...</think>` into `reasoning_content` (transformers serve does for Qwen models)
-    gets it put back in front; one that never closed (the parser then keeps the end-of-turn token in it)
-    goes back unclosed. An empty `<think></think>` is dropped by the server and cannot be restored."""
+    """The assistant's text as the local decode gives it, up to whitespace at the edges of the parts. A
+    streamed answer arrives rebuilt in `content` (`embodied.eval.reading.rebuild_text`, every region in
+    order). A non-streamed one from a server that splits `<think>...</think>` into `reasoning_content`
+    (transformers serve does for Qwen models, keeping only the last region of each kind) gets it put back in
+    front; one that never closed (the parser then keeps the end-of-turn token in it) goes back unclosed. An
+    empty `<think></think>` is dropped by the server either way and cannot be restored."""
     if isinstance(response, Failure):
         return response
     message = response["choices"][0].get("message") or {}
