@@ -16,6 +16,7 @@ from embodied.data.load import load_split
 from embodied.envs import answer_examples, is_interactive
 from embodied.envs.config import Turns
 from embodied.eval.loop import evaluate, format_result, markdown_table
+from embodied.eval.signature import input_signature
 from embodied.experiments.config import RUNS
 from embodied.policy.fits import check_command
 from embodied.policy.model import count_parameters, load, save_policy
@@ -171,7 +172,6 @@ def _write_unanswered(cfg: Config, out: Path, examples, cause: str) -> None:
     from embodied.data.schema import kind
     from embodied.eval.endpoint import redact
     from embodied.eval.envs import env_markdown, summarize_env
-    from embodied.eval.signature import input_signature
     from embodied.eval.stats import prediction_stats
 
     e = cfg.eval
@@ -215,8 +215,6 @@ def _signed(cfg: Config, source, examples, result: dict) -> dict:
     """`result` with its input signature (`embodied.eval.signature`) and, for a served model, its endpoint
     record and the notes its summary prints: who answered with what counts, and that a video-native model
     shown images is not comparable with a local video run."""
-    from embodied.eval.signature import input_signature
-
     e = cfg.eval
     media = getattr(source, "media", "images" if e.media == "images" else "video")
     result["signature"] = input_signature(examples, cfg.video, media, cfg.data.root, e.split)
@@ -525,6 +523,7 @@ def quickstart(cfg: Config, progress: bool = True) -> dict:
             desc=f"eval {stage}",
         )
         results[stage] = res
+        res["signature"] = input_signature(test, cfg.video, "video", cfg.data.root, "test")  # for compare
         _write_eval(out, stage, res)
         print(f"[{stage}] {format_result(res)}")
         t = lap(f"eval_{stage}", t)
