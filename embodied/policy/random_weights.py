@@ -10,7 +10,7 @@ and randomly initialised (seed `policy.tiny_seed`).
 
 The processor. There is no hub, so the real Qwen tokenizers (151,643 BPE tokens for Qwen2.5-VL and
 Qwen3-VL, a 248,320-row vocabulary for Qwen3.5) are not here. With `policy.processor=""` (the default) a
-`random:` policy gets the tiny model's tokenizer (a 4,000-token byte-level BPE with Qwen's special tokens and
+`random:` policy gets the tiny model's tokenizer (a 700-token byte-level BPE with Qwen's special tokens and
 chat template, `embodied.policy.tiny`) together with the family's published image and video processor
 settings: Qwen2.5-VL's (14 px patches, 2 x 2 merge, 2 frames per temporal patch, CLIP mean and std) or
 Qwen3-VL's, which Qwen3.5 uses too (16 px patches, 2 x 2 merge, 2 frames per temporal patch, mean and std
