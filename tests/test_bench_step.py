@@ -19,6 +19,7 @@ OVERRIDES = [
     "grpo.max_new_tokens=12",
     "bench.steps=2",
     "bench.warmup=1",
+    "bench.step_reward=timing",  # the tiny base's answers often earn equal MCQ rewards: zero advantages
     "threads=1",  # two threads on a shared, loaded 2-core machine run 10x slower (docs/benchmarks.md)
 ]
 
@@ -48,6 +49,10 @@ def test_the_json_names_the_device_and_gives_every_figure(measured):
         assert p["peak_memory"]["gib"] > 0.1  # the process holds torch and a model: more than 100 MiB
     g = r["grpo"]
     assert g["generated_tokens_per_s"] > 0
+    assert g["reward"].startswith("timing")  # the JSON says the reward was made for timing
+    rows = cfg.grpo.prompts_per_step * cfg.grpo.group_size
+    assert g["advantages"]["n"] == rows * cfg.bench.steps  # the timed steps' updates, read as they ran
+    assert g["advantages"]["nonzero_fraction"] == 1.0 and g["advantages"]["abs_mean"] > 0.1
     assert 0 < g["seconds_in"]["generate"] <= g["seconds_in"]["rollout"]
     assert g["seconds_in"]["rollout"] + g["seconds_in"]["update"] <= sum(
         json.loads(x)["time/step"] for x in (measured[2] / "grpo" / "timed" / "metrics.jsonl").open()

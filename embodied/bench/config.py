@@ -18,11 +18,12 @@ class BenchConfig:
     prompts: int = 16
     """grpo-vs-trl: arrow-of-time prompts simulated for the comparison (4 frames at 112 x 112 each)."""
     rounds: int = 3
-    """grpo-vs-trl, sft: interleaved rounds; each round runs every contender once, in a rotated order."""
+    """grpo-vs-trl, sft, prefix: interleaved rounds; each runs every contender once, in a rotated order."""
     steps: int = 4
     """grpo-vs-trl, sft: timed steps per contender per round; step: timed steps per phase (SFT, GRPO, TRL)."""
     warmup: int = 1
-    """grpo-vs-trl, sft, step: untimed steps at the start of every block (first-call, allocator warm-up)."""
+    """grpo-vs-trl, sft, step: untimed steps at the start of every block (first-call, allocator warm-up);
+    prefix: untimed updates of each variant before the first round."""
     sft_micro_batch: int = 8
     """sft: the `sft.micro_batch_size` timed against the whole batch in one pass."""
     video_files: list[str] = field(default_factory=lambda: ["tests/assets/videos/*.mp4"])
@@ -71,9 +72,30 @@ class BenchConfig:
     step_phases: list[str] = field(default_factory=lambda: ["sft", "grpo", "trl"])
     """step: what to measure: sft, grpo, trl (TRL's GRPOTrainer beside ours on the same images; reported as
     not installed without TRL). scripts/device/ splits them over two calls."""
+    step_reward: str = "auto"
+    """step: the GRPO reward: mcq (the MCQ rules), timing (uniform random in [0, 1) per answer, seeded: a
+    reward made for timing, so that the timed update has non-zero advantages) or auto (timing for a `random:`
+    policy, whose random text never earns the MCQ reward, else mcq). The JSON says which ran."""
     step_peak_tflops: float = 0.0
     """step: the device's dense bf16 peak (TFLOP/s) for MFU; 0 = from the GPU's name
     (`embodied.bench.flops.GPU_BF16_TFLOPS`), or on a CPU an estimate from its clock and vector width."""
+    prefix_frames: int = 32
+    """prefix: frames of the one clip (at `video.fps`: 32 frames are 16 s at 2 fps)."""
+    prefix_size: int = 256
+    """prefix: the clip's frames are squares of this many pixels (the `video` pixel budgets are raised to hold
+    them). Qwen3-VL / Qwen3.5 at 256 px: 8 x 8 merged patches of 32 px, 2 frames per temporal patch, so 32
+    frames give 16 x 64 = 1,024 visual tokens (16 frames at 384 px: 8 x 144 = 1,152)."""
+    prefix_group: int = 8
+    """prefix: completions per prompt (G)."""
+    prefix_tokens: int = 64
+    """prefix: tokens per completion (C), random decodable ids ending with the end-of-turn token."""
+    prefix_variants: list[str] = field(default_factory=lambda: ["shared", "plain"])
+    """prefix: the updates timed side by side: shared (a group's prompt computed once) and plain (every row
+    its own clip, prompt and completion)."""
+    prefix_plain_micro_batch: int = 1
+    """prefix: `grpo.micro_batch_size` of the plain update (0: the whole group in one pass). One row a pass
+    bounds its activation memory (8 rows of 1,000+ tokens do not fit 24 GiB at 0.8B) at the same FLOPs. The
+    shared update always runs the group in one pass."""
     env_episodes: int = 64
     """`embodied bench envs`: answers per task run on the CPU backend (4 answers per episode), for its
     episodes/s and as the reference the batched backends' success labels are compared with."""

@@ -102,8 +102,11 @@ def seconds_summary(times: list[float]) -> dict:
     }
 
 
-def trl_block(model, processor, dataset, grpo, n_steps: int, out: Path, seed: int) -> list[dict]:
-    """Run TRL's GRPOTrainer for `n_steps` steps; returns per-step `{"s": seconds, "len": mean length}`."""
+def trl_block(
+    model, processor, dataset, grpo, n_steps: int, out: Path, seed: int, reward_fn=None
+) -> list[dict]:
+    """Run TRL's GRPOTrainer for `n_steps` steps; returns per-step `{"s": seconds, "len": mean length}`.
+    The reward is the MCQ rules with `grpo`'s weights, or `reward_fn` (a `RewardFn`) when given."""
     from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from trl import GRPOConfig as TRLConfig
@@ -154,6 +157,9 @@ def trl_block(model, processor, dataset, grpo, n_steps: int, out: Path, seed: in
     )
 
     def reward(completions, answer, **_):
+        if reward_fn is not None:
+            texts = [c[0]["content"] for c in completions]
+            return [t["reward/total"] for t in reward_fn(texts, [{"answer": a} for a in answer])]
         return [
             mcq_reward(c[0]["content"], a, grpo.accuracy_weight, grpo.format_weight)["reward/total"]
             for c, a in zip(completions, answer)

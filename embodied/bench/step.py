@@ -36,6 +36,7 @@ from embodied.bench.timers import Timers, install
 from embodied.data.load import Example
 from embodied.policy.fits import check_command
 from embodied.policy.model import load
+from embodied.policy.random_weights import is_random
 from embodied.questions import LETTERS, arrow_of_time
 from embodied.train.grpo import train_grpo
 from embodied.train.metrics import read_metrics
@@ -102,6 +103,7 @@ SFT_TAPS = [
 GRPO_TAPS = [
     ("embodied.train.grpo", "sample_groups", "sampled", lambda a, r: _rollout_counts(r)),
     ("embodied.train.grpo", "learn", "learned", lambda a, r: _rollout_counts(a[1])),
+    ("embodied.train.grpo", "compute_advantages", "advantages", lambda a, r: r.detach().flatten().tolist()),
 ]
 GRPO_TIMERS = [
     ("embodied.rl.rollout", "generate", "generate"),
@@ -147,6 +149,33 @@ def make_examples(cfg, n: int) -> list[Example]:
         }
         out.append(Example(record, Clip(frames, d.clip.fps)))
     return out
+
+
+def timing_reward(seed: int):
+    """A reward made for timing (`bench.step_reward=timing`): each answer gets a uniform random number in
+    [0, 1) from a generator seeded by `seed`, whatever its text, so a group's rewards differ and its update
+    has non-zero advantages (a `RewardFn`)."""
+    rng = np.random.default_rng(seed)
+
+    def reward_fn(texts: list[str], records: list[dict]) -> list[dict[str, float]]:
+        return [{"reward/total": float(x)} for x in rng.random(len(texts))]
+
+    return reward_fn
+
+
+TIMING_REWARD = "timing: uniform random in [0, 1) per answer, seeded (embodied.bench.step.timing_reward)"
+
+
+def step_reward(cfg) -> tuple[object | None, str]:
+    """`(reward_fn, what it is)` of `bench.step_reward`: None (the loop's MCQ rules) or `timing_reward`."""
+    kind = cfg.bench.step_reward
+    if kind not in ("auto", "mcq", "timing"):
+        raise ValueError(f"bench.step_reward={kind!r}; choose auto, mcq or timing")
+    if kind == "auto":
+        kind = "timing" if is_random(cfg.policy.path) else "mcq"
+    if kind == "timing":
+        return timing_reward(cfg.seed), TIMING_REWARD
+    return None, "mcq: the MCQ rules (embodied.rl.rewards.mcq_rewards)"
 
 
 def reset_peak(device: torch.device) -> None:
@@ -201,13 +230,13 @@ def _fresh_run(run_dir: Path) -> Path:
     return run_dir
 
 
-def _warm_up(loop, model, processor, examples: list[Example], base, cfg, out: Path) -> None:
+def _warm_up(loop, model, processor, examples: list[Example], base, cfg, out: Path, **run) -> None:
     """`bench.warmup` untimed steps of `loop` (`train_sft` or `train_grpo`, settings `base`) in their own
     run folder: first calls and the allocator's warm-up stay out of the timed steps."""
     if cfg.bench.warmup:
         warm = dataclasses.replace(base, steps=cfg.bench.warmup)
         run_dir = _fresh_run(out / "warmup")
-        loop(warm, Run(model, processor, examples, run_dir, cfg.video, seed=cfg.seed, progress=False))
+        loop(warm, Run(model, processor, examples, run_dir, cfg.video, seed=cfg.seed, progress=False, **run))
 
 
 def measure_sft(cfg, examples: list[Example], out: Path, peak: dict) -> dict:
@@ -258,11 +287,13 @@ def measure_grpo(cfg, examples: list[Example], out: Path, peak: dict) -> dict:
     model, processor = load(cfg.policy)
     device = next(model.parameters()).device
     reset_peak(device)
-    _warm_up(train_grpo, model, processor, examples, base, cfg, out)
+    reward_fn, reward = step_reward(cfg)
+    _warm_up(train_grpo, model, processor, examples, base, cfg, out, reward_fn=reward_fn)
     with observing(GRPO_TAPS, GRPO_TIMERS) as (taps, timers):
         run_dir = _fresh_run(out / "timed")
         timed = dataclasses.replace(base, steps=b.steps)
         run = Run(model, processor, examples, run_dir, cfg.video, seed=cfg.seed + 1, progress=False)
+        run.reward_fn = reward_fn
         train_grpo(timed, run)
     memory, shape = peak_memory(device), model_shape(model)
     del model
@@ -281,9 +312,24 @@ def measure_grpo(cfg, examples: list[Example], out: Path, peak: dict) -> dict:
         "seconds_in": split,
         "tokens": {"prompt": n_prompt, "completion": n_completion, "rollouts": len(sampled)},
         "generated_tokens_per_s": round(n_completion / split["generate"], 2),
+        "reward": reward,
+        "advantages": _advantage_summary(taps.calls["advantages"]),
         **_rates(gen + upd, sum(seconds), peak, prompt=n_prompt, completion=n_completion),
         "model_flops_per_step": (gen + upd) / b.steps,
         "peak_memory": memory,
+    }
+
+
+def _advantage_summary(steps: list[list[float]]) -> dict:
+    """What the timed updates learned from: the share of non-zero advantages and their mean magnitude (a
+    step whose rewards are all equal has every advantage 0, and its update carries no signal)."""
+    flat = [a for step in steps for a in step]
+    if not flat:
+        return {"n": 0}
+    return {
+        "n": len(flat),
+        "nonzero_fraction": round(sum(a != 0 for a in flat) / len(flat), 4),
+        "abs_mean": round(statistics.fmean(abs(a) for a in flat), 4),
     }
 
 
@@ -300,7 +346,8 @@ def measure_trl(cfg, examples: list[Example], out: Path, peak: dict) -> dict:
     device = next(model.parameters()).device
     reset_peak(device)
     n = cfg.bench.warmup + cfg.bench.steps
-    rows = trl_block(model, processor, trl_dataset(examples), cfg.grpo, n, out / "trl", cfg.seed)
+    reward_fn, reward = step_reward(cfg)  # the same reward as ours (a fresh generator of the same seed)
+    rows = trl_block(model, processor, trl_dataset(examples), cfg.grpo, n, out / "trl", cfg.seed, reward_fn)
     memory = peak_memory(device)
     del model
     timed = [r["s"] for r in rows[cfg.bench.warmup :]]
@@ -317,6 +364,7 @@ def measure_trl(cfg, examples: list[Example], out: Path, peak: dict) -> dict:
             "peak_memory": memory,
         },
         "ours_images": ours,
+        "reward": reward,
         "ours_over_trl_median": round(ours["s_per_step"]["median"] / trl_s["median"], 3),
     }
 
