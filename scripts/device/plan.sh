@@ -2,8 +2,10 @@
 # The device plan of issue 53, one call per invocation (docs/scaling.md, "The device plan"):
 #
 #   call1: `embodied bench step` of random:qwen2.5-vl-3b in bf16 with configs/qwen2_5_vl_3b.yaml's
-#          training settings: SFT and GRPO (rollout with generate, scoring, update), 1 warm-up + 3 timed
-#          steps each. Carry: runs/device/wheels/call1.
+#          training settings under LoRA rank 16 (the KL reference is the policy with its adapters off, no
+#          copy) and the timing reward (a random: policy's text never earns the MCQ reward; with it every
+#          advantage is non-zero, so the update is a real one): SFT and GRPO (rollout with generate,
+#          scoring, update), 1 warm-up + 3 timed steps each. Carry: runs/device/wheels/call1.
 #   extra: only where call 1's preflight reports no torchvision: installs it (carry runs/device/wheels/extra),
 #          then call 1 runs again on the same warm machine.
 #   call2: the same workload's GRPO through TRL's GRPOTrainer beside ours on the same images (the ratio of
@@ -62,12 +64,15 @@ echo "plan.sh: preflight took $(($(date +%s) - t0)) s"
 
 if [ "$cpu" = "--cpu" ]; then  # the same bench at the tiny size: seconds, not minutes
   ARGS=(policy.path=tiny-base threads=1 sft.batch_size=4 grpo.prompts_per_step=2 grpo.group_size=4
-    grpo.max_new_tokens=16 bench.steps=2 bench.warmup=1)
+    grpo.max_new_tokens=16 bench.steps=2 bench.warmup=1 bench.step_reward=timing)
+  [ "$call" = call1 ] && ARGS+=(policy.lora_rank=8)
   LIMIT=${LIMIT:-240}
   PHYSICS_LIMIT=${PHYSICS_LIMIT:-240}
   read -ra PHYS <<<"${PHYSICS_ARGS:-env.tasks=[push] bench.env_batches=[4,1] bench.env_episodes=4}"
 else
-  ARGS=(-c configs/qwen2_5_vl_3b.yaml policy.path=random:qwen2.5-vl-3b threads=8 bench.steps=3 bench.warmup=1)
+  ARGS=(-c configs/qwen2_5_vl_3b.yaml policy.path=random:qwen2.5-vl-3b threads=8 bench.steps=3 bench.warmup=1
+    bench.step_reward=timing)
+  [ "$call" = call1 ] && ARGS+=(policy.lora_rank=16)  # call 2 keeps full fine-tuning: TRL's side has no LoRA
   # 5 minutes of bench a call: with the preflight and the copies each call ends inside 6, and a start of
   # up to 4 minutes leaves both inside the 15 a lent machine gives. Call 2 splits them, TRL first (the
   # ratio of the existing plan), then physics (it writes its JSON after every cell).
