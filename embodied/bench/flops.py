@@ -173,7 +173,7 @@ def gpu_peak(name: str) -> tuple[str, float] | None:
 def device_peak(device: torch.device, override_tflops: float = 0.0) -> dict:
     """The peak MFU is measured against: `{"flops", "source", "name"}`; `flops` None (with the reason in
     `source`) for a GPU not in `GPU_BF16_TFLOPS` and no `override_tflops`."""
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     if override_tflops > 0:
         return {"name": name, "flops": override_tflops * 1e12, "source": "bench.step_peak_tflops"}
     if device.type == "cuda":
@@ -187,7 +187,7 @@ def device_peak(device: torch.device, override_tflops: float = 0.0) -> dict:
     return {"name": name, "flops": flops, "source": how}
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     import platform
 
     try:

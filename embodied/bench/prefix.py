@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from embodied.bench.flops import group_forward, model_shape, vision_forward
+from embodied.bench.flops import cpu_name, group_forward, model_shape, vision_forward
 from embodied.bench.grpo_vs_trl import seconds_summary
 from embodied.bench.step import TIMING_REWARD, peak_memory, reset_peak, timing_reward, visual_items
 from embodied.bench.timers import Timers, install
@@ -344,7 +344,7 @@ def _header(cfg, counts: dict, variants: list[str]) -> dict:
         "benchmark": "prefix",
         "commit": _commit(),
         "machine": {
-            "cpu": _cpu_name(),
+            "cpu": cpu_name(),
             "cores": os.cpu_count(),
             "torch_threads": torch.get_num_threads(),
             "device": p.device,
@@ -391,9 +391,3 @@ def _commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.strip() or None if done.returncode == 0 else None
-
-
-def _cpu_name() -> str:
-    from embodied.bench.flops import _cpu_name as name
-
-    return name()
