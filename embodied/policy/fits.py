@@ -20,7 +20,9 @@ The plan, `b` being the `policy.dtype` size (torch's AdamW keeps both moments in
   matrix; a full save writes the weights as they are;
 - activations: the larger of the rollout (KV cache, one step's logits) and the update (hidden states at every
   layer boundary under gradient checkpointing, else each layer's working set; the completion logits in
-  float32 three times: the logits, their log-softmax, its exponential for the entropy), from the command's
+  half precision and seven float32 tensors of their size: the float copy, the temperature-scaled one, the
+  log-softmax, its exponential and their product for the entropy, and two gradients in the backward; a
+  Qwen3.5-0.8B GRPO step of 8 answers of 24 tokens peaked 1.4 GiB above its weights), from the command's
   batch, the frames' visual tokens and the completion length. An estimate: peak RSS is checked against it
   in docs/scaling.md ("Real size on a CPU").
 
@@ -53,6 +55,8 @@ PROMPT_TEXT_TOKENS = 80
 """Chat template, question and options of a prompt, besides its visual tokens."""
 SFT_TARGET_TOKENS = 16
 """An SFT target (`<think></think><answer>A</answer>` and the end of turn)."""
+LOGIT_COPIES = 7
+"""float32 tensors of the completion logits' size alive at the update's peak (module docstring)."""
 CHOICE_TOKENS = 8
 """What forced choice appends to a response: `<answer>X</answer>` and the end of turn."""
 
@@ -231,7 +235,7 @@ def activations(shapes: Shapes, s: Settings, b: int) -> int:
         return max(rollout, choice)
     layer = tokens * (10 * shapes.hidden + 3 * shapes.intermediate) * b
     kept = shapes.layers * tokens * shapes.hidden * b + layer if s.checkpointing else shapes.layers * layer
-    logits = s.rows * (s.completion_tokens + 1) * shapes.vocab * (b + 3 * 4)
+    logits = s.rows * (s.completion_tokens + 1) * shapes.vocab * (b + LOGIT_COPIES * 4)
     return max(rollout, kept + logits)
 
 

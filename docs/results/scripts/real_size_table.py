@@ -1,6 +1,8 @@
 """Collect the real-size CPU runs (runs/real/batch.sh's logs, made by /usr/bin/time -v) into one JSON:
-the plan each command printed before loading, its peak RSS, wall seconds, seconds per step and whether the
-answers were text. Usage: python docs/results/scripts/real_size_table.py runs/real OUT.json"""
+the plan each command printed before loading, the plan the current code makes of the run's own config
+(`plan_now_gib`), its peak RSS, wall seconds, seconds per step and whether the answers were text. Runs
+without a peak (stopped by hand, probes) are left out.
+Usage: python docs/results/scripts/real_size_table.py runs/real OUT.json"""
 
 from __future__ import annotations
 
@@ -34,6 +36,17 @@ def parse_log(path: Path) -> dict:
     return out
 
 
+def plan_now(folder: Path, command: str) -> float | None:
+    """The plan the current code prints for the run's own config (`run_dir/config.yaml`), in GiB."""
+    from embodied.config import load_config
+    from embodied.policy.fits import check_command
+
+    if not (folder / "config.yaml").is_file():
+        return None
+    got = check_command(load_config(str(folder / "config.yaml"), []), command)
+    return got["estimate_gib"] if got else None
+
+
 def run_facts(folder: Path) -> dict:
     facts: dict = {}
     metrics = folder / "metrics.jsonl"
@@ -54,9 +67,12 @@ def main(root: str, out: str) -> None:
     runs = []
     for log in sorted(Path(root).glob("*.log")):
         row = parse_log(log)
-        if "command" not in row:
+        if "command" not in row or "peak_rss_gib" not in row:
             continue
         row |= run_facts(Path(root) / log.stem)
+        if (now := plan_now(Path(root) / log.stem, row["command"])) is not None and "peak_rss_gib" in row:
+            row["plan_now_gib"] = now
+            row["rss_over_plan_now"] = round(row["peak_rss_gib"] / now, 3)
         runs.append(row)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     with open("/proc/cpuinfo") as f:
