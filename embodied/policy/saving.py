@@ -6,6 +6,9 @@ which took a 24 GiB machine past its memory (issue 58). Here the safetensors fil
 header is written from the shapes alone (a merged weight has its base weight's shape and dtype), then each
 tensor is computed, written and dropped, so the save holds at most one merged weight beyond the model.
 
+A family whose weights transformers converts on save (the MoE variants fuse their experts) cannot be
+streamed tensor by tensor: it is merged in memory and written by `save_pretrained`, as before.
+
 The keys and the file are the ones `save_pretrained` writes: tied weights are dropped by transformers' own
 `remove_tied_weights_from_state_dict` and the names reverted by its `revert_weight_conversion` (Qwen-VL's
 `model.language_model.*` -> `model.*`, `model.visual.*` -> `visual.*`), with the `{"format": "pt"}` metadata
@@ -75,11 +78,18 @@ def merged_layout(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], dict
     state = remove_tied_weights_from_state_dict(state, model)
     renamed = revert_weight_conversion(model, state)
     if {id(t) for t in renamed.values()} != {id(t) for t in state.values()}:
-        raise RuntimeError(
-            f"{type(model).__name__}: transformers converts (not only renames) its weights on save; the "
-            "streamed LoRA save cannot follow it"
-        )
+        raise Unstreamable(state, merges)
     return renamed, merges
+
+
+class Unstreamable(Exception):
+    """transformers converts (not only renames) this model's weights on save (an MoE's experts are fused
+    and split): the tensors it writes are not the model's, so they cannot be streamed one by one. Carries the
+    model-named state and the merges for the in-memory fallback."""
+
+    def __init__(self, state: dict, merges: dict):
+        super().__init__("weights are converted on save")
+        self.state, self.merges = state, merges
 
 
 def _bytes(t: torch.Tensor):
@@ -119,7 +129,12 @@ def write_safetensors(path: Path, state: dict[str, torch.Tensor], make: dict[int
 def save_merged(model: torch.nn.Module, folder: Path) -> None:
     """`model` (with LoRA adapters) saved into `folder` as `save_pretrained` would save it with its adapters
     merged: config.json, generation_config.json and model.safetensors, one merged weight at a time."""
-    state, merges = merged_layout(model)
+    try:
+        state, merges = merged_layout(model)
+    except Unstreamable as e:  # merged all at once, as save_pretrained needs (MoE families only)
+        merged = {k: e.merges[id(v)]() if id(v) in e.merges else v for k, v in e.state.items()}
+        model.save_pretrained(folder, safe_serialization=True, state_dict=merged)
+        return
     model.config.save_pretrained(folder)
     if getattr(model, "generation_config", None) is not None and model.can_generate():
         model.generation_config.save_pretrained(folder)
