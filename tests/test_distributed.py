@@ -43,9 +43,8 @@ def _weights(path):
 SFT = ["sft.steps=3", "sft.batch_size=4", "sft.log_every=1", "sft.eval_every=0", "sft.checkpoint_every=2"]
 
 
-@pytest.mark.parametrize(
-    "strategy", ["ddp", pytest.param("fsdp", marks=pytest.mark.slow)]
-)  # FSDP: grpo, resume
+@pytest.mark.slow  # 22 s; DDP's SFT step: test_ddp_accumulates_micro_batches_locally..., its loop: grpo[ddp]
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])  # FSDP: grpo, resume
 def test_two_processes_equal_one_process_sft(setup, strategy):
     root, common = setup
     if not (root / "sft1").exists():

@@ -115,6 +115,7 @@ def test_expert_iteration_from_format_only_learns_a_visible_answer(tmp_path):
     )
 
 
+@pytest.mark.slow  # 15 s; expert rounds on episodes: the resume test below; grpo on episodes: test_cli_turns
 def test_cli_expert_and_grpo_train_on_episodes_scored_by_the_simulator(tmp_path):
     """`embodied expert` and `embodied grpo` on an episode dataset: both score answers with MuJoCo
     (`rl.rewards.rewards_for`), so the same command trains on questions or on interactive episodes; an

@@ -213,6 +213,7 @@ def _cfg(tmp_path, path, *extra: str, files: tuple[str, ...] = ()):
     return load_config(list(files), [f"policy.path={path}", f"run_dir={tmp_path}", "threads=1", *extra])
 
 
+@pytest.mark.slow  # 20 s; the same loops on the Qwen3-VL architecture: test_a_moe_folder_trains_... (MoE)
 def test_a_qwen3_vl_folder_runs_eval_sft_and_grpo(folders, dataset, tmp_path):
     """A Qwen3-VL folder the project did not build: eval, SFT (with LoRA, gradient checkpointing and a new
     layer) and GRPO (the grouped path, PPO's value head, PAPO's masked video) run from the config alone."""
