@@ -152,7 +152,9 @@ def setup_qwen3(setup):
     return root, [f"policy.path={path}" if c.startswith("policy.path=") else c for c in common]
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+@pytest.mark.parametrize(
+    "strategy", ["ddp", pytest.param("fsdp", marks=pytest.mark.slow)]
+)  # FSDP (19 s): with the rest of FSDP's tests under -m slow, to keep the default suite within 8 minutes
 def test_two_processes_equal_one_process_grpo(setup, strategy):
     """Each process samples its half of the prompts (seeded per prompt) and the update is all-reduced: the
     logged metrics and the weights equal one process's on the same global batch."""
