@@ -209,12 +209,6 @@ def shapes_of(path: str, tiny_seed: int = 0) -> Shapes | None:
     return folder_shapes(resolve_policy_path(path, tiny_seed))
 
 
-def parameter_count(path: str, tiny_seed: int = 0) -> int | None:
-    """Parameters of `policy.path` without loading weights (None: see `shapes_of`)."""
-    shapes = shapes_of(path, tiny_seed)
-    return None if shapes is None else shapes.numel
-
-
 def adapted(shapes: Shapes, s: Settings) -> list[tuple[int, int]]:
     """`(out, in)` of every linear layer LoRA would adapt under `s` (`embodied.policy.lora`'s regex)."""
     from embodied.policy.lora import lora_target_regex

@@ -178,15 +178,3 @@ class FrozenAdapters:
                     layer.lora_A[name], layer.lora_B[name] = a, b
             for m, training in modes:
                 m.training = training
-
-    def nbytes(self) -> int:
-        """Bytes the reference holds beyond the policy itself (the adapter snapshots, if any)."""
-        if self.snapshots is None:
-            return 0
-        return sum(
-            p.numel() * p.element_size()
-            for snap in self.snapshots
-            for pair in snap.values()
-            for m in pair
-            for p in m.parameters()
-        )
