@@ -137,7 +137,8 @@ def test_streamed_merged_save_writes_what_save_pretrained_writes(path, tmp_path)
         for name, p in model.named_parameters():
             if "lora_B" in name:
                 p.normal_(0, 0.1)  # non-zero adapters, so a merge that forgot one shows
-        for layer_name, layer in ((n, m) for n, m in model.named_modules() if m in set(lora_layers(model))):
+        adapted = set(lora_layers(model))
+        for layer_name, layer in ((n, m) for n, m in model.named_modules() if m in adapted):
             delta = layer.get_delta_weight("default")
             merged[f"{layer_name}.weight"] = layer.get_base_layer().weight + delta.to(torch.float32)
     # the reference: transformers' own save of a state dict merged by hand

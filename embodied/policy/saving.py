@@ -62,7 +62,8 @@ def merged_layout(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], dict
     from transformers.core_model_loading import revert_weight_conversion
     from transformers.modeling_utils import remove_tied_weights_from_state_dict
 
-    layers = {name: m for name, m in model.named_modules() if m in set(lora_layers(model))}
+    adapted = set(lora_layers(model))  # once: rebuilt per module it walked every module again (quadratic)
+    layers = {name: m for name, m in model.named_modules() if m in adapted}
     state, merges = {}, {}
     for key, value in model.state_dict().items():
         owner = next((n for n in layers if key.startswith(f"{n}.")), None)
