@@ -96,12 +96,14 @@ RENAMED = {
     "data.families[].task": "data.families[].family",
     "cosmos.curriculum[].tasks": "cosmos.curriculum[].families",
     "pretrain.worlds": "pretrain.scenes",
+    "pretrain.family": "pretrain.architecture",
 }
 """Config keys that were renamed: old dotted key -> new one (``[]`` stands for any item of a list); a renamed
 section renames every key under it (`env.feedback.seeds` -> `env_feedback.seeds`). An old key in a file or on
 the command line is an error that names the new key, never silently ignored. Issue 23: a question family is a
 `family` (`task` is an interactive task only). Issue 52: the env-feedback experiment's section left `env` for
-a section of its own (`embodied/experiments/config.py`)."""
+a section of its own (`embodied/experiments/config.py`). Issue 61: a model family is an *architecture*
+(`pretrain.architecture`, `embodied.policy.architectures`); `family` is a question family only."""
 
 
 def _paths(node, prefix: str = ""):

@@ -148,7 +148,7 @@ def test_fsdp_resume_continues_the_run(setup):
 def setup_qwen3(setup):
     """The same data with a tiny Qwen3-VL (deepstack features, timestamped video blocks)."""
     root, common = setup
-    path = build_tiny_policy(root / "tiny-qwen3-vl", TinySpec(seed=0), family="qwen3-vl")
+    path = build_tiny_policy(root / "tiny-qwen3-vl", TinySpec(seed=0), architecture="qwen3-vl")
     return root, [f"policy.path={path}" if c.startswith("policy.path=") else c for c in common]
 
 

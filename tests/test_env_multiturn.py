@@ -14,7 +14,7 @@ from embodied.data.load import Example
 from embodied.envs import push
 from embodied.envs.config import Turns
 from embodied.envs.reward import unparseable_penalty
-from embodied.policy.families import family_of
+from embodied.policy.architectures import architecture_of
 from embodied.policy.model import (
     concat_batches,
     encode_conversations,
@@ -119,7 +119,7 @@ def test_turn_two_rows_carry_both_clips_pixels(tiny_policy, push_examples):
     assert second["video_grid_thw"].shape[0] == 2
     batch = concat_batches([first, second], processor.tokenizer.pad_token_id)
     row = select_rows(batch, [4])  # the turn-2 row, after 2 prompts x 2 members
-    media = family_of(processor).video_inputs([clips[1], outcome], video)
+    media = architecture_of(processor).video_inputs([clips[1], outcome], video)
     alone = processor.video_processor(videos=media["videos"], **media["videos_kwargs"], return_tensors="pt")
     assert torch.equal(row["video_grid_thw"], alone["video_grid_thw"])
     assert torch.equal(row["pixel_values_videos"], alone["pixel_values_videos"])

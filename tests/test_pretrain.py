@@ -126,7 +126,7 @@ def test_shipped_base_was_built_by_the_current_defaults():
     defaults = dataclasses.asdict(PretrainConfig())
     # fields added after the base was built default to what it was built with (drop captions, from scratch)
     later = {"captions": "drop", "scenes": ["drop"], "num_frames": [4], "init": "", "tiny": {}}
-    later |= {"vision_target": "occupancy", "family": "qwen2.5-vl"}
+    later |= {"vision_target": "occupancy", "architecture": "qwen2.5-vl"}
     assert {k: defaults[k] for k in later} == later
     assert {k: v for k, v in built["pretrain"].items() if k != "workers"} == {
         k: v for k, v in defaults.items() if k != "workers" and k not in later
@@ -135,15 +135,15 @@ def test_shipped_base_was_built_by_the_current_defaults():
 
 
 def test_shipped_qwen3_vl_base_was_built_by_the_current_defaults():
-    """`tiny-base-qwen3-vl` is `embodied pretrain pretrain.family=qwen3-vl`: the defaults but the family."""
+    """`tiny-base-qwen3-vl` is `embodied pretrain pretrain.architecture=qwen3-vl`: the defaults but that."""
     path = resolve_policy_path("tiny-base-qwen3-vl")
     assert (path / "model.safetensors").is_file()
     assert json.loads((path / "config.json").read_text())["model_type"] == "qwen3_vl"
     built = json.loads((path / "embodied_pretrain.json").read_text())
-    defaults = dataclasses.asdict(PretrainConfig()) | {"family": "qwen3-vl"}
+    defaults = dataclasses.asdict(PretrainConfig()) | {"architecture": "qwen3-vl"}
     assert {k: v for k, v in built["pretrain"].items() if k not in ("workers", "out")} == {
         k: v for k, v in defaults.items() if k not in ("workers", "out")
-    }, "the defaults changed: rebuild with `embodied pretrain pretrain.family=qwen3-vl pretrain.out=...`"
+    }, "defaults changed: rebuild with `embodied pretrain pretrain.architecture=qwen3-vl pretrain.out=DIR`"
     assert built["vision_val"]["occupancy_accuracy"] > 0.95
 
 

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from embodied.data.load import Example
-from embodied.policy.families import family_of
+from embodied.policy.architectures import architecture_of
 from embodied.policy.model import encode_prompts, load_policy, resolve_policy_path
 from embodied.questions import arrow_of_time, format_question
 from embodied.rl.rewards import mcq_reward
@@ -235,9 +235,9 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
         path = resolve_policy_path(p, cfg.policy.tiny_seed)
         models[p] = {c: load_policy(path, cfg.policy.dtype, cfg.policy.device) for c in CONTENDERS}
         rows[p] = {c: [] for c in CONTENDERS}
-        # frames at the size this family sees them (Qwen3-VL: 96 px), so TRL's processor gets the same pixels
-        family = family_of(models[p]["ours_video"][1])
-        examples = [Example(e.record, family.seen_clip(e.clip, video)) for e in clips]
+        # frames at the size this architecture sees them (Qwen3-VL: 96 px): TRL's processor sees the same
+        arch = architecture_of(models[p]["ours_video"][1])
+        examples = [Example(e.record, arch.seen_clip(e.clip, video)) for e in clips]
         data[p] = {"ours_images": as_images(examples), "ours_video": examples, "trl": trl_dataset(examples)}
     n = b.warmup + b.steps
     blocks = [(p, c) for p in policies for c in CONTENDERS]

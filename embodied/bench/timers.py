@@ -118,7 +118,7 @@ TARGETS = [
         "Qwen2_5_VLTextModel.forward",
         "text",
     ),
-    # the same two timers on the other families that train (embodied.policy.families)
+    # the same two timers on the other architectures that train (embodied.policy.architectures)
     ("transformers.models.qwen3_vl.modeling_qwen3_vl", "Qwen3VLVisionModel.forward", "vision"),
     ("transformers.models.qwen3_vl.modeling_qwen3_vl", "Qwen3VLTextModel.forward", "text"),
     ("transformers.models.qwen3_5.modeling_qwen3_5", "Qwen3_5VisionModel.forward", "vision"),

@@ -33,7 +33,7 @@ from embodied.eval.stats import (
     resolve_k,
     wilson_interval,
 )
-from embodied.policy.families import family_of
+from embodied.policy.architectures import architecture_of
 from embodied.questions import LETTERS, chosen_option
 from embodied.rl.rollout import sampling_seed
 from embodied.video import Clip, VideoConfig
@@ -115,7 +115,7 @@ def evaluate(
         torch.manual_seed(seed)
     was_training = model.training
     model.eval()
-    choice = choice and family_of(processor).splits_rows  # forced choice repeats rows: grids needed
+    choice = choice and architecture_of(processor).splits_rows  # forced choice repeats rows: grids needed
     answerer = LocalAnswerer(model, processor, video, max_new_tokens, media)
     try:
         result = evaluate_answers(

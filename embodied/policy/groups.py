@@ -23,7 +23,7 @@ import copy
 
 import torch
 
-from embodied.policy.families import family_of, repeat_encoder_output
+from embodied.policy.architectures import architecture_of, repeat_encoder_output
 
 PROMPT_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids")
 VISUAL_KEYS = (
@@ -113,7 +113,7 @@ def shared_visual_features(model, batch: GroupedBatch) -> dict:
     Each prompt's visual tokens (in text order, as the processor laid them out) are repeated `group` times.
     """
     u, n, out = batch.unique, batch.group, {}
-    extras = family_of(model).encoder_extras  # e.g. Qwen3-VL's deepstack features, repeated alike
+    extras = architecture_of(model).encoder_extras  # e.g. Qwen3-VL's deepstack features, repeated alike
     for modality, pix, grid, type_id in (
         ("image", "pixel_values", "image_grid_thw", 1),
         ("video", "pixel_values_videos", "video_grid_thw", 2),

@@ -18,8 +18,8 @@ from contextlib import contextmanager
 
 import torch
 
+from embodied.policy.architectures import architecture_of
 from embodied.policy.config import LORA_TARGETS_DEFAULT
-from embodied.policy.families import family_of
 
 
 def lora_target_regex(
@@ -28,7 +28,7 @@ def lora_target_regex(
     """A peft `target_modules` regex (full match on module names) for the linear layers named `targets`.
 
     Vision towers reuse the names gate_proj/up_proj/down_proj (Qwen) or q_proj/k_proj/v_proj (SigLIP), so
-    without `vision` the pattern excludes every module under one of the family's `vision_prefixes` (the
+    without `vision` the pattern excludes every module under one of the architecture's `vision_prefixes` (the
     vision tower and its merger stay frozen).
     """
     if not targets:
@@ -64,7 +64,7 @@ def apply_lora(
         r=rank,
         lora_alpha=alpha,
         lora_dropout=dropout,
-        target_modules=lora_target_regex(targets, vision, family_of(model).vision_prefixes),
+        target_modules=lora_target_regex(targets, vision, architecture_of(model).vision_prefixes),
         bias="none",
     )
     try:

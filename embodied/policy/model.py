@@ -2,8 +2,8 @@
 
 Loading, prompts, batching with video, sampling, and per-token log-probs. Moving from the tiny model
 to `Qwen/Qwen2.5-VL-3B-Instruct` or `Qwen/Qwen3-VL-4B-Instruct` is a change of `policy.path` (and
-dtype/device) in the config. What differs between model families (how a clip becomes processor inputs, the
-chat template's media parts, the end-of-turn text) is asked of `embodied.policy.families`.
+dtype/device) in the config. What differs between model architectures (how a clip becomes processor inputs,
+the chat template's media parts, the end-of-turn text) is asked of `embodied.policy.architectures`.
 One path serves SFT, GRPO and evaluation: prompts are encoded left-padded, completions are appended
 on the right, and `completion_logprobs` scores the completion tokens.
 """
@@ -20,10 +20,10 @@ from pathlib import Path
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
+from embodied.policy.architectures import architecture_of, check_trainable, model_type_of, visual_items
 from embodied.policy.attention import pack_vision_attention
 from embodied.policy.config import PolicyConfig  # noqa: F401  (the `policy` section, re-exported)
 from embodied.policy.expand import expand_layers
-from embodied.policy.families import check_trainable, family_of, model_type_of, visual_items
 from embodied.policy.groups import (
     PIXEL_KEYS,
     PROMPT_KEYS,
@@ -65,7 +65,7 @@ def resolve_policy_path(path: str | None, seed: int = 0) -> Path:
     shipped = {
         "tiny-base": (SHIPPED, ""),
         "tiny-worlds": (SHIPPED_WORLDS, "-c configs/pretrain_worlds.yaml "),
-        "tiny-base-qwen3-vl": (SHIPPED_QWEN3_VL, "pretrain.family=qwen3-vl "),
+        "tiny-base-qwen3-vl": (SHIPPED_QWEN3_VL, "pretrain.architecture=qwen3-vl "),
     }
     if path in shipped:
         folder, config = shipped[path]
@@ -78,7 +78,7 @@ def resolve_policy_path(path: str | None, seed: int = 0) -> Path:
     if not path or path == "tiny":
         return build_tiny_policy(spec=TinySpec(seed=seed))
     if path.startswith("tiny:"):
-        return build_tiny_policy(spec=TinySpec(seed=seed), family=path.removeprefix("tiny:"))
+        return build_tiny_policy(spec=TinySpec(seed=seed), architecture=path.removeprefix("tiny:"))
     p = Path(path).expanduser()
     if not (p / "config.json").exists():
         raise FileNotFoundError(
@@ -204,8 +204,8 @@ def count_parameters(model: torch.nn.Module) -> int:
 
 def load(cfg: PolicyConfig, command: str = ""):
     """`(model, processor)` for a `PolicyConfig`, with new layers (`expand_layers`), LoRA adapters and
-    gradient checkpointing if set. With `command` (a training loop's name) a family that the loops do not
-    take is refused in one line, a folder's before its weights load."""
+    gradient checkpointing if set. With `command` (a training loop's name) an architecture that the loops do
+    not take is refused in one line, a folder's before its weights load."""
     if command and Path(cfg.path).is_dir():
         check_trainable(model_type_of(cfg.path), cfg.path, command)
     if is_random(cfg.path):
@@ -231,8 +231,8 @@ def load(cfg: PolicyConfig, command: str = ""):
 
 def prompt_text(processor, record: dict, frames: int = 0) -> str:
     """The chat-formatted prompt for a record, ending where the assistant starts answering (`frames`: the
-    clip's frame count, for a family that takes a video's frames as images)."""
-    media = family_of(processor).media_parts(record, frames)
+    clip's frame count, for an architecture that takes a video's frames as images)."""
+    media = architecture_of(processor).media_parts(record, frames)
     text = format_question(record["question"], record["options"], record.get("instruction"))
     content = [*media, {"type": "text", "text": text}]
     messages = [{"role": "user", "content": content}]
@@ -240,18 +240,19 @@ def prompt_text(processor, record: dict, frames: int = 0) -> str:
 
 
 def media_kwargs(processor, records: Sequence[dict], clips: Sequence[Clip], video: VideoConfig) -> dict:
-    """Processor keyword arguments for the visual inputs of `records`, as the processor's family sizes them.
+    """Processor keyword arguments for the visual inputs of `records`, as the processor's architecture sizes
+    them.
 
-    A record with `video` gets its clip as a video (with its metadata), or as its frames where the family
-    takes no video. A record with `images` instead gets its clip's frames as that many separate images, in
-    order (the frames are the images). Each modality has its own kwargs dict, since the processor rejects a
-    shared `size` next to them.
+    A record with `video` gets its clip as a video (with its metadata), or as its frames where the
+    architecture takes no video. A record with `images` instead gets its clip's frames as that many separate
+    images, in order (the frames are the images). Each modality has its own kwargs dict, since the processor
+    rejects a shared `size` next to them.
     """
-    family = family_of(processor)
+    arch = architecture_of(processor)
     vids, imgs = [], []
     for r, c in zip(records, clips, strict=True):
         if "video" in r:
-            (vids if family.videos_as_video else imgs).append(c)
+            (vids if arch.videos_as_video else imgs).append(c)
             continue
         if len(r.get("images", [])) != len(c.frames):
             raise ValueError(
@@ -261,9 +262,9 @@ def media_kwargs(processor, records: Sequence[dict], clips: Sequence[Clip], vide
         imgs.append(c)
     kwargs: dict = {}
     if vids:
-        kwargs |= family.video_inputs(vids, video)
+        kwargs |= arch.video_inputs(vids, video)
     if imgs:
-        kwargs |= family.image_inputs(imgs, video)
+        kwargs |= arch.image_inputs(imgs, video)
     return kwargs
 
 
@@ -290,7 +291,7 @@ def conversation_text(processor, record: dict, history: Sequence[tuple[str, str]
     if "video" not in record:
         raise ValueError(f"record {record.get('id', '?')}: multi-turn prompts need a video record")
     text = format_question(record["question"], record["options"], record.get("instruction"))
-    video = family_of(processor).media_parts(record)
+    video = architecture_of(processor).media_parts(record)
     messages = [{"role": "user", "content": [*video, {"type": "text", "text": text}]}]
     for answer, words in history:
         messages.append({"role": "assistant", "content": [{"type": "text", "text": answer}]})
@@ -314,10 +315,10 @@ def encode_conversations(
                 f"record {r.get('id', '?')}: {len(c)} clips for {len(h)} earlier turns (need one more)"
             )
     texts = [conversation_text(processor, r, h) for r, h in zip(records, history)]
-    family = family_of(processor)
-    if not family.videos_as_video:
+    arch = architecture_of(processor)
+    if not arch.videos_as_video:
         raise ValueError(f"{type(processor).__name__} takes no video; multi-turn episodes need one")
-    media = family.video_inputs([clip for row in clips for clip in row], video)
+    media = arch.video_inputs([clip for row in clips for clip in row], video)
     batch = processor(text=texts, padding=True, return_tensors="pt", **media)
     return batch.to(device)
 
@@ -410,8 +411,8 @@ def _items_per_row(batch, grid: str, type_id: int) -> list[int]:
     n = batch["input_ids"].shape[0]
     if grid not in batch:
         raise ValueError(
-            f"this batch has no {grid}: its rows cannot be split (a family without visual grids is evaluated "
-            "by greedy answers only)"
+            f"this batch has no {grid}: its rows cannot be split (an architecture without visual grids is "
+            "evaluated by greedy answers only)"
         )
     if "mm_token_type_ids" in batch:
         return visual_items(batch, grid, type_id)
@@ -462,18 +463,18 @@ def completion_mask(ids: torch.Tensor, eos_ids: Sequence[int]) -> torch.Tensor:
 
 
 def eos_token_ids(model, processor) -> list[int]:
-    """The tokens that end an answer: the model's eos tokens and its family's end-of-turn token."""
+    """The tokens that end an answer: the model's eos tokens and its architecture's end-of-turn token."""
     ids = model.generation_config.eos_token_id or processor.tokenizer.eos_token_id
     ids = ids if isinstance(ids, list) else [ids]
     tok = processor.tokenizer
-    end = tok.convert_tokens_to_ids(family_of(processor).end_text(tok))
+    end = tok.convert_tokens_to_ids(architecture_of(processor).end_text(tok))
     ends = {*ids} | ({end} if end != tok.unk_token_id else set())
     return sorted(ends - {None})
 
 
 def vision_token_ids(processor) -> list[int]:
     """Placeholder tokens that only the processor may place; a sampled one would corrupt the inputs."""
-    return family_of(processor).placeholder_ids(processor)
+    return architecture_of(processor).placeholder_ids(processor)
 
 
 def _sharded(model) -> bool:
@@ -705,12 +706,12 @@ def _full_forward(
 
 
 def end_of_turn(processor) -> str:
-    """The text that closes an assistant message in the processor's family (`<|im_end|>` for Qwen)."""
-    return family_of(processor).end_text(processor.tokenizer)
+    """The text that closes an assistant message in the processor's architecture (`<|im_end|>` for Qwen)."""
+    return architecture_of(processor).end_text(processor.tokenizer)
 
 
 def encode_completions(processor, texts: Sequence[str], device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
-    """Tokenize target completions (each followed by the family's end-of-turn token), right-padded."""
+    """Tokenize target completions (each followed by the architecture's end-of-turn token), right-padded."""
     tok = processor.tokenizer
     end = end_of_turn(processor)
     rows = [tok(t + end, add_special_tokens=False)["input_ids"] for t in texts]

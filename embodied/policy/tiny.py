@@ -1,8 +1,8 @@
 """The built-in tiny models, made locally with no download.
 
 `build_tiny_policy` makes a real `Qwen2_5_VLForConditionalGeneration` of about 0.84 M parameters (or, with
-`family`, a tiny Qwen3-VL or Qwen3.5 of the same sizes) with a byte-level BPE tokenizer trained locally (plus
-Qwen's special tokens and chat template), saved as an ordinary Hugging Face folder that
+`architecture`, a tiny Qwen3-VL or Qwen3.5 of the same sizes) with a byte-level BPE tokenizer trained locally
+(plus Qwen's special tokens and chat template), saved as an ordinary Hugging Face folder that
 `embodied.policy.model.load_policy` loads like any real checkpoint.
 """
 
@@ -28,7 +28,7 @@ SHIPPED_WORLDS = Path(__file__).parents[1] / "assets" / "tiny_worlds"
 
 SHIPPED_QWEN3_VL = Path(__file__).parents[1] / "assets" / "tiny_base_qwen3_vl"
 """The same perception pretraining on a tiny Qwen3-VL (`policy.path=tiny-base-qwen3-vl`;
-`embodied pretrain pretrain.family=qwen3-vl` rebuilds it)."""
+`embodied pretrain pretrain.architecture=qwen3-vl` rebuilds it)."""
 
 TINY_VERSION = 2
 """2: the tokenizer corpus holds the perception captions' words (embodied.questions.caption)."""
@@ -216,8 +216,8 @@ def _tiny_processor(tokenizer):
     )
 
 
-TINY_FAMILIES = ("qwen2.5-vl", "qwen3-vl", "qwen3.5")
-"""The families `policy.path=tiny:NAME` builds (`tiny` alone: qwen2.5-vl)."""
+TINY_ARCHITECTURES = ("qwen2.5-vl", "qwen3-vl", "qwen3.5")
+"""The architectures `policy.path=tiny:NAME` builds (`tiny` alone: qwen2.5-vl)."""
 
 
 def _mrope(head_dim: int) -> list[int]:
@@ -258,14 +258,14 @@ def _qwen3_vision(spec: TinySpec) -> dict:
     }
 
 
-def _tiny_qwen3_config(spec: TinySpec, tokenizer, family: str):
+def _tiny_qwen3_config(spec: TinySpec, tokenizer, architecture: str):
     """A tiny Qwen3-VL (deepstack from the first vision block) or Qwen3.5 (a linear-attention layer, then a
     full-attention one) built from transformers' own config classes."""
     from transformers import Qwen3_5Config, Qwen3VLConfig
 
     text, vision = _qwen3_text(spec, tokenizer), _qwen3_vision(spec)
     head_dim = text["head_dim"]
-    if family == "qwen3-vl":
+    if architecture == "qwen3-vl":
         text["rope_parameters"] = {
             "rope_type": "default",
             "rope_theta": 10000.0,
@@ -305,7 +305,7 @@ def _tiny_qwen3_processor(tokenizer):
     from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor
     from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
 
-    # Frames are sized before the processor (embodied.policy.families.qwen3_vl); these bounds only keep a
+    # Frames are sized before the processor (embodied.policy.architectures.qwen3_vl); these bounds only keep a
     # processor used by hand from upscaling small frames.
     pixels = {"shortest_edge": 32 * 32, "longest_edge": 256 * 256}
     return Qwen3VLProcessor(
@@ -320,8 +320,8 @@ def _tiny_qwen3_processor(tokenizer):
     )
 
 
-def _tiny_parts(spec: TinySpec, family: str):
-    """`(model class, config, processor)` of the tiny model of `family`."""
+def _tiny_parts(spec: TinySpec, architecture: str):
+    """`(model class, config, processor)` of the tiny model of `architecture`."""
     from transformers import (
         Qwen2_5_VLForConditionalGeneration,
         Qwen3_5ForConditionalGeneration,
@@ -329,12 +329,14 @@ def _tiny_parts(spec: TinySpec, family: str):
     )
 
     tokenizer = _train_tokenizer(spec)
-    if family == "qwen2.5-vl":
+    if architecture == "qwen2.5-vl":
         return Qwen2_5_VLForConditionalGeneration, _tiny_config(spec, tokenizer), _tiny_processor(tokenizer)
-    if family not in TINY_FAMILIES:
-        raise ValueError(f"policy.path=tiny:{family}: no such tiny family; choose one of {TINY_FAMILIES}")
-    cls = Qwen3VLForConditionalGeneration if family == "qwen3-vl" else Qwen3_5ForConditionalGeneration
-    return cls, _tiny_qwen3_config(spec, tokenizer, family), _tiny_qwen3_processor(tokenizer)
+    if architecture not in TINY_ARCHITECTURES:
+        raise ValueError(
+            f"policy.path=tiny:{architecture}: no such tiny architecture; choose one of {TINY_ARCHITECTURES}"
+        )
+    cls = Qwen3VLForConditionalGeneration if architecture == "qwen3-vl" else Qwen3_5ForConditionalGeneration
+    return cls, _tiny_qwen3_config(spec, tokenizer, architecture), _tiny_qwen3_processor(tokenizer)
 
 
 def cache_dir() -> Path:
@@ -343,18 +345,18 @@ def cache_dir() -> Path:
 
 
 def build_tiny_policy(
-    out: str | Path | None = None, spec: TinySpec | None = None, family: str = "qwen2.5-vl"
+    out: str | Path | None = None, spec: TinySpec | None = None, architecture: str = "qwen2.5-vl"
 ) -> Path:
-    """Build (or reuse) the tiny folder of `family` (`TINY_FAMILIES`) for `spec`; deterministic for
+    """Build (or reuse) the tiny folder of `architecture` (`TINY_ARCHITECTURES`) for `spec`; deterministic for
     `spec.seed`.
 
     Written to a temporary folder and renamed, so an interrupted build never leaves a half folder.
     """
     spec = spec or TinySpec()
-    out = Path(out) if out else cache_dir() / f"tiny-{family}-{spec.key()}"
+    out = Path(out) if out else cache_dir() / f"tiny-{architecture}-{spec.key()}"
     if (out / "config.json").exists():
         return out
-    cls, config, processor = _tiny_parts(spec, family)
+    cls, config, processor = _tiny_parts(spec, architecture)
     with torch.random.fork_rng():
         torch.manual_seed(spec.seed)
         model = cls(config)

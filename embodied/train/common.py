@@ -10,7 +10,7 @@ from typing import TypeVar
 import numpy as np
 import torch
 
-from embodied.policy.families import family_of
+from embodied.policy.architectures import architecture_of
 
 T = TypeVar("T")
 
@@ -64,7 +64,7 @@ def with_last(items: Iterable[T]) -> Iterator[tuple[T, bool]]:
 def param_groups(model: torch.nn.Module, lr: float, vision_lr_scale: float = 1.0) -> list[dict]:
     """AdamW groups: the vision tower (with its merger) at `lr * vision_lr_scale`, the rest at `lr`."""
     vision, text = [], []
-    family = family_of(model)
+    family = architecture_of(model)
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue

@@ -84,9 +84,9 @@ class PretrainConfig:
     tiny: dict = field(default_factory=dict)
     """Sizes of the tiny model built when `init` is empty: `TinySpec` fields (`vision_hidden`,
     `vision_depth`, `text_hidden`, `text_layers`, ...); unnamed ones keep their defaults."""
-    family: str = "qwen2.5-vl"
-    """Family of the tiny model built when `init` is empty: qwen2.5-vl (`tiny-base`) | qwen3-vl
-    (`tiny-base-qwen3-vl`) | qwen3.5 (`embodied.policy.tiny.TINY_FAMILIES`)."""
+    architecture: str = "qwen2.5-vl"
+    """Architecture of the tiny model built when `init` is empty: qwen2.5-vl (`tiny-base`) | qwen3-vl
+    (`tiny-base-qwen3-vl`) | qwen3.5 (`embodied.policy.tiny.TINY_ARCHITECTURES`)."""
 
 
 # --- clips --------------------------------------------------------------------------------------------
@@ -171,12 +171,12 @@ def pretrain_vision(model, processor, examples, pc: PretrainConfig, video, progr
     import torch
     from tqdm.auto import tqdm  # here: the config (`embodied show-config`) imports this module
 
-    from embodied.policy.families import family_of
+    from embodied.policy.architectures import architecture_of
     from embodied.policy.model import encode_prompts
     from embodied.train.common import index_batches
 
     vis = model.model.visual
-    family = family_of(model)
+    family = architecture_of(model)
     device = next(model.parameters()).device
     colours = pc.vision_target == "colour"
     width = 2 * (len(COLOUR_WORDS) if colours else 1)
@@ -341,7 +341,11 @@ def pretrain_policy(
     t_data = time.perf_counter() - t0
     seed_everything(pc.seed)
     spec = TinySpec(**(pc.tiny | {"seed": tiny_seed}))
-    start = resolve_policy_path(pc.init) if pc.init else build_tiny_policy(spec=spec, family=pc.family)
+    start = (
+        resolve_policy_path(pc.init)
+        if pc.init
+        else build_tiny_policy(spec=spec, architecture=pc.architecture)
+    )
     model, processor = load_policy(start, device=device)
     t1 = time.perf_counter()
     vision = pretrain_vision(model, processor, train, pc, video, progress) if pc.vision_steps else {}

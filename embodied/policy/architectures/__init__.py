@@ -1,22 +1,22 @@
-"""What differs between model families, in one place: a family is one small module in this package.
+"""What differs between model architectures, in one place: an architecture is one small module here.
 
-Every other module asks the family of the model or processor it holds (`family_of`) instead of assuming
-Qwen2.5-VL. A family says:
+Every other module asks the architecture of the model or processor it holds (`architecture_of`) instead
+of assuming Qwen2.5-VL. An architecture says:
 
 - which `model_type`s it serves and whether the training loops take it (`trains`);
 - how a clip becomes the processor's keyword arguments (`media_inputs`): the framework's pixel budget is one
-  unit for every family, pixels per frame (`video.min_pixels`, `video.max_pixels`, and the whole clip's
-  `video.video_max_pixels`), and each family converts it to what its processor's `size` means;
+  unit for every architecture, pixels per frame (`video.min_pixels`, `video.max_pixels`, and the whole clip's
+  `video.video_max_pixels`), and each architecture converts it to what its processor's `size` means;
 - the media parts of a chat message (`media_parts`: a video part, or the frames as images);
 - the vision tower's parameter names (`is_vision`), the encoder outputs beside the features that the language
   model reads (`encoder_extras`, e.g. Qwen3-VL's deepstack features), the end-of-turn text and the
   placeholder tokens that only the processor may place.
 
-Visual items are counted the same way for every family with grids (`visual_items`): each item's tokens are
-`t * h * w / merge**2` of its grid, so a row's items are found by consuming its visual tokens, whether one
-video is one block of tokens (Qwen2.5-VL) or one block per temporal patch with timestamps between
-(Qwen3-VL). A new family: a module here defining a `Family` subclass instance named `FAMILY`, found by
-discovery, or `register(...)` from outside.
+Visual items are counted the same way for every architecture with grids (`visual_items`): each item's
+tokens are `t * h * w / merge**2` of its grid, so a row's items are found by consuming its visual tokens,
+whether one video is one block of tokens (Qwen2.5-VL) or one block per temporal patch with timestamps
+between (Qwen3-VL). A new architecture: a module here defining an `Architecture` subclass instance named
+`ARCHITECTURE`, found by discovery, or `register(...)` from outside.
 """
 
 from __future__ import annotations
@@ -34,16 +34,16 @@ import torch
 from embodied.video import Clip, VideoConfig, frame_pixel_cap
 
 
-class Family:
-    """Defaults for a Qwen-style family; a family module overrides what differs."""
+class Architecture:
+    """Defaults for a Qwen-style architecture; an architecture module overrides what differs."""
 
     name: str = ""
     model_types: tuple[str, ...] = ()
-    """`config.json` `model_type`s served by this family."""
+    """`config.json` `model_type`s served by this architecture."""
     processors: tuple[str, ...] = ()
-    """Processor class names of this family (the processor alone tells its family)."""
+    """Processor class names of this architecture (the processor alone tells its architecture)."""
     trains: bool = False
-    """True when SFT, GRPO and expert iteration take this family (its batches split by rows, its
+    """True when SFT, GRPO and expert iteration take this architecture (its batches split by rows, its
     positions continue past a shared prompt)."""
     vision_prefixes: tuple[str, ...] = ("visual.",)
     """Parameter-name parts that mark the vision tower and its merger."""
@@ -67,16 +67,16 @@ class Family:
     videos_as_video: bool = True
     """A video record's clip goes in as one video (False: its frames as that many images)."""
 
-    def for_processor(self, processor) -> Family:
-        """This family as `processor` sizes frames: `unit` from its video processor's patch and merge sizes
-        when they differ from the family's published ones (a checkpoint built with other sizes)."""
+    def for_processor(self, processor) -> Architecture:
+        """This architecture as `processor` sizes frames: `unit` from its video processor's patch and merge
+        sizes when they differ from the architecture's published ones (a checkpoint of other sizes)."""
         vp = getattr(processor, "video_processor", None)
         patch, merge = getattr(vp, "patch_size", None), getattr(vp, "merge_size", None)
         if not isinstance(patch, int) or not isinstance(merge, int) or patch * merge == self.unit:
             return self
-        family = copy.copy(self)
-        family.unit = patch * merge
-        return family
+        architecture = copy.copy(self)
+        architecture.unit = patch * merge
+        return architecture
 
     def is_vision(self, name: str) -> bool:
         """True for a parameter of the vision tower (or its merger), by its name."""
@@ -104,7 +104,7 @@ class Family:
         }
 
     def sized_frames(self, clip: Clip, video: VideoConfig):
-        """`(T, 3, H, W)` float frames of `clip` at the size this family's reference preprocessing
+        """`(T, 3, H, W)` float frames of `clip` at the size this architecture's reference preprocessing
         (qwen-vl-utils) gives them under the clip's per-frame cap: `reference_size` on the `unit` grid,
         bicubic with antialiasing, values in 0-255 as the processor rescales them."""
         import torch
@@ -116,8 +116,8 @@ class Family:
         return tvf.resize(frames, list(size), interpolation=InterpolationMode.BICUBIC, antialias=True).float()
 
     def seen_clip(self, clip: Clip, video: VideoConfig) -> Clip:
-        """`clip` with its frames at the size the model sees them, as uint8 (the clip itself when the family
-        keeps their size, e.g. 112 px frames on Qwen2.5-VL's 28 px grid)."""
+        """`clip` with its frames at the size the model sees them, as uint8 (the clip itself when the
+        architecture keeps their size, e.g. 112 px frames on Qwen2.5-VL's 28 px grid)."""
         if self.frame_size(clip, video) == tuple(clip.frames.shape[1:3]):
             return clip
         sized = self.sized_frames(clip, video).clamp(0, 255).round().byte()
@@ -144,7 +144,7 @@ class Family:
 
 def reference_size(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
     """A frame's size on the `factor` grid with its area in [min_pixels, max_pixels], aspect kept: the rule
-    of qwen-vl-utils' `smart_resize` (the preprocessing the Qwen families were trained with)."""
+    of qwen-vl-utils' `smart_resize` (the preprocessing the Qwen models were trained with)."""
     h = max(factor, round(height / factor) * factor)
     w = max(factor, round(width / factor) * factor)
     if h * w > max_pixels:
@@ -162,56 +162,56 @@ def video_metadata_kwargs(clips: Sequence[Clip]) -> dict:
     return {"video_metadata": [c.metadata() for c in clips], "do_sample_frames": False}
 
 
-_FAMILIES: dict[str, Family] = {}
+_ARCHITECTURES: dict[str, Architecture] = {}
 
 
-def register(family: Family) -> Family:
-    """Add a family (e.g. from an outside module); its model types and processors then resolve to it."""
-    if not family.name:
-        raise ValueError(f"{type(family).__name__}: a family needs a name")
-    _FAMILIES[family.name] = family
-    return family
+def register(architecture: Architecture) -> Architecture:
+    """Add an architecture (e.g. from an outside module); its model types and processors resolve to it."""
+    if not architecture.name:
+        raise ValueError(f"{type(architecture).__name__}: an architecture needs a name")
+    _ARCHITECTURES[architecture.name] = architecture
+    return architecture
 
 
 def _discover() -> None:
-    if _FAMILIES:
+    if _ARCHITECTURES:
         return
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
         module = importlib.import_module(f"{__name__}.{info.name}")
-        if isinstance(getattr(module, "FAMILY", None), Family):
-            register(module.FAMILY)
+        if isinstance(getattr(module, "ARCHITECTURE", None), Architecture):
+            register(module.ARCHITECTURE)
 
 
-def families() -> dict[str, Family]:
-    """Every known family by name (the generic one included)."""
+def architectures() -> dict[str, Architecture]:
+    """Every known architecture by name (the generic one included)."""
     _discover()
-    return dict(_FAMILIES)
+    return dict(_ARCHITECTURES)
 
 
-def training_families() -> list[str]:
+def training_model_types() -> list[str]:
     """The model types that the training loops take, for messages."""
-    return sorted(t for f in families().values() if f.trains for t in f.model_types)
+    return sorted(t for f in architectures().values() if f.trains for t in f.model_types)
 
 
-def for_model_type(model_type: str) -> Family:
-    """The family serving `model_type` (the generic family for any other image-text-to-text model)."""
-    for f in families().values():
+def for_model_type(model_type: str) -> Architecture:
+    """The architecture serving `model_type` (the generic one for any other image-text-to-text model)."""
+    for f in architectures().values():
         if model_type in f.model_types:
             return f
-    return families()["generic"]
+    return architectures()["generic"]
 
 
-def family_of(obj) -> Family:
-    """The family of a model (its `config.model_type`), a config, or a processor (its class)."""
+def architecture_of(obj) -> Architecture:
+    """The architecture of a model (its `config.model_type`), a config, or a processor (its class)."""
     config = getattr(obj, "config", None) if not hasattr(obj, "model_type") else obj
     config = getattr(obj, "module", obj).config if config is None and hasattr(obj, "module") else config
     if config is not None and getattr(config, "model_type", None):
         return for_model_type(config.model_type)
     name = type(obj).__name__
-    for f in families().values():
+    for f in architectures().values():
         if name in f.processors:
             return f.for_processor(obj)
-    generic = families()["generic"]
+    generic = architectures()["generic"]
     return generic.for_processor(obj) if hasattr(obj, "tokenizer") else generic
 
 
@@ -229,7 +229,7 @@ def check_trainable(model_type: str, where: str, command: str) -> None:
         return
     raise ValueError(
         f"{where}: embodied {command} does not train model_type {model_type!r}; the training loops take "
-        f"{', '.join(training_families())} (any image-text-to-text model can be evaluated: embodied eval)"
+        f"{', '.join(training_model_types())} (any image-text-to-text model can be evaluated: embodied eval)"
     )
 
 

@@ -6,8 +6,8 @@ vision layers fed to the first language-model layers (`encoder_extras`); one blo
 temporal patch, with that patch's time written into the prompt between blocks (`<0.2 seconds>`); and a
 video processor that reads `size["longest_edge"]` as the whole clip's pixel budget, not a frame's.
 
-So the frames are sized here as the family's reference preprocessing (qwen-vl-utils' `fetch_video`) sizes
-them, each frame within the framework's per-frame budget on the 32 px grid, and the processor is told not
+So the frames are sized here as the reference preprocessing (qwen-vl-utils' `fetch_video`) sizes them,
+each frame within the framework's per-frame budget on the 32 px grid, and the processor is told not
 to resize again (`do_resize=False`, as Qwen's own examples do after qwen-vl-utils). The timestamps come
 from the clip's `VideoMetadata`: the sampled frames' times.
 """
@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from embodied.policy.families import Family, video_metadata_kwargs
+from embodied.policy.architectures import Architecture, video_metadata_kwargs
 from embodied.video import Clip, VideoConfig
 
 
-class Qwen3VL(Family):
+class Qwen3VL(Architecture):
     name = "qwen3-vl"
     model_types = ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe")
     processors = ("Qwen3VLProcessor",)
@@ -33,4 +33,4 @@ class Qwen3VL(Family):
         return {"videos": [self.sized_frames(c, video) for c in clips], "videos_kwargs": kwargs}
 
 
-FAMILY = Qwen3VL()
+ARCHITECTURE = Qwen3VL()

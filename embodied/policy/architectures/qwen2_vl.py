@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from embodied.policy.families import Family, video_metadata_kwargs
+from embodied.policy.architectures import Architecture, video_metadata_kwargs
 from embodied.video import Clip, VideoConfig, frame_pixel_cap
 
 
-class Qwen2VL(Family):
+class Qwen2VL(Architecture):
     name = "qwen2-vl"
     model_types = ("qwen2_vl", "qwen2_5_vl")
     processors = ("Qwen2VLProcessor", "Qwen2_5_VLProcessor")
@@ -26,4 +26,4 @@ class Qwen2VL(Family):
         return {"videos": [c.frames for c in clips], "videos_kwargs": kwargs}
 
 
-FAMILY = Qwen2VL()
+ARCHITECTURE = Qwen2VL()

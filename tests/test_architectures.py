@@ -1,5 +1,5 @@
-"""Model families beyond Qwen2.5-VL (embodied.policy.families): Qwen3-VL and Qwen3.5 through every loop with
-the tokens their authors intend, and other image-text-to-text families in evaluation.
+"""Model architectures beyond Qwen2.5-VL (embodied.policy.architectures): Qwen3-VL and Qwen3.5 through every
+loop with the tokens their authors intend, and other image-text-to-text architectures in evaluation.
 
 The folders are built from transformers' own config classes (tests/model_folders.py), as a user's checkpoint
 would arrive, or by `tiny:qwen3-vl` / `tiny:qwen3.5`."""
@@ -21,8 +21,8 @@ import model_folders  # noqa: E402
 
 from embodied.config import load_config  # noqa: E402
 from embodied.envs.config import Turns
+from embodied.policy.architectures import architecture_of  # noqa: E402
 from embodied.policy.config import PolicyConfig  # noqa: E402
-from embodied.policy.families import family_of  # noqa: E402
 from embodied.policy.model import (  # noqa: E402
     completion_logprobs,
     encode_prompts,
@@ -48,7 +48,7 @@ def _clip(frames: int, h: int, w: int, fps: float = 2.0, seed: int = 0) -> Clip:
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    root = tmp_path_factory.mktemp("families")
+    root = tmp_path_factory.mktemp("architectures")
     return {
         name: getattr(model_folders, name)(root / name)
         for name in ("qwen3_vl", "qwen3_vl_moe", "qwen3_5_moe", "llava_onevision", "gemma3")
@@ -89,12 +89,12 @@ def _reference_grid(clip: Clip, video: VideoConfig, patch: int) -> list[int]:
     return [(n + 1) // 2, rh // patch, rw // patch]
 
 
-@pytest.mark.parametrize("family, patch", [("qwen2.5-vl", 14), ("qwen3-vl", 16), ("qwen3.5", 16)])
+@pytest.mark.parametrize("arch, patch", [("qwen2.5-vl", 14), ("qwen3-vl", 16), ("qwen3.5", 16)])
 @pytest.mark.parametrize("shape", [(4, 112, 112), (6, 96, 160), (8, 224, 224), (3, 100, 140)])
-def test_visual_tokens_match_the_reference_preprocessing(tiny_models, family, patch, shape):
-    """Each family's clip gives the grid (and so the visual token count) of qwen-vl-utils at the same budget:
-    a 4-frame 112 px clip keeps 16 or more tokens on Qwen3-VL (transformers' own sizing gave 2)."""
-    _, processor = tiny_models[family]
+def test_visual_tokens_match_the_reference_preprocessing(tiny_models, arch, patch, shape):
+    """Each architecture's clip gives the grid (and so the visual token count) of qwen-vl-utils at the same
+    budget: a 4-frame 112 px clip keeps 16 or more tokens on Qwen3-VL (transformers' own sizing gave 2)."""
+    _, processor = tiny_models[arch]
     video, clip = VideoConfig(), _clip(*shape)
     batch = encode_prompts(processor, [{**RECORD, "video": "c.mp4"}], [clip], video)
     assert batch["video_grid_thw"][0].tolist() == _reference_grid(clip, video, patch)
@@ -118,12 +118,12 @@ def test_qwen3_prompt_timestamps_are_the_sampled_frames_times(tiny_models, fps, 
     assert written == want and len(written) == int(batch["video_grid_thw"][0, 0])
 
 
-@pytest.mark.parametrize("family", ["qwen3-vl", "qwen3.5"])
-def test_shared_prefix_equals_a_plain_forward(tiny_models, family):
+@pytest.mark.parametrize("arch", ["qwen3-vl", "qwen3.5"])
+def test_shared_prefix_equals_a_plain_forward(tiny_models, arch):
     """The grouped path (each prompt run once, its cache repeated: attention keys and values, and Qwen3.5's
     linear-attention states; Qwen3-VL's deepstack features repeated with the visual tokens) gives the
     log-probs and the gradients of one plain pass per row."""
-    _assert_shared_prefix_is_plain(*tiny_models[family])
+    _assert_shared_prefix_is_plain(*tiny_models[arch])
 
 
 def _assert_shared_prefix_is_plain(model, processor) -> None:
@@ -140,7 +140,7 @@ def _assert_shared_prefix_is_plain(model, processor) -> None:
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
         grads[-1]["lp"] = lp.detach()
     torch.testing.assert_close(grads[0]["lp"][m], grads[1]["lp"][m], atol=2e-5, rtol=0)
-    vision = [n for n in grads[1] if family_of(model).is_vision(n)]
+    vision = [n for n in grads[1] if architecture_of(model).is_vision(n)]
     assert vision and set(grads[0]) == set(grads[1])
     for name in set(grads[1]) - {"lp"}:  # the log-probs are compared above, on the completions' tokens
         torch.testing.assert_close(grads[0][name], grads[1][name], atol=1e-4, rtol=1e-3, msg=name)
@@ -237,7 +237,7 @@ def test_a_qwen3_vl_folder_runs_eval_sft_and_grpo(folders, dataset, tmp_path):
 
 
 @pytest.mark.parametrize("name, part", [("llava_onevision", "<video>"), ("gemma3", "<start_of_image>")])
-def test_other_families_answer_greedily_and_training_refuses_them(folders, examples, name, part):
+def test_other_architectures_answer_greedily_and_training_refuses_them(folders, examples, name, part):
     """LLaVA-OneVision takes the clip as a video, Gemma 3 as its frames (no video processor), each with its
     own chat template and its processor's own sizes; forced choice (which repeats rows by their grids) is
     reported as not taken, and the training loops refuse the folder in one line before its weights load."""
@@ -263,7 +263,7 @@ def _cli(capsys, *args: str) -> tuple[int, str]:
 
 def test_the_cli_refuses_what_it_cannot_load_in_one_line(folders, tmp_path, capsys):
     """A text-only language model, a folder without processor files, an unknown architecture, and a
-    family the loops do not train: each one line naming the folder, no traceback, no hub address."""
+    model type the loops do not train: each one line naming the folder, no traceback, no hub address."""
     text = model_folders.text_only(tmp_path / "text")
     bare = tmp_path / "bare"
     shutil.copytree(folders["qwen3_vl"], bare)
@@ -347,7 +347,7 @@ def test_a_checkpoint_with_other_patch_sizes_is_sized_on_its_own_grid(tiny_model
     _, processor = tiny_models["qwen3-vl"]
     other = copy.deepcopy(processor)
     other.video_processor.patch_size = 14
-    assert family_of(other).unit == 28 and family_of(processor).unit == 32
+    assert architecture_of(other).unit == 28 and architecture_of(processor).unit == 32
     clip, video = _clip(4, 112, 112), VideoConfig()
     batch = encode_prompts(other, [{**RECORD, "video": "c.mp4"}], [clip], video)
     assert batch["video_grid_thw"][0].tolist() == _reference_grid(clip, video, 14)
