@@ -14,7 +14,8 @@ import argparse
 import dataclasses
 import json
 import sys
-from pathlib import Path
+
+from embodied.registry import registry_of
 
 COMMANDS = {
     "generate": "write a dataset or benchmark of video questions (JSONL + mp4) under data.root",
@@ -40,19 +41,9 @@ NAMED = {"bench": "embodied.bench", "experiment": "embodied.experiments"}
 
 
 def _named(package: str) -> list[str]:
-    """The modules of `package` that define `run` (helpers such as `memory_plan` do not), dashes for `_`.
-
-    Read from the source, not imported: listing the benchmarks must not load torch."""
-    import ast
-    import importlib.util
-
-    folder = Path(importlib.util.find_spec(package).submodule_search_locations[0])
-    names = []
-    for path in sorted(folder.glob("[!_]*.py")):
-        tree = ast.parse(path.read_text(), str(path))
-        if any(isinstance(n, ast.FunctionDef) and n.name == "run" for n in tree.body):
-            names.append(path.stem.replace("_", "-"))
-    return names
+    """The benchmarks' or experiments' names (`embodied.registry`: read from the sources, so that listing
+    them loads no torch)."""
+    return list(registry_of(package).names())
 
 
 def _baseline(name: str) -> str:
@@ -129,10 +120,10 @@ def _schema(command: str | None, name: str | None):
     refused here."""
     from embodied.bench.config import BenchRun
     from embodied.config import Config
-    from embodied.experiments.config import RUNS
+    from embodied.experiments.config import RUNS, schema_of
 
     owners = {("bench", "NAME"): BenchRun} | {("experiment", n): run for n, run in RUNS.items()}
-    schema = {"bench": BenchRun, "experiment": RUNS.get(name or "", Config)}.get(command or "", Config)
+    schema = schema_of(f"{command}/{name}" if name else command or "")
     core = {f.name for f in dataclasses.fields(Config)}
     refused = {}
     for (kind, who), run in owners.items():

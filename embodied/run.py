@@ -9,7 +9,6 @@ from pathlib import Path
 
 import torch
 
-from embodied.bench.config import BenchRun
 from embodied.config import Config, as_schema, to_yaml
 from embodied.data.build import ensure_dataset, generate_dataset
 from embodied.data.load import load_split
@@ -17,9 +16,10 @@ from embodied.envs import answer_examples, is_interactive
 from embodied.envs.config import Turns
 from embodied.eval.loop import evaluate, format_result, markdown_table
 from embodied.eval.signature import input_signature
-from embodied.experiments.config import RUNS
+from embodied.experiments.config import schema_of
 from embodied.policy.fits import check_command
 from embodied.policy.model import count_parameters, load, save_policy
+from embodied.registry import registry_of
 from embodied.report import write_report
 from embodied.train.common import seed_everything
 from embodied.train.metrics import plot_curves, read_metrics
@@ -31,13 +31,6 @@ def _run_dir(cfg: Config, command: str) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(to_yaml(cfg))
     return out
-
-
-def schema_of(command: str) -> type[Config]:
-    """The config class `command` reads: `experiment/NAME`'s and `bench/NAME`'s add their own section to the
-    core `Config` (`embodied.experiments.config.RUNS`, `embodied.bench.config.BenchRun`)."""
-    kind, _, name = command.partition("/")
-    return {"bench": BenchRun, "experiment": RUNS.get(name, Config)}.get(kind, Config)
 
 
 def refuse_unread(cfg: Config, command: str) -> None:
@@ -555,10 +548,9 @@ def quickstart(cfg: Config, progress: bool = True) -> dict:
 
 
 def named(package: str, name: str, cfg: Config, progress: bool = True) -> dict:
-    """Run `package.<name>.run(cfg, progress)` (a bench or an experiment); its JSON goes to run_dir."""
-    import importlib
-
-    module = importlib.import_module(f"{package}.{name.replace('-', '_')}")
+    """Run bench or experiment `name`'s `run(cfg, out, progress)` (`package`'s own module, or one registered
+    there); its JSON goes to run_dir."""
+    module = registry_of(package).get(name)
     kind = package.rsplit(".", 1)[-1].rstrip("s")
     refuse_unread(cfg, f"{kind}/{name}")
     cfg = as_schema(cfg, schema_of(f"{kind}/{name}"))  # e.g. a core `Config`: the section at its defaults

@@ -7,3 +7,10 @@ because these machines are shared and noisy.
 """
 
 from __future__ import annotations
+
+from embodied.registry import Registry
+
+BENCHES = Registry("benchmark", __name__, lambda module: "run" in module.functions, dashes=True)
+"""What `embodied bench NAME` runs: the modules here that define `run` (helpers do not), named with
+dashes for `_` and found without importing them (listing them loads no torch), then any registered with
+`BENCHES.register(module)`."""

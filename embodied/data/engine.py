@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from embodied.data.schema import FORMAT_VERSION, kind
+from embodied.registry import carried, restore
 from embodied.video import write_video
 
 GENERATOR = "embodied.data.engine"
@@ -84,7 +85,9 @@ class Source:
 _WORKER: dict = {}  # in a worker process: the source it makes jobs of
 
 
-def _start_worker(source: Any) -> None:
+def _start_worker(source: Any, registered: list) -> None:
+    """A fresh worker knows only the shipped plugins: it registers again what the parent registered."""
+    restore(registered)
     _WORKER["source"] = source
 
 
@@ -120,7 +123,7 @@ def make_all(source: Any, jobs: list, workers: int, progress: bool, desc: str = 
     if workers > 0:
         ctx = mp.get_context("spawn")
         with light_spawn():
-            pool = ctx.Pool(workers, initializer=_start_worker, initargs=(source,))
+            pool = ctx.Pool(workers, initializer=_start_worker, initargs=(source, carried()))
         with pool:
             for res in pool.imap(_make_in_worker, jobs, chunksize=source.chunksize):
                 bar.update()

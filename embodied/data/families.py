@@ -24,10 +24,8 @@ from embodied.questions import (
     Ambiguous,
     FamilySpec,
     balanced_answers,
-    ensure_registered,
     family,
     hook,
-    registered_files,
 )
 
 BENCHMARK_STREAM = "benchmark"
@@ -109,14 +107,12 @@ class FamilySource(Source):
     def __init__(self, cfg: DataConfig) -> None:
         super().__init__(cfg, cfg.root, list(split_sizes(cfg)), cfg.workers, cfg.sheets)
         self.families = cfg.families or [FamilySpec()]
-        self.registered = registered_files()  # a spawned worker registers these again
 
     def jobs(self) -> list[FamilyJob]:
         return plan(self.cfg)
 
     def make(self, job: FamilyJob) -> list[Made]:
         """Simulate and store one record; `(None, reason)` when the family could not make it unambiguous."""
-        ensure_registered(self.registered)
         cfg, fam = self.cfg, self.families[job.family]
         rid = f"{job.split}-{job.index:06d}"
         rng = np.random.default_rng(job.seed)

@@ -37,7 +37,7 @@ executes unchanged.
 
 A module of this package that assigns ``NAME`` and defines ``make_episode`` is a task: it is found by
 reading the package's sources, without importing them (so that the config, which lists the tasks, loads
-without MuJoCo). A task kept elsewhere joins with :func:`register`.
+without MuJoCo; `embodied.registry`). A task kept elsewhere joins with :func:`register`.
 
 The GRPO reward that executes answers is :func:`embodied.envs.reward.env_reward`: every parseable
 completion of a call is executed, all in one batch per task on the ``warp`` backend, and scored by physics.
@@ -45,13 +45,11 @@ completion of a call is executed, all in one batch per task on the ``warp`` back
 
 from __future__ import annotations
 
-import ast
 import functools
-import importlib
-from pathlib import Path
 from types import ModuleType
 
 from embodied.questions import is_family
+from embodied.registry import Declared, Registry
 
 __all__ = [
     "ANSWER_FORMS",
@@ -98,81 +96,57 @@ PROTOCOL = (
 """What a task module must define (see the module docstring)."""
 
 
-def _declares_task(path: Path) -> tuple[int, str] | None:
-    """``(RANK, NAME)`` when the module at ``path`` assigns ``NAME`` (a string) and defines
-    ``make_episode`` at its top level; read from the source, nothing imported."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-    consts: dict[str, object] = {}
-    functions = set()
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef):
-            functions.add(node.name)
-        targets = node.targets if isinstance(node, ast.Assign) else []
-        for t in targets:
-            if isinstance(t, ast.Name) and isinstance(node.value, ast.Constant):
-                consts[t.id] = node.value.value
-    if not isinstance(consts.get("NAME"), str) or "make_episode" not in functions:
-        return None
-    if consts["NAME"] != path.stem:
-        raise ImportError(f"{path}: NAME = {consts['NAME']!r}, but a task's module is named after it")
-    rank = consts.get("RANK")
-    if not isinstance(rank, int):
-        raise ImportError(f"{path}: a task module needs RANK = <int> (its place in the default env.tasks)")
-    return rank, path.stem
+def _declares_task(module: Declared) -> bool:
+    """A module that assigns ``NAME`` (a string) and defines ``make_episode`` is a task."""
+    return isinstance(module.constants.get("NAME"), str) and "make_episode" in module.functions
 
 
-def _discover() -> tuple[str, ...]:
-    found = [d for p in sorted(Path(__file__).parent.glob("*.py")) if (d := _declares_task(p))]
-    return tuple(name for _, name in sorted(found))
+def _join(module: ModuleType) -> None:
+    """What registering a task does besides: its name must not be a question family's (records are told
+    apart by name, `data.schema.kind`), and a task kept outside this package brings its scene (``SCENE``)."""
+    if is_family(module.NAME):
+        raise ValueError(
+            f"{module.NAME!r} already names a question family; give the interactive task another NAME"
+        )
+    if getattr(module, "SCENE", None):
+        from embodied.envs.core import add_scene
+
+        add_scene(module.NAME, module.SCENE)
 
 
-TASKS = _discover()
+REGISTRY = Registry(
+    "interactive task", "embodied.envs", _declares_task, required=PROTOCOL, ranked=True, on_register=_join
+)
+"""The interactive tasks: the shipped modules of this package, then the registered ones."""
+
+TASKS = REGISTRY.shipped()
 """The tasks shipped in this package, by ``RANK``: the default of ``env.tasks``."""
-
-_REGISTERED: dict[str, ModuleType] = {}
 
 
 def task_names() -> tuple[str, ...]:
     """Every known task: the shipped ones, then the registered ones in registration order."""
-    return TASKS + tuple(n for n in _REGISTERED if n not in TASKS)
+    return REGISTRY.names()
 
 
 def register(module: ModuleType) -> ModuleType:
     """Make the task ``module`` (defined anywhere) known by its ``NAME``: episodes, rewards, evaluation,
-    the best constant, parity and reports then work on it as on a shipped task. Registration lives in this
-    process only (data workers that are spawned must register it again, or use ``env.workers=0``)."""
-    missing = [k for k in PROTOCOL if not hasattr(module, k)]
-    if missing:
-        raise TypeError(f"{module.__name__} is not an interactive task: it lacks {missing} (embodied.envs)")
-    name = module.NAME
-    if name in TASKS or (name in _REGISTERED and _REGISTERED[name] is not module):
-        raise ValueError(f"an interactive task named {name!r} is already known")
-    if is_family(name):  # records are told apart by name (`data.schema.kind`)
-        raise ValueError(f"{name!r} already names a question family; give the interactive task another NAME")
-    if getattr(module, "SCENE", None):
-        from embodied.envs.core import add_scene
-
-        add_scene(name, module.SCENE)
-    _REGISTERED[name] = module
-    return module
+    the best constant, parity and reports then work on it as on a shipped task, here and in the worker
+    processes this one spawns (`embodied.registry.restore`)."""
+    return REGISTRY.register(module)
 
 
 def unregister(name: str) -> None:
     """Forget a task added by :func:`register` (shipped tasks stay)."""
-    _REGISTERED.pop(name, None)
+    REGISTRY.unregister(name)
 
 
 def task(name: str) -> ModuleType:
-    """The module of interactive task ``name``."""
-    if name in _REGISTERED:
-        return _REGISTERED[name]
-    if name not in TASKS:
-        raise KeyError(f"unknown interactive task {name!r}; known: {list(task_names())}")
-    return importlib.import_module(f"embodied.envs.{name}")
+    """The module of interactive task ``name`` (a shipped one imported and checked on first use)."""
+    return REGISTRY.get(name)
 
 
 def is_interactive(record: dict) -> bool:
-    return record.get("task") in TASKS or record.get("task") in _REGISTERED
+    return record.get("task") in REGISTRY
 
 
 ANSWER_FORMS = ("grid", "number")

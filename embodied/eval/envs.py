@@ -40,6 +40,7 @@ from embodied.eval.answerer import LocalAnswerer
 from embodied.eval.endpoint import Failure
 from embodied.eval.stats import majority_vote, pass_at_k, resolve_k, seed_interval, wilson_interval
 from embodied.questions import LETTERS, parse_answer
+from embodied.registry import carried, restore
 from embodied.rl.episodes import check_turn_clip, check_turns
 from embodied.rl.rollout import sampling_seed
 
@@ -587,7 +588,7 @@ def best_constant(
         import multiprocessing as mp
 
         chunks = [list(records[i::workers]) for i in range(min(workers, len(records)))]
-        with mp.get_context("spawn").Pool(len(chunks)) as pool:
+        with mp.get_context("spawn").Pool(len(chunks), initializer=restore, initargs=(carried(),)) as pool:
             parts = pool.starmap(_constant_wins, [(c, backend, n_options) for c in chunks])
     else:
         parts = [_constant_wins(records, backend, n_options, progress)]

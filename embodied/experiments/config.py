@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from embodied.bench.config import BenchRun
 from embodied.config import Config
 
 
@@ -195,3 +196,10 @@ RUNS: dict[str, type[Config]] = {
 }
 """Each experiment's config, by its name on the command line. An experiment not named here (shortcut-audit)
 reads the core sections only."""
+
+
+def schema_of(command: str) -> type[Config]:
+    """The config class `command` reads: `experiment/NAME`'s and `bench/NAME`'s add their own section to the
+    core `Config` (`RUNS`, `embodied.bench.config.BenchRun`); every other command reads the core `Config`."""
+    kind, _, name = command.partition("/")
+    return {"bench": BenchRun, "experiment": RUNS.get(name, Config)}.get(kind, Config)

@@ -19,6 +19,8 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from embodied.registry import carried, restore
+
 if TYPE_CHECKING:
     from embodied.policy.model import PolicyConfig
 
@@ -198,12 +200,13 @@ def run_jobs(
         raise ValueError(f"run_jobs: each need must be an earlier job's index, got {list(needs)}")
     if workers <= 1 or len(jobs) <= 1:
         return [func(*job, *serial) for job in jobs]  # in order: every need comes first
+    spawn = {"initializer": restore, "initargs": (carried(),)}  # a worker registers the parent's plugins
     if needs is None:
-        with mp.get_context("spawn").Pool(min(workers, len(jobs))) as pool:
+        with mp.get_context("spawn").Pool(min(workers, len(jobs)), **spawn) as pool:
             return pool.starmap(func, jobs, chunksize=1)  # jobs differ in length: hand them out one by one
     results: list = [None] * len(jobs)
     waiting, done, running = list(range(len(jobs))), set(), {}
-    with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as pool:
+    with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=mp.get_context("spawn"), **spawn) as pool:
         while waiting or running:
             for i in [i for i in waiting if needs[i] is None or needs[i] in done][: workers - len(running)]:
                 running[pool.submit(func, *jobs[i])] = i

@@ -34,13 +34,11 @@ from embodied.questions.protocol import (  # noqa: F401  (the protocol's names, 
     PROTOCOL,
     ClipSpec,
     FamilySpec,
-    ensure_registered,
     family,
     family_names,
     hook,
     is_family,
     register,
-    registered_files,
     unregister,
 )
 

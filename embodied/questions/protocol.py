@@ -19,17 +19,18 @@ outside it branches on its name (`PROTOCOL` is required, `HOOKS` optional with a
 
 A module of `embodied/questions/` that assigns ``NAME`` (a string) and defines ``verify`` is a family: it is
 found by reading the package's sources without importing them (so the config loads in milliseconds), its
-required names are checked there, and again on import. A family kept elsewhere joins with `register`.
+required names are checked there, and again on import (`embodied.registry`). A family kept elsewhere
+joins with `register`.
 """
 
 from __future__ import annotations
 
-import ast
 import functools
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
+
+from embodied.registry import Declared, Registry
 
 PROTOCOL = ("NAME", "VERSION", "num_options", "make", "verify", "reasoning_for", "trace_for")
 """What every question family module must define (see the module docstring)."""
@@ -93,63 +94,23 @@ def hook(module: ModuleType, name: str):
     return functools.partial(default, module) if name in _BOUND else default
 
 
-def _top_level_names(tree: ast.Module) -> tuple[set[str], dict[str, object]]:
-    """Every name a module's top level binds, and the constants it assigns."""
-    names: set[str] = set()
-    consts: dict[str, object] = {}
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef | ast.ClassDef):
-            names.add(node.name)
-        elif isinstance(node, ast.Import | ast.ImportFrom):
-            names.update((a.asname or a.name).split(".")[0] for a in node.names)
-        elif isinstance(node, ast.Assign | ast.AnnAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for t in (t for t in targets if isinstance(t, ast.Name)):
-                names.add(t.id)
-                if isinstance(node.value, ast.Constant):
-                    consts[t.id] = node.value.value
-    return names, consts
+def _declares_family(module: Declared) -> bool:
+    """A module that assigns ``NAME`` (a string) and defines ``verify`` is a family; helpers such as
+    `caption.py` are not."""
+    return isinstance(module.constants.get("NAME"), str) and "verify" in module.names
 
 
-def declares_family(path: Path) -> tuple[int, str] | None:
-    """``(RANK, NAME)`` when the module at ``path`` assigns ``NAME`` (a string) and defines ``verify``;
-    None for any other module (helpers such as `caption.py`). Read from the source, nothing imported; a
-    family that lacks a `PROTOCOL` name or ``RANK`` is an error naming the file and what it lacks."""
-    names, consts = _top_level_names(ast.parse(path.read_text(encoding="utf-8"), str(path)))
-    if not isinstance(consts.get("NAME"), str) or "verify" not in names:
-        return None
-    if consts["NAME"] != path.stem:
-        raise ImportError(f"{path}: NAME = {consts['NAME']!r}, but a family's module is named after it")
-    missing = [k for k in PROTOCOL if k not in names]
-    if missing:
-        raise ImportError(f"{path}: a question family module must define {missing} (questions.PROTOCOL)")
-    if not isinstance(consts.get("RANK"), int):
-        raise ImportError(f"{path}: a shipped question family needs RANK = <int> (its place in FAMILIES)")
-    return consts["RANK"], path.stem
+REGISTRY = Registry("question family", "embodied.questions", _declares_family, required=PROTOCOL, ranked=True)
+"""The question families: the shipped modules of this package (found by reading their sources: a family
+lacking a `PROTOCOL` name or ``RANK`` is an error naming its file), then the registered ones."""
 
 
 def discover(folder: Path) -> tuple[str, ...]:
     """The names of the family modules in ``folder``, by ``RANK``."""
-    found = [d for p in sorted(folder.glob("*.py")) if (d := declares_family(p))]
-    ranks = [rank for rank, _ in found]
-    if len(set(ranks)) != len(ranks):
-        raise ImportError(f"{folder}: two question families share a RANK: {sorted(found)}")
-    return tuple(name for _, name in sorted(found))
+    return REGISTRY.scan(folder)
 
 
-def check(module: ModuleType) -> ModuleType:
-    """``module`` if it follows `PROTOCOL`; a TypeError naming it and what it lacks otherwise."""
-    missing = [k for k in PROTOCOL if not hasattr(module, k)]
-    if missing:
-        raise TypeError(
-            f"{module.__name__} is not a question family: it lacks {missing} (embodied.questions)"
-        )
-    if not isinstance(module.NAME, str) or not module.NAME:
-        raise TypeError(f"{module.__name__}: NAME must be a non-empty string, got {module.NAME!r}")
-    return module
-
-
-FAMILIES = discover(Path(__file__).parent)
+FAMILIES = REGISTRY.shipped()
 """The question families shipped in this package, by ``RANK`` (the first is the default family)."""
 
 
@@ -184,67 +145,28 @@ class ClipSpec:
     """Latest clip start after release (s). Later starts give nearly static clips with no answer."""
 
 
-_REGISTERED: dict[str, ModuleType] = {}
-"""Families added by `register`, in registration order."""
-
-
 def family_names() -> tuple[str, ...]:
     """Every known question family: the shipped ones, then the registered ones in registration order."""
-    return FAMILIES + tuple(_REGISTERED)
+    return REGISTRY.names()
 
 
 def is_family(name: object) -> bool:
     """Whether ``name`` is a known question family (shipped or registered)."""
-    return name in FAMILIES or name in _REGISTERED
+    return name in REGISTRY
 
 
 def register(module: ModuleType) -> ModuleType:
     """Make the question family ``module`` (defined anywhere) known by its ``NAME``: generation (simulated
-    and from footage), SFT targets, rewards and evaluation then work on it as on a shipped family.
-    Registration lives in this process; spawned data workers register it again from its file
-    (`registered_files`, `ensure_registered`)."""
-    check(module)
-    name = module.NAME
-    if name in FAMILIES or (name in _REGISTERED and _REGISTERED[name] is not module):
-        raise ValueError(f"a question family named {name!r} is already known")
-    _REGISTERED[name] = module
-    return module
+    and from footage), SFT targets, rewards and evaluation then work on it as on a shipped family, here and
+    in the worker processes this one spawns (`embodied.registry.restore`)."""
+    return REGISTRY.register(module)
 
 
 def unregister(name: str) -> None:
     """Forget a family added by `register` (shipped families stay)."""
-    _REGISTERED.pop(name, None)
+    REGISTRY.unregister(name)
 
 
 def family(name: str) -> ModuleType:
     """The module of question family ``name`` (a shipped one imported and checked on first use)."""
-    if name in _REGISTERED:
-        return _REGISTERED[name]
-    if name not in FAMILIES:
-        raise KeyError(f"unknown question family {name!r}; known: {list(family_names())}")
-    return _shipped(name)
-
-
-@functools.cache
-def _shipped(name: str) -> ModuleType:
-    return check(importlib.import_module(f"embodied.questions.{name}"))
-
-
-def registered_files() -> dict[str, str]:
-    """``{NAME: source file}`` of the registered families that live in a file, for processes that must
-    register them again (a spawned worker starts with only the shipped families)."""
-    return {n: m.__file__ for n, m in _REGISTERED.items() if getattr(m, "__file__", None)}
-
-
-def ensure_registered(files: dict[str, str]) -> None:
-    """Register, from their source files, the families of ``files`` (`registered_files`) this process does
-    not know yet."""
-    import importlib.util
-
-    for name, path in files.items():
-        if is_family(name):
-            continue
-        spec = importlib.util.spec_from_file_location(f"embodied_family_{name}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        register(module)
+    return REGISTRY.get(name)

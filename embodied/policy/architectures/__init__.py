@@ -22,15 +22,14 @@ between (Qwen3-VL). A new architecture: a module here defining an `Architecture`
 from __future__ import annotations
 
 import copy
-import importlib
 import json
 import math
-import pkgutil
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
+from embodied.registry import Registry
 from embodied.video import Clip, VideoConfig, frame_pixel_cap
 
 
@@ -162,30 +161,33 @@ def video_metadata_kwargs(clips: Sequence[Clip]) -> dict:
     return {"video_metadata": [c.metadata() for c in clips], "do_sample_frames": False}
 
 
-_ARCHITECTURES: dict[str, Architecture] = {}
+def _is_architecture(plugin: object) -> None:
+    if not isinstance(plugin, Architecture):
+        raise TypeError(f"{plugin!r} is not an Architecture (embodied.policy.architectures)")
+
+
+REGISTRY = Registry(
+    "model architecture",
+    __name__,
+    lambda module: "ARCHITECTURE" in module.names,
+    dashes=True,
+    member=lambda module: module.ARCHITECTURE,
+    name_of=lambda architecture: architecture.name,
+    check=_is_architecture,
+)
+"""The architectures: the modules here that assign `ARCHITECTURE` (named as their module, dashes for `_`),
+found without importing them (`embodied.registry`), then the registered ones."""
 
 
 def register(architecture: Architecture) -> Architecture:
-    """Add an architecture (e.g. from an outside module); its model types and processors resolve to it."""
-    if not architecture.name:
-        raise ValueError(f"{type(architecture).__name__}: an architecture needs a name")
-    _ARCHITECTURES[architecture.name] = architecture
-    return architecture
-
-
-def _discover() -> None:
-    if _ARCHITECTURES:
-        return
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        if isinstance(getattr(module, "ARCHITECTURE", None), Architecture):
-            register(module.ARCHITECTURE)
+    """Add an architecture (e.g. from an outside module); its model types and processors resolve to it, here
+    and in the worker processes this one spawns."""
+    return REGISTRY.register(architecture)
 
 
 def architectures() -> dict[str, Architecture]:
     """Every known architecture by name (the generic one included)."""
-    _discover()
-    return dict(_ARCHITECTURES)
+    return REGISTRY.all()
 
 
 def training_model_types() -> list[str]:
