@@ -22,6 +22,7 @@ import model_folders  # noqa: E402
 from embodied.config import load_config  # noqa: E402
 from embodied.envs.config import Turns
 from embodied.policy.architectures import architecture_of  # noqa: E402
+from embodied.policy.architectures.qwen2_vl import Qwen2VL  # noqa: E402
 from embodied.policy.config import PolicyConfig  # noqa: E402
 from embodied.policy.model import (  # noqa: E402
     completion_logprobs,
@@ -351,3 +352,109 @@ def test_a_checkpoint_with_other_patch_sizes_is_sized_on_its_own_grid(tiny_model
     clip, video = _clip(4, 112, 112), VideoConfig()
     batch = encode_prompts(other, [{**RECORD, "video": "c.mp4"}], [clip], video)
     assert batch["video_grid_thw"][0].tolist() == _reference_grid(clip, video, 14)
+
+
+# --- what only an architecture may know ------------------------------------------------------------------
+
+QWEN_ONLY = re.compile(
+    r"\bget_rope_index\b|\brope_deltas?\b|\bmrope\w*|\b(?:modeling_)?qwen\d\w*|\bQwen\w*"
+    r"|\.expand\(\s*3\s*,|\bvisual\.blocks\b"
+)
+"""Code that holds only for Qwen models: their position machinery (`get_rope_index`, rope deltas, M-RoPE's
+three position axes), their classes and transformers modules, their vision tower's blocks."""
+QWEN_BUILDERS = {
+    "embodied/policy/tiny.py": "builds the tiny Qwen checkpoints",
+    "embodied/policy/random_weights.py": "builds Qwen checkpoints of published configs with random weights",
+    "embodied/bench/timers.py": "times named Qwen classes' forward passes",
+    "embodied/bench/prefix.py": "times named Qwen classes' forward passes",
+}
+"""The modules outside `embodied/policy/architectures/` that may name Qwen: they make or time Qwen models."""
+
+
+def _code_lines(source: str) -> list[str]:
+    """`source`'s lines with strings and comments blanked (names in prose are not calls)."""
+    import io
+    import tokenize
+
+    rows = [list(line) for line in source.splitlines(keepends=True)]
+    prose = {tokenize.STRING, tokenize.COMMENT, getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING)}
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type in prose:
+            (r0, c0), (r1, c1) = tok.start, tok.end
+            for r in range(r0, r1 + 1):
+                row = rows[r - 1]
+                for i in range(c0 if r == r0 else 0, c1 if r == r1 else len(row)):
+                    row[i] = row[i] if row[i] == "\n" else " "
+    return ["".join(row) for row in rows]
+
+
+def _qwen_only(source: str) -> list[str]:
+    return [
+        f"{n}: {m.group(0)}"
+        for n, line in enumerate(_code_lines(source), 1)
+        for m in QWEN_ONLY.finditer(line)
+    ]
+
+
+def test_the_check_finds_qwen_only_code():
+    """What the lines before issue 61 did in groups.py, model.py and attention.py is found; prose is not."""
+    assert _qwen_only("pos, deltas = model.model.get_rope_index(u['input_ids'])") == ["1: get_rope_index"]
+    assert _qwen_only("p = (start + t).view(1, rows, 1).expand(3, -1, -1)") == ["1: .expand(3,"]
+    assert _qwen_only("from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl as qwen") == [
+        "1: qwen2_5_vl",
+        "1: modeling_qwen2_5_vl",
+    ]
+    assert _qwen_only("class P(qwen.Qwen2_5_VLVisionAttention): pass") == ["1: Qwen2_5_VLVisionAttention"]
+    assert _qwen_only('"""Qwen2-VL\'s get_rope_index"""  # M-RoPE: mrope_section\nx = f"{y} qwen3_vl"') == []
+
+
+def test_no_qwen_only_code_outside_the_architectures():
+    """Every position id, rope delta and Qwen class is asked of the model's architecture
+    (`embodied/policy/architectures/`); only the modules that make or time Qwen models name them."""
+    root = Path(__file__).parents[1]
+    found = []
+    for path in sorted((root / "embodied").rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if not rel.startswith("embodied/policy/architectures/") and rel not in QWEN_BUILDERS:
+            found += [f"{rel}:{hit}" for hit in _qwen_only(path.read_text(encoding="utf-8"))]
+    assert not found, "Qwen-only code outside embodied/policy/architectures/: " + "; ".join(found)
+
+
+class _Moved(Qwen2VL):
+    """Qwen2.5-VL with the tokens after a prompt moved `shift` positions on, recording each hook asked."""
+
+    def __init__(self, shift: int):
+        self.shift, self.asked = shift, []
+
+    def prompt_positions(self, model, batch):
+        self.asked.append("prompt")
+        return super().prompt_positions(model, batch)
+
+    def continued_positions(self, start, steps):
+        self.asked.append("continued, one step" if isinstance(steps, int) else "continued")
+        return super().continued_positions(start + self.shift, steps)
+
+
+def test_the_grouped_paths_take_their_positions_from_the_architecture(tiny_policy, monkeypatch):
+    """An architecture that overrides the position hooks is what the shared prompt pass (groups.py) and the
+    grouped sampler (model.py) use: the same hooks give bitwise the same log-probs, moved positions others."""
+    from embodied.policy import architectures
+
+    model, processor = tiny_policy
+    records = [{**RECORD, "id": str(i), "video": "c.mp4"} for i in range(2)]
+    clips = [_clip(4, 112, 112, seed=1), _clip(2, 112, 112, seed=2)]
+    batch = repeat_batch(encode_prompts(processor, records, clips, VideoConfig()), 3)
+    ids, mask = generate(model, processor, batch, 5, seeds=list(range(6)))
+    with torch.no_grad():
+        before = completion_logprobs(model, batch, ids, mask)
+    stock = architectures.for_model_type
+    for shift in (0, 64):
+        moved = _Moved(shift)
+        pick = lambda t, moved=moved: moved if t == "qwen2_5_vl" else stock(t)  # noqa: E731
+        monkeypatch.setattr(architectures, "for_model_type", pick)
+        with torch.no_grad():
+            after = completion_logprobs(model, batch, ids, mask)
+        assert moved.asked == ["prompt", "continued"]
+        assert torch.equal(after, before) == (shift == 0)
+        generate(model, processor, batch, 3, seeds=list(range(6)))
+        assert moved.asked[2:] == ["prompt", "continued, one step", "continued, one step"]

@@ -1,11 +1,12 @@
-"""The vision tower's batched attention (embodied/policy/attention.py) gives bitwise the loop's numbers."""
+"""The vision tower's batched attention (Qwen2.5-VL's `patch_vision_attention`,
+embodied/policy/architectures/qwen2_vl.py) gives bitwise the loop's numbers."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from embodied.policy.attention import pack_vision_attention
+from embodied.policy.architectures import architecture_of
 from embodied.policy.model import encode_prompts
 from embodied.video import Clip, VideoConfig
 
@@ -25,9 +26,9 @@ def _vision_pass(model, batch):
 
 
 def _set(model, packed: bool) -> None:
-    from embodied.policy.attention import _packed_class
+    from embodied.policy.architectures.qwen2_vl import packed_attention
 
-    stock, fast = _packed_class()
+    stock, fast = packed_attention()
     for m in model.modules():
         if type(m) in (stock, fast):
             m.__class__ = fast if packed else stock
@@ -58,4 +59,5 @@ def test_packed_vision_attention_equals_the_loop_bitwise(tiny_policy, examples, 
 
 
 def test_packing_leaves_other_models_alone():
-    assert pack_vision_attention(torch.nn.Sequential(torch.nn.Linear(2, 2))) == 0
+    other = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    assert architecture_of(other).patch_vision_attention(other) == 0

@@ -132,23 +132,17 @@ def shared_prefill(model, batch: GroupedBatch):
 
     `cache` holds the prompts' keys and values repeated `group` times in a row, `logits (B*G, V)` predict
     each row's first completion token, `attention (B*G, L)` is the prompts' mask and `start (B*G, 1)` the
-    position of the first completion token. Qwen2-VL's multimodal RoPE gives the prompt 3-D positions; text
-    after it continues at `L + t + rope_delta` on all three axes (L = the prompt's unpadded length).
+    position of the first completion token. The positions are the model architecture's
+    (`Architecture.prompt_positions`; Qwen's: 3-D multimodal RoPE, text after the prompt at its unpadded
+    length plus its rope delta).
     """
     u, n = batch.unique, batch.group
     prompt = {k: v for k, v in u.items() if k in PROMPT_KEYS or k in VISUAL_KEYS}
-    positions, deltas = model.model.get_rope_index(
-        u["input_ids"],
-        image_grid_thw=u.get("image_grid_thw"),
-        video_grid_thw=u.get("video_grid_thw"),
-        attention_mask=u["attention_mask"],
-        second_per_grid_ts=u.get("second_per_grid_ts"),
-        mm_token_type_ids=u["mm_token_type_ids"],
-    )
+    positions, start = architecture_of(model).prompt_positions(model, u)
     first = model(**prompt, position_ids=positions, use_cache=True, logits_to_keep=1)
     cache = first.past_key_values
     repeat_cache(cache, n)
-    start = (u["attention_mask"].sum(1, keepdim=True) + deltas).repeat_interleave(n, dim=0)
+    start = start.repeat_interleave(n, dim=0)
     attention = u["attention_mask"].repeat_interleave(n, dim=0)
     return cache, first.logits[:, -1].repeat_interleave(n, dim=0), attention, start
 
@@ -238,7 +232,7 @@ def shared_prefix_logits(model, batch: GroupedBatch, ids: torch.Tensor, mask: to
     as in `shared_prefill`), or not at all when the sampler kept that pass (`take_prefix`)."""
     cache, head, prompt_mask, start = batch.take_prefix(model) or shared_prefill(model, batch)
     t = ids.shape[1]
-    completion_pos = (start + torch.arange(t, device=ids.device)).unsqueeze(0).expand(3, -1, -1)
+    completion_pos = architecture_of(model).continued_positions(start, torch.arange(t, device=ids.device))
     attention = torch.cat([prompt_mask, mask.to(prompt_mask.dtype)], dim=1)
     rest = model(
         input_ids=ids,

@@ -21,7 +21,6 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from embodied.policy.architectures import architecture_of, check_trainable, model_type_of, visual_items
-from embodied.policy.attention import pack_vision_attention
 from embodied.policy.config import PolicyConfig  # noqa: F401  (the `policy` section, re-exported)
 from embodied.policy.expand import expand_layers
 from embodied.policy.groups import (
@@ -149,8 +148,8 @@ def check_model_folder(folder: str | Path) -> None:
 
 
 def load_policy(path: str | Path, dtype: str = "float32", device: str = "cpu"):
-    """Load a local image-text-to-text folder (Qwen2/2.5/3-VL, Qwen3.5, or any other family for evaluation):
-    returns `(model, processor)`.
+    """Load a local image-text-to-text folder (Qwen2/2.5/3-VL, Qwen3.5, or any other architecture for
+    evaluation): returns `(model, processor)`.
 
     `trust_remote_code=False` always; weights come from safetensors.
     """
@@ -166,7 +165,7 @@ def load_policy(path: str | Path, dtype: str = "float32", device: str = "cpu"):
     model = AutoModelForImageTextToText.from_pretrained(
         path, dtype=DTYPES[dtype], trust_remote_code=False, local_files_only=True, use_safetensors=True
     ).to(device)
-    pack_vision_attention(model)  # the same numbers, fewer calls (embodied/policy/attention.py)
+    architecture_of(model).patch_vision_attention(model)  # the same numbers, fewer calls (e.g. Qwen2.5-VL)
     mask_undecodable(model)  # a folder saved from a `random:` policy: its decodable ids only
     contiguous_head_input(model)  # no float32 copy of a bf16 head per call on the CPU
     processor.tokenizer.padding_side = "left"  # generation appends on the right
@@ -603,6 +602,7 @@ def _sample_shared_prefix(model, processor, batch: GroupedBatch, max_new_tokens:
     global RNG is not used (Hugging Face's `multinomial` over the one-hot result only advanced it).
     """
     cache, logits, attention, start = sampling_prefill(model, batch)
+    arch = architecture_of(model)
     pad = processor.tokenizer.pad_token_id
     suppress = torch.tensor(vision_token_ids(processor), device=logits.device)
     eos_t = torch.tensor(eos, device=logits.device)
@@ -624,7 +624,7 @@ def _sample_shared_prefix(model, processor, batch: GroupedBatch, max_new_tokens:
             input_ids=nxt[:, None],
             attention_mask=attention,
             past_key_values=cache,
-            position_ids=(start + t).view(1, rows, 1).expand(3, -1, -1),
+            position_ids=arch.continued_positions(start, t),
             use_cache=True,
             logits_to_keep=1,
         )

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import torch
 
-from embodied.policy.attention import pack_vision_attention
+from embodied.policy.architectures import architecture_of
 
 ARCHITECTURES = Path(__file__).parents[1] / "assets" / "architectures"
 """The shipped architecture configs: `<name>.json` (a published `config.json`) and each family's
@@ -273,7 +273,7 @@ def build_random_policy(
     if not processor_dir:  # the tiny tokenizer: only its ids can be decoded (module docstring)
         mask_undecodable(model, len(processor.tokenizer))
     contiguous_head_input(model)
-    pack_vision_attention(model)
+    architecture_of(model).patch_vision_attention(model)
     processor.tokenizer.padding_side = "left"
     return model, processor
 

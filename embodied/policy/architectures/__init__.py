@@ -10,7 +10,10 @@ of assuming Qwen2.5-VL. An architecture says:
 - the media parts of a chat message (`media_parts`: a video part, or the frames as images);
 - the vision tower's parameter names (`is_vision`), the encoder outputs beside the features that the language
   model reads (`encoder_extras`, e.g. Qwen3-VL's deepstack features), the end-of-turn text and the
-  placeholder tokens that only the processor may place.
+  placeholder tokens that only the processor may place;
+- the model-side hooks of training: the position ids of a prompt and of the tokens that continue past it
+  (`prompt_positions`, `continued_positions`: a GRPO group's completions run after one shared prompt pass)
+  and any in-place speed-up of the vision tower (`patch_vision_attention`).
 
 Visual items are counted the same way for every architecture with grids (`visual_items`): each item's
 tokens are `t * h * w / merge**2` of its grid, so a row's items are found by consuming its visual tokens,
@@ -34,7 +37,12 @@ from embodied.video import Clip, VideoConfig, frame_pixel_cap
 
 
 class Architecture:
-    """Defaults for a Qwen-style architecture; an architecture module overrides what differs."""
+    """The Qwen way of doing each thing, overridable: an architecture module overrides what differs.
+
+    The defaults are those of Qwen2-VL and its successors: the `<|im_end|>` turn end and the vision
+    placeholders, a 28 px unit, and multimodal rotary positions (M-RoPE: time, height and width axes, from
+    the model's own `get_rope_index`). Another position scheme overrides `prompt_positions` and
+    `continued_positions`; nothing outside this package builds position ids."""
 
     name: str = ""
     model_types: tuple[str, ...] = ()
@@ -139,6 +147,35 @@ class Architecture:
                 names.append(getattr(processor, attr))
         ids = {tok.convert_tokens_to_ids(n) for n in names}
         return sorted(i for i in ids if i is not None and i != tok.unk_token_id)
+
+    def prompt_positions(self, model, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(position_ids, start)` of a forward pass over the left-padded prompts of `batch` alone:
+        `position_ids` as `model` takes them, `start (B, 1)` the position of the first token after each
+        prompt (what `continued_positions` counts from).
+
+        M-RoPE: `(3, B, L)` ids from the model's `get_rope_index` (a visual token's time, height and width;
+        a text token's one position on all three axes); text after the prompt continues at its unpadded
+        length plus its rope delta (a visual item takes fewer positions than tokens)."""
+        positions, deltas = model.model.get_rope_index(
+            batch["input_ids"],
+            image_grid_thw=batch.get("image_grid_thw"),
+            video_grid_thw=batch.get("video_grid_thw"),
+            attention_mask=batch["attention_mask"],
+            second_per_grid_ts=batch.get("second_per_grid_ts"),
+            mm_token_type_ids=batch["mm_token_type_ids"],
+        )
+        return positions, batch["attention_mask"].sum(1, keepdim=True) + deltas
+
+    def continued_positions(self, start: torch.Tensor, steps: torch.Tensor | int) -> torch.Tensor:
+        """Position ids of tokens that continue past a prompt whose pass was run on its own: each row's
+        `start (R, 1)` (from `prompt_positions`) plus `steps` (one step, or `(T,)` of them), as `model`
+        takes them. M-RoPE: the same position on all three axes, `(3, R, T)`."""
+        return (start + steps).unsqueeze(0).expand(3, -1, -1)
+
+    def patch_vision_attention(self, model) -> int:
+        """Make the vision tower of `model` faster in place with bitwise the same numbers (weights, state
+        dict and saved files unchanged); returns how many modules changed. None by default."""
+        return 0
 
 
 def reference_size(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
