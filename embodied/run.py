@@ -46,6 +46,7 @@ def refuse_unread(cfg: Config, command: str) -> None:
                 f"{f.name}.* is not read by `embodied {command.replace('/', ' ')}` (its config is "
                 f"{schema.__name__}): drop it from the command line or the config file"
             )
+    Turns.of(cfg.env)  # every env.turns setting is checked (embodied.envs.config.check_turns)
     if (
         cfg.env.turns > 1
         and command not in ("grpo", "expert", "eval")

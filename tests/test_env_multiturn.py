@@ -3,7 +3,11 @@ evaluation, on CPU with the tiny model and 56 px push clips."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import hashlib
+import http.server
+import io
 import json
 
 import numpy as np
@@ -27,7 +31,6 @@ from embodied.rl.episodes import (
     AGAIN,
     again,
     check_env_turns,
-    check_turns,
     outcome_clip,
     play,
     sample_episodes,
@@ -149,11 +152,21 @@ def test_turn_words_say_the_outcome():
 
 
 def test_trajectory_rewards_and_checks():
+    """A `Turns` checks itself when made (`check_turns`, the one check of the env.turns settings), so
+    `Turns.of(cfg.env)` refuses what every command, trainer and evaluation would otherwise get."""
+    from embodied.envs.config import EnvConfig
+
     assert trajectory_reward([0.1, 1.5], "last") == 1.5 and trajectory_reward([0.1, 1.5], "mean") == 0.8
     with pytest.raises(ValueError, match="env.turn_reward"):
-        check_turns(2, "sum")
+        Turns(2, "sum")
     with pytest.raises(ValueError, match="env.turns"):
-        check_turns(0, "last")
+        Turns(0, "last")
+    for bad, why in [({"turns": 2, "retry_min_p": 1.0}, "env.retry_min_p"), ({"turns": 1.5}, "env.turns")]:
+        with pytest.raises(ValueError, match=why):
+            Turns.of(EnvConfig(**bad))
+    with pytest.raises(ValueError, match="env.turn_words=True: set"):
+        dataclasses.replace(Turns(2, words=True), n=1)  # a later-turn setting with one turn: ignored
+    assert Turns(2, retry_temperature=2.0, retry_min_p=0.1).evaluation() == Turns(2)  # eval: no retries
 
 
 def test_retry_temperature_draws_later_turns_hotter(answering_policy, push_examples):
@@ -434,3 +447,121 @@ def test_group_retry_targets_teach_a_retry_from_a_siblings_success(push_examples
     assert extra == [("push-3/turn2/2", (("D", AGAIN),), "C", 2), ("push-4/turn2/1", (("A", AGAIN),), "C", 4)]
     with pytest.raises(ValueError, match="expert.retry_targets"):
         select_turns(ro, targets="all")
+
+
+def _digest(frames) -> str:
+    frames = np.ascontiguousarray(frames, dtype=np.uint8)
+    return hashlib.sha256(frames.tobytes() + str(frames.shape).encode()).hexdigest()
+
+
+def _conversations(ep, turns: Turns, seeds) -> dict:
+    """Every turn of `ep` as the conversation a chat request of it must hold (the clips' pixels, the
+    question and each later turn's words, the earlier answers, the temperature and the seed) -> its answer."""
+    from embodied.questions import format_question
+    from embodied.rl.rollout import sampling_seed
+
+    table, G, trajs = {}, ep.group_size, ep.per_trajectory()
+    for k, turn in enumerate(ep.turns, 1):
+        for row, (t, text) in enumerate(zip(turn.trajectories, turn.texts)):
+            rec, earlier = ep.examples[t // G].record, trajs[t][: k - 1]
+            said = [format_question(rec["question"], rec["options"], rec.get("instruction"))]
+            said += [again(terms, turns.words) for _, terms in earlier]
+            seed = sampling_seed(seeds[t // G], t % G, *([k] if k > 1 else [])) % 2**31
+            clips = tuple(_digest(c.frames) for c in ep.clips[t][:k])
+            key = (clips, tuple(said), tuple(x for x, _ in earlier), float(turn.temperature[row]), seed)
+            table[key] = text
+    return table
+
+
+class _Replay(http.server.BaseHTTPRequestHandler):
+    """A chat server that answers a request with the answer the local model gave to the same conversation
+    (`_conversations`: the pixels decoded from the request's PNGs, its texts, temperature and seed), and
+    HTTP 404 to any other: a served request that differs from the local prompt in anything gets no answer."""
+
+    table: dict = {}
+
+    def do_POST(self):  # noqa: N802 - the stdlib's name
+        from PIL import Image
+
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        clips, said, answers = [], [], []
+        for m in body["messages"]:
+            if m["role"] == "assistant":
+                answers.append(m["content"])
+                continue
+            urls = [p["image_url"]["url"] for p in m["content"] if p["type"] == "image_url"]
+            png = [Image.open(io.BytesIO(base64.b64decode(u.split(",", 1)[1]))) for u in urls]
+            clips.append(_digest(np.stack([np.asarray(x.convert("RGB")) for x in png])))
+            said += [p["text"] for p in m["content"] if p["type"] == "text"]
+        key = (tuple(clips), tuple(said), tuple(answers), body["temperature"], body.get("seed"))
+        text = self.table.get(key)
+        message = {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}
+        status, data = (200, json.dumps(message).encode()) if text is not None else (404, b"{}")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture()
+def replay():
+    import threading
+
+    _Replay.table = {}
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Replay)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    httpd.shutdown()
+
+
+def test_turn_reward_changes_a_served_result_as_it_changes_a_local_one(
+    answering_policy, push_examples, replay, tmp_path
+):
+    """Issue 61: local generation and a served endpoint play through one loop (`play_turns`), which takes
+    `Turns` whole, so `env.turn_reward` (and every other turn setting) acts on a served result exactly as on
+    a local one: the same episodes with the same answers (a real HTTP server answers each request with what
+    the local model answered to that conversation, and nothing else: the pixels of every clip, outcome clips
+    included, the words, answers, temperatures and seeds must match) give the same trajectory rewards under
+    `last` and under `mean`. A trajectory whose request failed is its `Failure`, unscored (NaN)."""
+    from embodied.eval.endpoint import EndpointClient, Failure
+    from embodied.eval.served import EndpointAnswerer
+
+    model, processor = answering_policy
+    video, reward, seeds, temps = VideoConfig(), routed_rewards(), [1, 2], torch.full((8,), 0.2)
+    local, served = {}, {}
+    for how in ("last", "mean"):
+        turns = Turns(2, how, words=True, retry_temperature=3.0)  # later turns hot: they differ from turn 1
+        local[how] = play(
+            model, processor, push_examples, video, reward, turns, Sampling(4, 12), temps, seeds
+        )
+        _Replay.table |= _conversations(local[how], turns, seeds)
+        answerer = EndpointAnswerer(EndpointClient(replay, "m", tmp_path / how, retries=0), video, 12)
+        served[how] = answerer.play(push_examples, reward, turns, 4, temps, seeds)
+        assert not served[how].failed and served[how].per_trajectory() == local[how].per_trajectory()
+        assert torch.equal(served[how].rewards, local[how].rewards)
+    trajs = local["last"].per_trajectory()
+    assert trajs == local["mean"].per_trajectory()  # the setting changes the rewards, not the play
+    assert any(len(x) == 2 for x in trajs), "a turn 1 failed and a turn 2 followed"
+    for t, traj in enumerate(trajs):
+        totals = [terms["reward/total"] for _, terms in traj]
+        assert float(served["last"].rewards.flatten()[t]) == pytest.approx(totals[-1])
+        assert float(served["mean"].rewards.flatten()[t]) == pytest.approx(np.mean(totals))
+    moved = served["mean"].rewards - served["last"].rewards
+    assert torch.equal(moved, local["mean"].rewards - local["last"].rewards) and moved.abs().sum() > 0
+
+    _Replay.table = {k: v for k, v in _Replay.table.items() if len(k[0]) == 1}  # turn 2 now fails
+    answerer = EndpointAnswerer(EndpointClient(replay, "m", tmp_path / "lost", retries=0), video, 12)
+    lost = answerer.play(
+        push_examples, reward, Turns(2, "mean", words=True, retry_temperature=3.0), 4, temps, seeds
+    )
+    two = {t for t, x in enumerate(trajs) if len(x) == 2}
+    assert set(lost.failed) == two and all(isinstance(lost.per_trajectory()[t], Failure) for t in two)
+    flat = lost.rewards.flatten()
+    assert all(flat[t].isnan() == (t in two) for t in range(8))
+    assert [x for t, x in enumerate(lost.per_trajectory()) if t not in two] == [
+        x for t, x in enumerate(trajs) if t not in two
+    ]

@@ -6,9 +6,19 @@ Kept free of heavy imports (no MuJoCo, no torch) because `embodied.config` impor
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
 from embodied.envs import TASKS
+
+TURN_REWARDS = ("last", "mean")
+"""How a trajectory's reward combines its turns (`env.turn_reward`, `embodied.rl.episodes`)."""
+TURN_CLIPS = ("outcome", "frozen")
+"""What a later turn's video shows (`env.turn_clip`): ``outcome``, the previous answer's simulation;
+``frozen``, that simulation's first frame (the scene at the reset) held for as many frames: the same
+scene, size and length with nothing of what the answer did, the control that tells whether a second look
+uses what it sees."""
+_LATER = {"words": "turn_words", "clip": "turn_clip", "retry_temperature": "retry_temperature"}
+_LATER["retry_min_p"] = "retry_min_p"  # the fields of `Turns` that set later turns, and their `env.` names
 
 
 @dataclass(frozen=True)
@@ -17,7 +27,8 @@ class Turns:
     one value handed to everything that plays, trains on or evaluates episodes (`embodied grpo`, `expert`,
     `eval`, the env-feedback experiment), so that no caller passes the six settings one by one, or drops one.
     The fields are `env.turns`, `env.turn_reward`, `env.turn_words`, `env.turn_clip`, `env.retry_temperature`
-    and `env.retry_min_p` (see `EnvConfig`)."""
+    and `env.retry_min_p` (see `EnvConfig`). A `Turns` is checked when it is made (`check_turns`), so one
+    that exists is valid: the one place the `env.turns` settings are validated."""
 
     n: int = 1
     reward: str = "last"
@@ -26,10 +37,50 @@ class Turns:
     retry_temperature: float = 0.0
     retry_min_p: float = 0.0
 
+    def __post_init__(self):
+        check_turns(self)
+
     @classmethod
     def of(cls, env: EnvConfig) -> Turns:
         later = (env.turn_words, env.turn_clip, env.retry_temperature, env.retry_min_p)
         return cls(env.turns, env.turn_reward, *later)
+
+    def evaluation(self) -> Turns:
+        """These turns as evaluation plays them: a later turn is drawn as the trajectory's first (greedy, or
+        at `eval.temperature`), since `retry_temperature` and `retry_min_p` are for training rollouts
+        (`EnvConfig.retry_temperature`)."""
+        return replace(self, retry_temperature=0.0, retry_min_p=0.0)
+
+
+def check_turns(turns: Turns) -> None:
+    """Fail at once on invalid turns: `env.turns` < 1, an unknown `env.turn_reward` or `env.turn_clip`, a bad
+    `env.retry_temperature` (< 0) or `env.retry_min_p` (outside [0, 1)), or a setting of the turns after
+    the first with `env.turns` = 1, which plays none (it would be ignored)."""
+    t = turns
+    if not isinstance(t.n, int) or t.n < 1:
+        raise ValueError(f"env.turns={t.n!r}: the number of turns per episode must be an integer >= 1")
+    if t.reward not in TURN_REWARDS:
+        raise ValueError(f"env.turn_reward={t.reward!r}; choose one of {list(TURN_REWARDS)}")
+    if t.clip not in TURN_CLIPS:
+        raise ValueError(f"env.turn_clip={t.clip!r}; choose one of {list(TURN_CLIPS)}")
+    number = lambda v: not isinstance(v, bool) and isinstance(v, (int, float))  # noqa: E731
+    if not number(t.retry_temperature) or not t.retry_temperature >= 0:
+        raise ValueError(
+            f"env.retry_temperature={t.retry_temperature!r}: the sampling temperature of turns after the "
+            "first must be >= 0 (0: each trajectory keeps its own temperature)"
+        )
+    if not number(t.retry_min_p) or not 0 <= t.retry_min_p < 1:
+        raise ValueError(f"env.retry_min_p={t.retry_min_p!r}: must be in [0, 1) (0: no truncation)")
+    if t.n == 1:
+        changed = [f for f in _LATER if getattr(t, f) != _DEFAULT[f]]
+        if given := [f"env.{_LATER[f]}={getattr(t, f)!r}" for f in changed]:
+            raise ValueError(
+                f"{', '.join(given)}: set(s) the turns after the first, and env.turns=1 plays none: set "
+                "env.turns > 1, or leave them at their defaults"
+            )
+
+
+_DEFAULT = {f.name: f.default for f in fields(Turns)}
 
 
 ONE_TURN = Turns()

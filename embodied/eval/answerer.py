@@ -9,7 +9,8 @@ An answerer gives, for records and the clips they are shown with:
 * `sample(records, clips, n, temperature, seeds)`: n sampled responses per record;
 * `choice(records, clips, responses)`: forced-choice log-likelihoods per option letter, or None where the
   source cannot give them (a server that returns no log-probs);
-* `play(...)`: multi-turn episodes (`env.turns` > 1), the outcome clip of each turn shown at the next.
+* `play(examples, reward_fn, turns, ...)`: multi-turn episodes (`env.turns` > 1), the outcome clip of each
+  turn shown at the next, through the one loop `embodied.rl.episodes.play_turns` (its `Episodes`).
 
 A response that could not be obtained (a request that failed after its retries) is an
 `embodied.eval.endpoint.Failure` in place of the text; the callers count and list it and never score it.
@@ -18,7 +19,7 @@ A response that could not be obtained (a request that failed after its retries) 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -32,6 +33,10 @@ from embodied.policy.model import (
 )
 from embodied.questions import LETTERS
 from embodied.video import Clip, VideoConfig
+
+if TYPE_CHECKING:
+    from embodied.envs.config import Turns
+    from embodied.rl.episodes import Episodes
 
 MEDIA = ("auto", "video", "images")
 """`eval.media`: how a clip is shown. `video`: as its record says (a video record as one video, an image
@@ -63,7 +68,16 @@ class Answerer(Protocol):
 
     def choice(self, records: Sequence[dict], clips: Sequence[Clip], responses: Sequence) -> list: ...
 
-    def play(self, examples: Sequence, reward_fn, turns: int, turn_reward: str, **kwargs) -> list: ...
+    def play(
+        self,
+        examples: Sequence,
+        reward_fn,
+        turns: Turns,
+        group_size: int = 1,
+        temperature=None,
+        seeds=None,
+        first=None,
+    ) -> Episodes: ...
 
     def settings(self) -> dict: ...
 
@@ -141,15 +155,13 @@ class LocalAnswerer:
         self,
         examples: Sequence,
         reward_fn,
-        turns: int,
-        turn_reward: str,
+        turns: Turns,
         group_size: int = 1,
-        words: bool = False,
-        turn_clip: str = "outcome",
-        **kwargs,
-    ) -> list:
-        """`embodied.rl.episodes.play` on this model: each trajectory's `(text, terms)` per turn."""
-        from embodied.envs.config import Turns
+        temperature=None,
+        seeds=None,
+        first=None,
+    ) -> Episodes:
+        """`embodied.rl.episodes.play_turns` on this model (`play`), the loop a served model plays too."""
         from embodied.rl.episodes import play
         from embodied.rl.rollout import Sampling
 
@@ -157,9 +169,8 @@ class LocalAnswerer:
             raise ValueError(
                 "eval.media=images shows no video, and multi-turn episodes (env.turns > 1) need one"
             )
-        how = Turns(turns, turn_reward, words, turn_clip)  # later turns greedy or at their own temperature
-        args = (self.model, self.processor, examples, self.video, reward_fn, how)
-        return play(*args, Sampling(group_size, self.max_new_tokens), **kwargs).per_trajectory()
+        args = (self.model, self.processor, examples, self.video, reward_fn, turns)
+        return play(*args, Sampling(group_size, self.max_new_tokens), temperature, seeds, first)
 
     def settings(self) -> dict:
         return {"media": "images" if self.images else "video"}

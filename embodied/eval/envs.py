@@ -41,7 +41,6 @@ from embodied.eval.endpoint import Failure
 from embodied.eval.stats import majority_vote, pass_at_k, resolve_k, seed_interval, wilson_interval
 from embodied.questions import LETTERS, parse_answer
 from embodied.registry import carried, restore
-from embodied.rl.episodes import check_turn_clip, check_turns
 from embodied.rl.rollout import sampling_seed
 
 
@@ -132,8 +131,6 @@ def evaluate_env_answers(
     ``requested`` all of them."""
     samples, turns, backend, format_weight = how.samples, how.turns, how.backend, how.format_weight
     ks = resolve_k(samples, how.k)
-    check_turns(turns.n, turns.reward)
-    check_turn_clip(turns.clip)
     check_sample_episodes(how.sample_episodes)
     predictions, seconds = [], {"generate": 0.0, "simulate": 0.0}
     everything = ([], list(range(len(examples))))
@@ -196,8 +193,8 @@ def _answer_batch(answerer, chunk, how: EnvEval, samples: int, seeds, seconds: d
     """`evaluate_env`'s rows for one batch: the greedy answer scored, with ``how.turns`` > 1 its greedy
     trajectory, and with ``samples`` the sampled answers (and trajectories), ``seeds`` one per episode.
     An episode any of whose answers could not be obtained (a failed request) is a row with ``failed``."""
-    backend, format_weight, temperature, turns = how.backend, how.format_weight, how.temperature, how.turns
-    later = {"words": turns.words, "turn_clip": turns.clip}
+    backend, format_weight, temperature = how.backend, how.format_weight, how.temperature
+    turns = how.turns.evaluation()  # later turns drawn as the first: env.retry_* are for training
     records, clips = [e.record for e in chunk], [e.clip for e in chunk]
     texts = answerer.greedy(records, clips)
     lost = {
@@ -218,23 +215,13 @@ def _answer_batch(answerer, chunk, how: EnvEval, samples: int, seeds, seconds: d
         return env_reward(texts, recs, backend, format_weight)
 
     if turns.n > 1 and rows:
-        for row, traj in zip(
-            rows, answerer.play(chunk, reward_fn, turns.n, turns.reward, first=(texts, terms), **later)
-        ):
+        greedy = answerer.play(chunk, reward_fn, turns, first=(texts, terms))
+        for row, traj in zip(rows, greedy.per_trajectory()):
             _keep_turns(row, traj, "turns")
         if samples:
             temps = torch.full((len(chunk) * samples,), float(temperature))
             t0 = time.perf_counter()  # sampled turn 1 is drawn here (the samples below reuse it)
-            trajs = answerer.play(
-                chunk,
-                reward_fn,
-                turns.n,
-                turns.reward,
-                group_size=samples,
-                temperature=temps,
-                seeds=seeds,
-                **later,
-            )
+            trajs = answerer.play(chunk, reward_fn, turns, samples, temps, seeds).per_trajectory()
             seconds["generate"] += time.perf_counter() - t0
             for i, row in enumerate(rows):
                 _keep_turns(row, trajs[i * samples : (i + 1) * samples], "sampled_turns")

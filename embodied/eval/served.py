@@ -39,12 +39,13 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from embodied.envs.config import Turns
 from embodied.eval.answerer import check_media
 from embodied.eval.endpoint import EndpointClient, Failure
 from embodied.eval.reading import END_MARKERS
 from embodied.questions import LETTERS, format_question
-from embodied.rl.episodes import again, continues, outcome_clip
-from embodied.rl.rollout import sampling_seed
+from embodied.rl.episodes import Ask, Episodes, Turn, play_turns
+from embodied.rl.rollout import Sampling, sampling_seed
 from embodied.video import Clip, VideoConfig, frame_pixel_cap
 
 VIDEO_URLS = ("auto", "data", "file")
@@ -131,7 +132,11 @@ def choice_from_logprobs(response: dict | Failure, n_options: int) -> list[float
 
 
 class EndpointAnswerer:
-    """`embodied.eval.answerer.Answerer` over an `EndpointClient` (see the module docstring)."""
+    """`embodied.eval.answerer.Answerer` over an `EndpointClient` (see the module docstring), and the answer
+    source of multi-turn episodes played through it (`embodied.rl.episodes.AnswerSource`: `answer`)."""
+
+    device = "cpu"
+    """Where `play_turns` puts the trajectory rewards."""
 
     def __init__(
         self,
@@ -182,7 +187,17 @@ class EndpointAnswerer:
                 ]
         return self._urls[id(clip)]
 
-    def _body(self, record: dict, clips: Sequence[Clip], history: Sequence, temperature: float, seed=None):
+    def _body(
+        self,
+        record: dict,
+        clips: Sequence[Clip],
+        history: Sequence,
+        temperature: float,
+        seed=None,
+        tokens=None,
+    ):
+        """One chat request: `clips[0]` and the question, then each earlier `(answer, words)` of `history`
+        with the next clip; at most `tokens` new tokens (None: `max_new_tokens`)."""
         text = format_question(record["question"], record["options"], record.get("instruction"))
         messages = [
             {"role": "user", "content": [*self._parts(record, clips[0]), {"type": "text", "text": text}]}
@@ -194,7 +209,7 @@ class EndpointAnswerer:
             )
         body: dict = {
             "messages": messages,
-            "max_tokens": self.max_new_tokens,
+            "max_tokens": self.max_new_tokens if tokens is None else tokens,
             "temperature": float(temperature),
         }
         if temperature > 0:
@@ -236,10 +251,40 @@ class EndpointAnswerer:
             None if x is None else choice_from_logprobs(x, len(r["options"])) for r, x in zip(records, got)
         ]
 
-    def play(self, examples: Sequence, reward_fn, turns: int, turn_reward: str, **kwargs) -> list:
-        """Multi-turn episodes through the endpoint, as `embodied.rl.episodes.play` plays them locally:
-        each trajectory's `(text, terms)` per turn, or a `Failure` when one of its requests failed."""
-        return play_served(self, examples, reward_fn, turns, **kwargs)
+    def play(
+        self,
+        examples: Sequence,
+        reward_fn,
+        turns: Turns,
+        group_size: int = 1,
+        temperature=None,
+        seeds: Sequence[int] | None = None,
+        first: tuple[list, list] | None = None,
+    ) -> Episodes:
+        """Multi-turn episodes through the endpoint: `embodied.rl.episodes.play_turns`, the loop a local
+        model plays, with this answerer as its answer source (`answer`). A trajectory one of whose requests
+        failed is its `Failure` in `per_trajectory()` (`Episodes.failed`), unscored."""
+        sampling = Sampling(group_size, self.max_new_tokens)
+        return play_turns(self, examples, self.video, reward_fn, turns, sampling, temperature, seeds, first)
+
+    def answer(self, ask: Ask) -> Turn:
+        """One turn of `play_turns` (`embodied.rl.episodes.AnswerSource`): each row's conversation as a chat
+        request at its temperature (0: greedy) with its seed; a failed request is its `Failure`."""
+        if ask.min_p > 0:
+            raise ValueError(
+                f"env.retry_min_p={ask.min_p}: a chat request carries no min-p truncation; set "
+                "env.retry_min_p=0 to play later turns through an endpoint"
+            )
+        temps = [0.0] * len(ask.records) if ask.temperature is None else ask.temperature.tolist()
+        if ask.seeds is None and any(t > 0 for t in temps):
+            raise ValueError(
+                "sampled requests to an endpoint need seeds (one per example), so reruns hit the cache"
+            )
+        seeds = ask.seeds if ask.seeds is not None else [None] * len(temps)
+        rows = zip(ask.records, ask.clips, ask.history, temps, seeds)
+        bodies = [self._body(r, c, h, t, s, ask.max_new_tokens) for r, c, h, t, s in rows]
+        texts = [response_text(x) for x in self.client.complete(bodies)]
+        return Turn(list(ask.trajectories), texts, [])
 
     def check_sampling(
         self, record: dict, clip: Clip, seed: int, sampled: Sequence[Sequence], temperature
@@ -271,60 +316,3 @@ class EndpointAnswerer:
         if self.client.refused:
             out["refused_fields"] = sorted(self.client.refused)
         return out | ({"sampling": self.sampling} if self.sampling else {})
-
-
-def _temperature(temperature, t: int) -> float:
-    if temperature is None:
-        return 0.0
-    return float(temperature[t]) if hasattr(temperature, "__len__") else float(temperature)
-
-
-def play_served(
-    answerer: EndpointAnswerer,
-    examples: Sequence,
-    reward_fn,
-    turns: int,
-    group_size: int = 1,
-    temperature=None,
-    seeds: Sequence[int] | None = None,
-    first: tuple[list, list] | None = None,
-    words: bool = False,
-    turn_clip: str = "outcome",
-    **_unused,
-) -> list:
-    """`group_size` trajectories per example (`temperature` None: greedy; else one per trajectory or one
-    for all, drawn with `sampling_seed(seeds[i], g[, k])`), `first` the answered turn 1 of greedy play."""
-    G, video = group_size, answerer.video
-    n = len(examples) * G
-    trajs: list = [[] for _ in range(n)]
-    clips = [[examples[t // G].clip] for t in range(n)]
-    history: list[list] = [[] for _ in range(n)]
-    active = list(range(n))
-    for k in range(1, turns + 1):
-        recs = [examples[t // G].record for t in active]
-        if k == 1 and first is not None:
-            texts, terms = list(first[0]), list(first[1])
-        else:
-            bodies = []
-            for t, rec in zip(active, recs):
-                temp = _temperature(temperature, t)
-                key = (seeds[t // G] if seeds is not None else 0, t % G) + ((k,) if k > 1 else ())
-                bodies.append(answerer._body(rec, clips[t], history[t], temp, sampling_seed(*key)))
-            texts = [response_text(x) for x in answerer.client.complete(bodies)]
-            ok = [i for i, x in enumerate(texts) if not isinstance(x, Failure)]
-            scored = iter(reward_fn([texts[i] for i in ok], [recs[i] for i in ok]) if ok else [])
-            terms = [texts[i] if isinstance(texts[i], Failure) else next(scored) for i in range(len(texts))]
-        going = []
-        for t, rec, text, term in zip(active, recs, texts, terms):
-            if isinstance(text, Failure):
-                trajs[t] = text  # the whole episode is unscored
-                continue
-            trajs[t].append((text, term))
-            if k < turns and continues(rec, term):
-                clips[t].append(outcome_clip(rec, text, video, clips[t][0], turn_clip))
-                history[t].append((text, again(term, words)))
-                going.append(t)
-        active = going
-        if not active:
-            break
-    return trajs

@@ -21,20 +21,27 @@ normalises within the G trajectories of a prompt, combines them (`TURN_REWARDS`)
 
 Every turn is a row of the GRPO batch whose completion tokens get its trajectory's advantage
 (`Rollout.owner`).
+
+One loop plays every multi-turn episode (`play_turns`): GRPO's and expert iteration's rollouts
+(`sample_episodes`), `embodied eval` on a local model and on a served one. Only how a batch of
+conversations gets its answers differs, an answer source (`AnswerSource`): `Generate` runs the model in
+this process, `embodied.eval.served.EndpointAnswerer` sends chat requests. The loop takes the `Turns`
+whole, keeps each trajectory's clips, history and totals, draws every row's temperature and seed, scores
+the answers and combines a trajectory's turns, so none of that can drift between the two.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from embodied.envs import action_seconds, is_interactive, parse, render_action
-from embodied.envs.config import ONE_TURN, Turns
+from embodied.envs.config import ONE_TURN, TURN_CLIPS, TURN_REWARDS, EnvConfig, Turns
 from embodied.policy.model import (
     concat_batches,
     decode,
@@ -53,12 +60,6 @@ AGAIN = (
     "Answer again, in the same format."
 )
 """The words of a later turn's user message (its video is the outcome of the previous answer)."""
-TURN_REWARDS = ("last", "mean")
-TURN_CLIPS = ("outcome", "frozen")
-"""What a later turn's video shows (`env.turn_clip`): ``outcome``, the previous answer's simulation;
-``frozen``, that simulation's first frame (the scene at the reset) held for as many frames: the same
-scene, size and length with nothing of what the answer did, the control that tells whether a second look
-uses what it sees."""
 
 
 def again(terms: dict, words: bool) -> str:
@@ -70,49 +71,11 @@ def again(terms: dict, words: bool) -> str:
     return f"The outcome: {', '.join(failed) or 'missed'}. {AGAIN}"
 
 
-def check_turns(turns: int, turn_reward: str) -> None:
-    """Fail at once on `env.turns` < 1 or an unknown `env.turn_reward`."""
-    if not isinstance(turns, int) or turns < 1:
-        raise ValueError(f"env.turns={turns!r}: the number of turns per episode must be an integer >= 1")
-    if turn_reward not in TURN_REWARDS:
-        raise ValueError(f"env.turn_reward={turn_reward!r}; choose one of {list(TURN_REWARDS)}")
-
-
-def check_turn_clip(turn_clip: str) -> None:
-    """Fail at once on an unknown `env.turn_clip`."""
-    if turn_clip not in TURN_CLIPS:
-        raise ValueError(f"env.turn_clip={turn_clip!r}; choose one of {list(TURN_CLIPS)}")
-
-
-def check_env_turns(env) -> None:
-    """Check the multi-turn settings of an `EnvConfig` (or a `Turns` value) up front: `turns`,
-    `turn_reward`, `turn_clip` and `retry_*` must be valid, and the settings of later turns are refused with
-    `turns` = 1 (they would be ignored)."""
-    t = env if isinstance(env, Turns) else Turns.of(env)
-    check_turns(t.n, t.reward)
-    check_turn_clip(t.clip)
-    check_retry_sampling(t.retry_temperature, t.retry_min_p)
-    if t.n == 1:
-        keys = {"words": "turn_words", "clip": "turn_clip", "retry_temperature": "retry_temperature"}
-        keys["retry_min_p"] = "retry_min_p"  # the later-turn fields of `Turns` and their `env.` names
-        changed = [f for f in keys if getattr(t, f) != getattr(ONE_TURN, f)]
-        if given := [f"env.{keys[f]}={getattr(t, f)!r}" for f in changed]:
-            raise ValueError(
-                f"{', '.join(given)}: set(s) the turns after the first, and env.turns=1 plays none: set "
-                "env.turns > 1, or leave them at their defaults"
-            )
-
-
-def check_retry_sampling(temperature: float, min_p: float = 0.0) -> None:
-    """Fail at once on a bad `env.retry_temperature` (< 0) or `env.retry_min_p` (outside [0, 1))."""
-    number = lambda v: not isinstance(v, bool) and isinstance(v, (int, float))  # noqa: E731
-    if not number(temperature) or not temperature >= 0:
-        raise ValueError(
-            f"env.retry_temperature={temperature!r}: the sampling temperature of turns after the first must "
-            "be >= 0 (0: each trajectory keeps its own temperature)"
-        )
-    if not number(min_p) or not 0 <= min_p < 1:
-        raise ValueError(f"env.retry_min_p={min_p!r}: must be in [0, 1) (0: no truncation)")
+def check_env_turns(env: EnvConfig | Turns) -> Turns:
+    """The turns of an `EnvConfig` (or a `Turns` value), checked: `Turns` checks itself when it is made
+    (`embodied.envs.config.check_turns`, the one place the settings are validated), so this fails at once on
+    invalid ones, and on settings of later turns with `turns` = 1 (they would be ignored)."""
+    return env if isinstance(env, Turns) else Turns.of(env)
 
 
 def trajectory_reward(totals: Sequence[float], turn_reward: str) -> float:
@@ -145,20 +108,23 @@ def outcome_clip(record: dict, text: str, video: VideoConfig, like: Clip, turn_c
     n = min(len(like.frames), math.floor(seconds * video.fps + 1e-6) + 1)
     height, width = like.frames.shape[1:3]
     _, frames = render_action(record, action, np.arange(n) / video.fps, width, height)
+    if turn_clip not in TURN_CLIPS:
+        raise ValueError(f"env.turn_clip={turn_clip!r}; choose one of {list(TURN_CLIPS)}")
     if turn_clip == "frozen":
         frames = np.repeat(frames[:1], len(frames), axis=0)
-    elif turn_clip != "outcome":
-        check_turn_clip(turn_clip)
     return Clip(frames, video.fps)
 
 
 @dataclass
 class Turn:
-    """One turn of a batch of trajectories (trajectory t = prompt t // G, member t % G)."""
+    """One turn of a batch of trajectories (trajectory t = prompt t // G, member t % G): what an answer
+    source returns (`terms` empty), then scored by `play_turns`. The tensors are a local model's (None from
+    a served one); a text that is not a `str` is an answer the source could not obtain (a served request
+    that failed, `embodied.eval.endpoint.Failure`)."""
 
     trajectories: list[int]
     """The trajectory of each row."""
-    texts: list[str]
+    texts: list
     terms: list[dict]
     batch: object = None
     ids: torch.Tensor | None = None
@@ -169,7 +135,7 @@ class Turn:
 
 @dataclass
 class Episodes:
-    """What `play` returns: the turns, each trajectory's outcome clips, and the trajectory rewards."""
+    """What `play_turns` returns: the turns, each trajectory's outcome clips, and the trajectory rewards."""
 
     examples: list
     group_size: int
@@ -177,15 +143,19 @@ class Episodes:
     clips: list[list[Clip]]
     """Per trajectory: the episode's clip, then the outcome clip of every turn followed by another."""
     rewards: torch.Tensor
-    """`(P, G)` trajectory rewards (`trajectory_reward`)."""
+    """`(P, G)` trajectory rewards (`trajectory_reward`); NaN for a trajectory in `failed`."""
+    failed: dict[int, Any] = field(default_factory=dict)
+    """Trajectory -> the answer its source could not obtain (e.g. a `Failure`): the whole trajectory is
+    unscored. Always empty for a local model."""
 
-    def per_trajectory(self) -> list[list[tuple[str, dict]]]:
-        """`(text, terms)` of every turn of every trajectory, in turn order."""
-        out: list[list[tuple[str, dict]]] = [[] for _ in range(self.rewards.numel())]
+    def per_trajectory(self) -> list:
+        """`(text, terms)` of every turn of every trajectory, in turn order; a failed trajectory's entry is
+        its failure instead (`failed`)."""
+        out: list = [[] for _ in range(self.rewards.numel())]
         for turn in self.turns:
             for t, text, terms in zip(turn.trajectories, turn.texts, turn.terms):
                 out[t].append((text, terms))
-        return out
+        return [self.failed.get(t, x) for t, x in enumerate(out)]
 
 
 def success_after(trajectory: Sequence[tuple[str, dict]], k: int) -> float:
@@ -214,12 +184,81 @@ DEFAULT_SAMPLING = Sampling()
 
 
 @dataclass
-class _Game:
-    """One call of `play`: what every turn reads, and each trajectory's clips, history and totals so far
-    (trajectory t = example t // G, member t % G)."""
+class Ask:
+    """One turn's conversations, for an answer source (`AnswerSource`) to answer: row i continues trajectory
+    `trajectories[i]` (example t // `group_size`, member t % `group_size`)."""
 
-    model: Any
-    processor: Any
+    k: int
+    """The turn, from 1."""
+    trajectories: list[int]
+    records: list[dict]
+    clips: list[list[Clip]]
+    """Per row: the episode's clip, then the outcome clip of each earlier turn."""
+    history: list[list[tuple[str, str]]]
+    """Per row: each earlier turn's `(answer, words of the turn after it)`."""
+    temperature: torch.Tensor | None
+    """`(rows,)` sampling temperatures; None: greedy."""
+    seeds: list[int] | None
+    """Per row: the seed of its draw (`sampling_seed(seeds[i], g[, k])`); None: no seeds were given."""
+    min_p: float
+    """Drop every token below `min_p` times the top token's probability before sampling (0: none)."""
+    max_new_tokens: int
+    group_size: int
+
+
+class AnswerSource(Protocol):
+    """How a batch of conversations gets its answers, the one part of `play_turns` that differs between a
+    model in this process (`Generate`) and a served one (`embodied.eval.served.EndpointAnswerer`)."""
+
+    device: Any
+    """Where the trajectory rewards go (the model's device; the CPU for a served model)."""
+
+    def answer(self, ask: Ask) -> Turn:
+        """The rows of `ask` answered, in order (`Turn.terms` left empty: `play_turns` scores them)."""
+        ...
+
+
+class Generate:
+    """`play_turns`' answer source for a model in this process: `generate` at each row's temperature and seed
+    (greedy without temperatures), turn 1's prompts encoded once per example and repeated G times, a later
+    turn's as each trajectory's conversation (`encode_conversations`)."""
+
+    def __init__(self, model, processor, video: VideoConfig):
+        self.model, self.processor, self.video = model, processor, video
+        self.device = next(model.parameters()).device
+        self.eos = torch.tensor(eos_token_ids(model, processor), device=self.device)
+
+    def answer(self, ask: Ask) -> Turn:
+        batch, n = self.encode(ask), ask.max_new_tokens
+        if ask.temperature is None:
+            ids, mask = generate(self.model, self.processor, batch, n, do_sample=False)
+            temps = torch.ones(len(ask.trajectories), device=self.device)
+        else:
+            temps = ask.temperature.to(self.device)
+            ids, mask = generate(
+                self.model, self.processor, batch, n, temps, seeds=ask.seeds, min_p=ask.min_p
+            )
+        texts = decode(self.processor, ids, mask)
+        truncated = ~torch.isin(ids, self.eos).any(1)
+        return Turn(list(ask.trajectories), texts, [], batch, ids, mask, temps, truncated)
+
+    def encode(self, ask: Ask):
+        """Turn 1: the episodes' prompts, each repeated G times; a later turn: each trajectory's
+        conversation."""
+        G = ask.group_size
+        if ask.k == 1:
+            first = [c[0] for c in ask.clips[::G]]
+            batch = encode_prompts(self.processor, ask.records[::G], first, self.video, self.device)
+            return repeat_batch(batch, G)
+        args = (ask.records, ask.clips, ask.history, self.video, self.device)
+        return encode_conversations(self.processor, *args)
+
+
+@dataclass
+class _Game:
+    """One call of `play_turns`: what every turn reads, and each trajectory's clips, history and totals so
+    far (trajectory t = example t // G, member t % G)."""
+
     examples: Sequence
     video: VideoConfig
     reward_fn: RewardFn
@@ -229,63 +268,51 @@ class _Game:
     seeds: Sequence[int] | None
 
     def __post_init__(self):
-        G, self.device = self.sampling.group_size, next(self.model.parameters()).device
+        G = self.sampling.group_size
         self.records = [e.record for e in self.examples]
         n = len(self.examples) * G
         self.clips: list[list[Clip]] = [[self.examples[t // G].clip] for t in range(n)]
         self.history: list[list[tuple[str, str]]] = [[] for _ in range(n)]
         self.totals: list[list[float]] = [[] for _ in range(n)]
-        self.eos = torch.tensor(eos_token_ids(self.model, self.processor), device=self.device)
+        self.failed: dict[int, Any] = {}
 
-    def answer(self, k: int, active: list[int]) -> Turn:
-        """Turn `k` of the trajectories `active`: their prompts encoded, answered and scored."""
-        recs = [self.records[t // self.sampling.group_size] for t in active]
-        batch = self.encode(k, active, recs)
-        temps, row_seeds = self.temperatures(k, active)
-        if temps is None:
-            ids, mask = generate(
-                self.model, self.processor, batch, self.sampling.max_new_tokens, do_sample=False
-            )
-            temps = torch.ones(len(active), device=self.device)
-        else:
-            min_p = self.turns.retry_min_p if k > 1 else 0.0
-            ids, mask = generate(
-                self.model,
-                self.processor,
-                batch,
-                self.sampling.max_new_tokens,
-                temps,
-                seeds=row_seeds,
-                min_p=min_p,
-            )
-        texts = decode(self.processor, ids, mask)
-        terms = score(self.reward_fn, texts, recs, self.sampling.timeout_s)
-        truncated = ~torch.isin(ids, self.eos).any(1)
+    def ask(self, k: int, active: list[int]) -> Ask:
+        """Turn `k` of the trajectories `active`: their conversations, temperatures (None: greedy;
+        `retry_temperature` after the first turn, when set) and seeds (`sampling_seed(seeds[i], g[, k])`,
+        None without `seeds`)."""
+        G, turns = self.sampling.group_size, self.turns
+        temps = None if self.temperature is None else self.temperature[active]
+        if temps is not None and k > 1 and turns.retry_temperature > 0:
+            temps = torch.full_like(temps, float(turns.retry_temperature))
+        seeds = None
+        if self.seeds is not None:
+            keys = [(self.seeds[t // G], t % G) + ((k,) if k > 1 else ()) for t in active]
+            seeds = [sampling_seed(*key) for key in keys]
+        recs = [self.records[t // G] for t in active]
+        clips, history = [self.clips[t] for t in active], [self.history[t] for t in active]
+        min_p, n = (turns.retry_min_p if k > 1 else 0.0), self.sampling.max_new_tokens
+        return Ask(k, list(active), recs, clips, history, temps, seeds, min_p, n, G)
+
+    def score(self, turn: Turn) -> Turn:
+        """`turn` scored by the reward function (with `sampling.shaping`, `sampling.timeout_s`); a row whose
+        answer was not obtained leaves the turn, its trajectory failed."""
+        lost = [i for i, x in enumerate(turn.texts) if not isinstance(x, str)]
+        if lost:
+            if turn.ids is not None:
+                raise ValueError("an answer source with token ids lost an answer")
+            self.failed |= {turn.trajectories[i]: turn.texts[i] for i in lost}
+            keep = [i for i in range(len(turn.texts)) if i not in set(lost)]
+            turn = Turn([turn.trajectories[i] for i in keep], [turn.texts[i] for i in keep], [])
+        recs = [self.records[t // self.sampling.group_size] for t in turn.trajectories]
+        if turn.texts:
+            turn.terms = score(self.reward_fn, turn.texts, recs, self.sampling.timeout_s)
         if self.sampling.shaping is not None:
-            self.sampling.shaping(terms, mask.sum(1).cpu(), truncated.cpu())
-        return Turn(list(active), texts, terms, batch, ids, mask, temps, truncated)
-
-    def encode(self, k: int, active: list[int], recs: list[dict]):
-        """Turn 1: the episodes' prompts, each repeated G times; a later turn: each trajectory's
-        conversation."""
-        G = self.sampling.group_size
-        if k == 1:
-            clips = [e.clip for e in self.examples]
-            return repeat_batch(encode_prompts(self.processor, recs[::G], clips, self.video, self.device), G)
-        args = ([self.clips[t] for t in active], [self.history[t] for t in active])
-        return encode_conversations(self.processor, recs, *args, self.video, self.device)
-
-    def temperatures(self, k: int, active: list[int]) -> tuple[torch.Tensor | None, list[int] | None]:
-        """Turn `k`'s per-row temperatures (None: greedy; `retry_temperature` after the first turn, when set)
-        and seeds (`sampling_seed(seeds[i], g[, k])`, None without `seeds`)."""
-        temps = None if self.temperature is None else self.temperature[active].to(self.device)
-        if temps is not None and k > 1 and self.turns.retry_temperature > 0:
-            temps = torch.full_like(temps, float(self.turns.retry_temperature))
-        if self.seeds is None:
-            return temps, None
-        G = self.sampling.group_size
-        keys = [(self.seeds[t // G], t % G) + ((k,) if k > 1 else ()) for t in active]
-        return temps, [sampling_seed(*key) for key in keys]
+            if turn.mask is None:
+                raise ValueError(
+                    "reward shaping reads the answers' token counts: this answer source has none"
+                )
+            self.sampling.shaping(turn.terms, turn.mask.sum(1).cpu(), turn.truncated.cpu())
+        return turn
 
     def advance(self, turn: Turn, k: int) -> list[int]:
         """Record turn `k`'s totals; the trajectories that go on (an executed answer that did not succeed),
@@ -300,8 +327,61 @@ class _Game:
                 going.append(t)
         return going
 
+    def rewards(self, device) -> torch.Tensor:
+        """`(P, G)` trajectory rewards (`turns.reward`), NaN for a failed trajectory."""
+        x = [
+            math.nan if t in self.failed else trajectory_reward(r, self.turns.reward)
+            for t, r in enumerate(self.totals)
+        ]
+        return torch.tensor(x, device=device).view(len(self.examples), self.sampling.group_size)
+
 
 @torch.no_grad()
+def play_turns(
+    source: AnswerSource,
+    examples: Sequence,
+    video: VideoConfig,
+    reward_fn: RewardFn,
+    turns: Turns = ONE_TURN,
+    sampling: Sampling = DEFAULT_SAMPLING,
+    temperature: torch.Tensor | None = None,
+    seeds: Sequence[int] | None = None,
+    first: tuple[list[str], list[dict]] | None = None,
+) -> Episodes:
+    """The multi-turn loop: `sampling.group_size` trajectories of up to `turns.n` turns per example
+    (`Example`s with video records), each turn's answers from `source` (at most `sampling.max_new_tokens`
+    tokens), scored by `reward_fn` (with `sampling.shaping` and `sampling.timeout_s`). Local generation
+    (`play`, `sample_episodes`: GRPO, expert iteration, `embodied eval`) and a served endpoint
+    (`EndpointAnswerer.play`) both play through it.
+
+    `temperature` is `(P * G,)` per trajectory (None: greedy). With `seeds` (one per example), member g's
+    turn 1 is drawn with `sampling_seed(seeds[i], g)`, as `rollout.sample_groups` draws it, and turn k > 1
+    with `sampling_seed(seeds[i], g, k)`. `first` gives turn 1's texts and terms already answered (one
+    trajectory per example), so only the later turns are asked. `turns` (`Turns.of(cfg.env)`, whole) says
+    how: `turns.reward` combines a trajectory's turns; with `turns.words` a later turn's message also says
+    the previous outcome in words (`again`); with `turns.retry_temperature` > 0 a sampled turn k > 1 is
+    drawn at that temperature instead of its trajectory's, and with `turns.retry_min_p` > 0 only among
+    the tokens of at least `retry_min_p` times the top token's probability (greedy play stays greedy);
+    `turns.clip` (`TURN_CLIPS`) is what a later turn's video shows. A trajectory one of whose answers the
+    source could not obtain stops there, unscored (`Episodes.failed`).
+    """
+    game = _Game(examples, video, reward_fn, turns, sampling, temperature, seeds)
+    G, n = sampling.group_size, len(examples) * sampling.group_size
+    active, done = list(range(n)), []
+    for k in range(1, turns.n + 1):
+        if k == 1 and first is not None:
+            if G != 1 or len(first[0]) != n:
+                raise ValueError("play_turns: `first` gives one answered turn per example (group_size 1)")
+            turn = Turn(list(active), list(first[0]), [dict(x) for x in first[1]])
+        else:
+            turn = game.score(source.answer(game.ask(k, active)))
+        done.append(turn)
+        active = game.advance(turn, k)
+        if not active:
+            break
+    return Episodes(list(examples), G, done, game.clips, game.rewards(source.device), game.failed)
+
+
 def play(
     model,
     processor,
@@ -314,39 +394,9 @@ def play(
     seeds: Sequence[int] | None = None,
     first: tuple[list[str], list[dict]] | None = None,
 ) -> Episodes:
-    """`sampling.group_size` trajectories of up to `turns.n` turns per example (`Example`s with video
-    records), each answer at most `sampling.max_new_tokens` tokens, scored by `reward_fn` (with
-    `sampling.shaping` and `sampling.timeout_s`).
-
-    `temperature` is `(P * G,)` per trajectory (None: greedy). With `seeds` (one per example), member g's
-    turn 1 is drawn with `sampling_seed(seeds[i], g)`, as `rollout.sample_groups` draws it, and turn k > 1
-    with `sampling_seed(seeds[i], g, k)`. `first` gives turn 1's texts and terms already answered (one
-    trajectory per example), so only the later turns are generated. `turns` (`Turns.of(cfg.env)`) says
-    how: `turns.reward` combines a trajectory's turns; with `turns.words` a later turn's message also says
-    the previous outcome in words (`again`); with `turns.retry_temperature` > 0 a sampled turn k > 1 is
-    drawn at that temperature instead of its trajectory's, and with `turns.retry_min_p` > 0 only among
-    the tokens of at least `retry_min_p` times the top token's probability (greedy play stays greedy);
-    `turns.clip` (`TURN_CLIPS`) is what a later turn's video shows.
-    """
-    check_turns(turns.n, turns.reward)
-    check_turn_clip(turns.clip)
-    check_retry_sampling(turns.retry_temperature, turns.retry_min_p)
-    game = _Game(model, processor, examples, video, reward_fn, turns, sampling, temperature, seeds)
-    G, n = sampling.group_size, len(examples) * sampling.group_size
-    active, done = list(range(n)), []
-    for k in range(1, turns.n + 1):
-        if k == 1 and first is not None:
-            if G != 1 or len(first[0]) != n:
-                raise ValueError("play: `first` gives one answered turn per example (group_size 1)")
-            turn = Turn(list(active), list(first[0]), [dict(x) for x in first[1]])
-        else:
-            turn = game.answer(k, active)
-        done.append(turn)
-        active = game.advance(turn, k)
-        if not active:
-            break
-    rewards = torch.tensor([trajectory_reward(x, turns.reward) for x in game.totals], device=game.device)
-    return Episodes(list(examples), G, done, game.clips, rewards.view(len(examples), G))
+    """`play_turns` on a model in this process (`Generate`)."""
+    source = Generate(model, processor, video)
+    return play_turns(source, examples, video, reward_fn, turns, sampling, temperature, seeds, first)
 
 
 def sample_episodes(
