@@ -364,7 +364,7 @@ def _train(cfg: Config, stage: str, progress: bool) -> dict:
         save_policy(model, processor, out / "model", weights)
         plot_curves(read_metrics(out / "metrics.jsonl"), out / "curves.png")
         write_report(out)
-    procs.barrier()
+    procs.close()
     return info | {"model": str(out / "model")}
 
 

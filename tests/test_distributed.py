@@ -84,6 +84,7 @@ def test_two_processes_with_micro_batches_equal_one_process_sft(setup):
 
 
 _COUNT_ALL_REDUCES = """
+import pathlib
 import torch, torch.distributed as dist
 from embodied.train.common import with_last
 from embodied.train.distributed import Processes
@@ -111,6 +112,19 @@ for every_part in (True, False):
             procs.backward(net(part).sum())
     if procs.rank == 0:
         print(calls[0], [p.grad.sum().item() for p in model.parameters()])
+
+
+def gloo_threads():
+    tasks = pathlib.Path("/proc/self/task").iterdir()
+    return [t for t in tasks if (t / "comm").read_text().strip() == "pt_gloo_runloop"]
+
+
+# exit only once gloo's worker threads are joined: one still running could free a tensor while the
+# interpreter shuts down and abort the process (see Processes.close)
+before = gloo_threads()
+del net  # the DDP wrapper holds the process group
+procs.close()
+assert before and not gloo_threads(), (len(before), len(gloo_threads()))
 """
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 from pathlib import Path
 
 import torch
@@ -51,6 +52,14 @@ def shard(model: torch.nn.Module, mixed_precision: str = "no") -> torch.nn.Modul
     return model
 
 
+def _import_group_defaults() -> None:
+    """Import `torch.distributed.nn` before the process group exists: its functions take `group=group.WORLD`
+    as a default argument, so imported later (DDP imports it) it would hold the group for good, and
+    `Processes.close` could not end it."""
+    if torch.distributed.is_available():
+        importlib.import_module("torch.distributed.nn")
+
+
 class Processes:
     """This process's place in a multi-process run, and the few collectives the training loops need.
 
@@ -72,6 +81,7 @@ class Processes:
 
         if strategy not in ("ddp", "fsdp"):
             raise ValueError(f"distributed={strategy!r}: choose ddp or fsdp")
+        _import_group_defaults()
         # cpu=True: processes launched by torchrun on CPU join a gloo group (accelerate's MULTI_CPU)
         self.accelerator = Accelerator(mixed_precision=mixed_precision, cpu=cpu)
         self.rank = self.accelerator.process_index
@@ -188,3 +198,19 @@ class Processes:
     def barrier(self) -> None:
         if self.world > 1:
             self.accelerator.wait_for_everyone()
+
+    def close(self) -> None:
+        """End this process's part in a multi-process run: its last call, once it holds none of the modules
+        `wrap` returned. Waits for every process (none leaves while another still has a collective in
+        flight), lets go of the modules accelerate keeps, then destroys the process group, which joins gloo's
+        worker threads. Without this a process can abort as it exits ("terminate called without an active
+        exception", SIGABRT): a worker thread frees the tensors of the last collective after the caller has
+        moved on, freeing one that Python has seen takes the GIL, and a thread that asks for the GIL while
+        the interpreter shuts down is ended by CPython in a way C++ answers with `std::terminate`. Under
+        FSDP torch's device mesh still holds the group, so its threads outlive this (the barrier leaves them
+        only their last clean-up to do). A plain run has nothing to end."""
+        if self.world == 1 or not torch.distributed.is_initialized():
+            return
+        self.barrier()
+        self.accelerator.free_memory()  # the wrappers hold the group: it ends only when the last one goes
+        torch.distributed.destroy_process_group()
