@@ -14,7 +14,7 @@ from embodied.data.build import ensure_dataset, generate_dataset
 from embodied.data.load import load_split
 from embodied.envs import answer_examples, is_interactive
 from embodied.envs.config import Turns
-from embodied.eval.loop import evaluate, format_result, markdown_table
+from embodied.eval.loop import MCQEval, evaluate, format_result, markdown_table
 from embodied.eval.signature import input_signature
 from embodied.experiments.config import schema_of
 from embodied.policy.fits import check_command
@@ -262,15 +262,12 @@ def _eval_mcq(cfg: Config, source, examples, progress: bool) -> dict:
     """MCQ evaluation of a local `(model, processor)` or a served model (`EndpointAnswerer`)."""
     from embodied.eval.loop import evaluate_answers
 
-    e, t0 = cfg.eval, time.perf_counter()
-    kwargs = {"baseline": e.baseline, "samples": e.samples, "k": e.k, "temperature": e.temperature}
+    how, t0 = MCQEval.of(cfg, progress=progress), time.perf_counter()
     if isinstance(source, tuple):
         model, processor = source
-        args = (cfg.video, e.batch_size, e.max_new_tokens, e.choice, progress)
-        result = evaluate(model, processor, examples, *args, seed=cfg.seed, media=e.media, **kwargs)
-        return _signed(cfg, source, examples, result)
-    result = evaluate_answers(source, examples, e.batch_size, e.choice, progress, seed=cfg.seed, **kwargs)
-    result["settings"]["max_new_tokens"] = e.max_new_tokens
+        return _signed(cfg, source, examples, evaluate(model, processor, examples, cfg.video, how))
+    result = evaluate_answers(source, examples, how)
+    result["settings"]["max_new_tokens"] = how.max_new_tokens
     result["endpoint"] = _endpoint_record(source, time.perf_counter() - t0, result)
     _print_endpoint(result)
     return _signed(cfg, source, examples, result)
@@ -505,17 +502,9 @@ def quickstart(cfg: Config, progress: bool = True) -> dict:
 
     def run_eval(stage: str) -> None:
         nonlocal t
-        res = evaluate(
-            model,
-            processor,
-            test,
-            cfg.video,
-            cfg.eval.batch_size,
-            cfg.eval.max_new_tokens,
-            cfg.eval.choice,
-            progress,
-            desc=f"eval {stage}",
-        )
+        e = cfg.eval  # not MCQEval.of: the quickstart has never read eval's baseline, samples or media
+        how = MCQEval(e.batch_size, e.max_new_tokens, e.choice, progress, desc=f"eval {stage}")
+        res = evaluate(model, processor, test, cfg.video, how)
         results[stage] = res
         res["signature"] = input_signature(test, cfg.video, "video", cfg.data.root, "test")  # for compare
         _write_eval(out, stage, res)

@@ -242,12 +242,11 @@ def test_other_architectures_answer_greedily_and_training_refuses_them(folders, 
     """LLaVA-OneVision takes the clip as a video, Gemma 3 as its frames (no video processor), each with its
     own chat template and its processor's own sizes; forced choice (which repeats rows by their grids) is
     reported as not taken, and the training loops refuse the folder in one line before its weights load."""
-    from embodied.eval.loop import evaluate
+    from embodied.eval.loop import MCQEval, evaluate
 
     model, processor = load_policy(folders[name])
-    result = evaluate(
-        model, processor, examples[:3], VideoConfig(), batch_size=3, max_new_tokens=4, progress=False
-    )
+    how = MCQEval(batch_size=3, max_new_tokens=4, progress=False)
+    result = evaluate(model, processor, examples[:3], VideoConfig(), how)
     assert result["n"] == 3 and all(r["choice"] is None for r in result["predictions"])
     prompt = prompt_text(processor, examples[0].record, len(examples[0].clip.frames))
     assert prompt.count(part) == (1 if part == "<video>" else len(examples[0].clip.frames))

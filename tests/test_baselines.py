@@ -25,7 +25,7 @@ from embodied.eval.baselines import (
     shuffled,
     single_frame_views,
 )
-from embodied.eval.loop import evaluate
+from embodied.eval.loop import MCQEval, evaluate
 from embodied.eval.stats import prediction_stats, wilson_interval
 from embodied.questions import arrow_of_time
 from embodied.video import Clip, VideoConfig
@@ -94,14 +94,15 @@ def test_shuffled_frames_permute_uniformly_and_ignore_the_record(pairs4):
 def test_video_baselines_sit_exactly_at_chance_on_pairs(tiny_policy, pairs4):
     model, processor = tiny_policy
     video = VideoConfig()
-    full = evaluate(model, processor, pairs4, video, progress=False, max_new_tokens=8)
+    full = evaluate(model, processor, pairs4, video, MCQEval(max_new_tokens=8, progress=False))
     gaps = [
         np.abs(np.subtract(a["choice_logprobs"], b["choice_logprobs"])).max()
         for a, b in zip(full["predictions"][::2], full["predictions"][1::2])
     ]
     assert min(gaps) > 1e-4, gaps  # control: with the video, the two clips of a pair score differently
     for name in ("blind", "single-frame"):
-        res = evaluate(model, processor, pairs4, video, progress=False, max_new_tokens=8, baseline=name)
+        how = MCQEval(max_new_tokens=8, progress=False, baseline=name)
+        res = evaluate(model, processor, pairs4, video, how)
         preds = res["predictions"]
         views = 1 if name == "blind" else 2
         assert len(preds) == views * len(pairs4)
@@ -120,25 +121,15 @@ def test_video_baselines_sit_exactly_at_chance_on_pairs(tiny_policy, pairs4):
 
 def test_shuffled_frames_and_sampling_run(tiny_policy, pairs4):
     model, processor = tiny_policy
-    res = evaluate(
-        model,
-        processor,
-        pairs4[:4],
-        VideoConfig(),
-        progress=False,
-        max_new_tokens=8,
-        baseline="shuffled-frames",
-        samples=3,
-        k=[1, 3],
-        seed=5,
-    )
+    how = MCQEval(max_new_tokens=8, progress=False, baseline="shuffled-frames", samples=3, k=[1, 3], seed=5)
+    res = evaluate(model, processor, pairs4[:4], VideoConfig(), how)
     assert res["settings"]["baseline"] == "shuffled-frames" and res["settings"]["k"] == [1, 3]
     assert all(len(p["sampled"]) == 3 for p in res["predictions"])
     for key in ("pass@1", "pass@3", "cons@1", "cons@3", "unparseable_samples"):
         assert 0.0 <= res[key] <= 1.0
     assert res["pass@3"] >= res["pass@1"]
     with pytest.raises(ValueError, match="runs the policy"):
-        evaluate(model, processor, pairs4[:2], VideoConfig(), progress=False, baseline="random")
+        evaluate(model, processor, pairs4[:2], VideoConfig(), MCQEval(progress=False, baseline="random"))
 
 
 def _records(n: int, skew: float = 0.5, seed: int = 0, family: str = "t") -> list[dict]:

@@ -24,7 +24,7 @@ import pytest
 from embodied.config import Config
 from embodied.eval.compare import cells_of, format_cell
 from embodied.eval.endpoint import EndpointClient, cache_key
-from embodied.eval.loop import evaluate_answers
+from embodied.eval.loop import MCQEval, evaluate_answers
 from embodied.eval.served import EndpointAnswerer
 from embodied.eval.stats import format_result, markdown_table
 from embodied.video import VideoConfig
@@ -35,6 +35,7 @@ SHORT = "<think>far</think><answer>0.05</answer><think>low</think>."
 KEY_ENV = "EMBODIED_TEST_ENDPOINT_KEY"
 KEY = "sk-test-7f3a9c1e-do-not-write-me"
 N_MCQ = 8
+QUIET = MCQEval(choice=False, progress=False)  # the answers alone, no progress bar
 
 
 def _free_port() -> int:
@@ -231,7 +232,7 @@ def test_server_killed_mid_evaluation_loses_nothing_and_resume_sends_only_what_i
             server.kill()
 
     first = answerer(kill_at_half)
-    broken = evaluate_answers(first, examples, choice=False, progress=False)
+    broken = evaluate_answers(first, examples, QUIET)
     lost = {f["id"] for f in broken["failed"]}
     assert all(f["error"] and f["family"] for f in broken["failed"])  # id, family and error, as documented
     assert lost and broken["n"] == N_MCQ - len(lost) and broken["requested"] == N_MCQ
@@ -241,10 +242,10 @@ def test_server_killed_mid_evaluation_loses_nothing_and_resume_sends_only_what_i
 
     server.start()
     again = answerer()
-    resumed = evaluate_answers(again, examples, choice=False, progress=False)
+    resumed = evaluate_answers(again, examples, QUIET)
     assert again.client.usage.sent == len(lost) and again.client.usage.cached == N_MCQ - len(lost)
     assert resumed["n"] == N_MCQ and not resumed["failed"]
-    once = evaluate_answers(answerer(), examples, choice=False, progress=False)  # all cached now
+    once = evaluate_answers(answerer(), examples, QUIET)  # all cached now
     assert [r["response"] for r in once["predictions"]] == [r["response"] for r in resumed["predictions"]]
     kept = {r["id"]: r["response"] for r in broken["predictions"] if not r.get("failed")}
     assert all(r["response"] == kept[r["id"]] for r in resumed["predictions"] if r["id"] in kept)
@@ -257,7 +258,7 @@ def test_a_refused_request_is_counted_and_listed_never_scored(server, data, tmp_
 
     examples = load_split(data[0], "test", VideoConfig(), limit=3)
     client = EndpointClient(server.url, "not-this-model", tmp_path / "cache", retries=3, backoff=0.05)
-    result = evaluate_answers(EndpointAnswerer(client, VideoConfig()), examples, choice=False, progress=False)
+    result = evaluate_answers(EndpointAnswerer(client, VideoConfig()), examples, QUIET)
     assert result["n"] == 0 and result["requested"] == 3 and len(result["failed"]) == 3
     assert result["accuracy"] is None and result["ci95"] is None  # no figure, not a 0.000 that reads as one
     assert format_result(result).startswith("no accuracy: none of the questions was answered (n=0, 3 failed)")
@@ -279,7 +280,7 @@ def test_a_server_error_is_retried_then_counted(server, data, tmp_path):
     client = EndpointClient(server.url, "", tmp_path / "cache", retries=2, backoff=0.05)
     answerer = EndpointAnswerer(client, VideoConfig(), media="video")
     assert answerer.video_url == "file"
-    result = evaluate_answers(answerer, examples, choice=False, progress=False)
+    result = evaluate_answers(answerer, examples, QUIET)
     assert result["n"] == 0 and len(result["failed"]) == 2
     assert (
         client.usage.retries == 4
@@ -366,9 +367,9 @@ def test_sampled_requests_sample_and_a_greedy_server_is_reported_unavailable(ser
     from embodied.data.load import load_split
 
     examples = load_split(data[0], "test", VideoConfig(), limit=3)
-    kwargs = {"samples": 4, "k": [1, 4], "temperature": 1.0, "choice": False, "progress": False}
+    how = MCQEval(choice=False, progress=False, samples=4, k=[1, 4], temperature=1.0)
     client = EndpointClient(server.url, "", tmp_path / "a")
-    sampled = evaluate_answers(EndpointAnswerer(client, VideoConfig()), examples, **kwargs)
+    sampled = evaluate_answers(EndpointAnswerer(client, VideoConfig()), examples, how)
     assert (
         set(client.usage.refused_fields) == {"do_sample", "top_k"} and "sampling" not in sampled["settings"]
     )
@@ -378,7 +379,7 @@ def test_sampled_requests_sample_and_a_greedy_server_is_reported_unavailable(ser
 
     client = EndpointClient(server.url, "", tmp_path / "b")
     greedy = EndpointAnswerer(client, VideoConfig(), processor_kwargs=False)
-    refused = evaluate_answers(greedy, examples, **kwargs)
+    refused = evaluate_answers(greedy, examples, how)
     assert not any(k.startswith(("pass@", "cons@")) for k in refused)
     assert not any(k.startswith("pass@") for s in refused["per_family"].values() for k in s)
     assert refused["settings"]["sampling"].startswith("unavailable: the server returned identical samples")
@@ -518,7 +519,7 @@ def test_a_server_that_does_not_stream_is_read_without_streaming(broken, data, t
     examples = load_split(data[0], "test", VideoConfig(), limit=2)
     client = EndpointClient(broken, "m", tmp_path / "cache", concurrency=1, retries=0)
     answerer = EndpointAnswerer(client, VideoConfig())
-    result = evaluate_answers(answerer, examples, choice=False, progress=False)
+    result = evaluate_answers(answerer, examples, QUIET)
     assert result["n"] == 2 and {p["predicted"] for p in result["predictions"]} == {"A"}
     assert client.usage.read == {"json": 2} and client.usage.failed == 0
     assert _Broken.hits == (2 if mode == "json" else 3) and answerer.settings()["read"] == (

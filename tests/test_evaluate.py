@@ -179,3 +179,17 @@ def test_forced_choice_answers_where_the_model_answers():
     assert choice_prefix(response) == "<think>falls, then rests</think> "
     assert choice_prefix("<think></think><answer>") == "<think></think>"
     assert choice_prefix("no tags at all") == "<think></think>"  # the SFT target's shape
+
+
+def test_mcq_settings_come_from_the_config_and_the_old_keywords_are_refused():
+    from embodied.config import load_config
+    from embodied.eval.loop import MCQEval, evaluate
+    from embodied.video import VideoConfig
+
+    over = ["seed=7", "eval.batch_size=3", "eval.max_new_tokens=9", "eval.choice=false", "eval.samples=4"]
+    over += ["eval.k=[1,4]", "eval.temperature=0.7", "eval.baseline=blind", "eval.media=images"]
+    how = MCQEval.of(load_config(None, overrides=over), progress=False, desc="test")
+    assert how == MCQEval(3, 9, False, False, "test", "blind", 4, [1, 4], 0.7, 7, "images")
+    assert MCQEval.of(load_config(None)) == MCQEval(k=[])  # the defaults agree with the config's
+    with pytest.raises(TypeError, match="as an MCQEval"):  # batch_size= and friends go through MCQEval
+        evaluate(None, None, [], VideoConfig(), max_new_tokens=8)

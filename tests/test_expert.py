@@ -99,7 +99,7 @@ def test_round_prompts_are_seeded_and_cover_the_set():
 def test_expert_iteration_from_format_only_learns_a_visible_answer(tmp_path):
     """As tests/test_rl_learns.py for GRPO: from the format-only start, rounds of keeping the verified answer
     and fine-tuning on it must lift the tiny base from chance to >= 0.9 on "which colour fills the video?"."""
-    from embodied.eval.loop import evaluate
+    from embodied.eval.loop import MCQEval, evaluate
     from embodied.rl.rewards import mcq_rewards
     from tests.test_rl_learns import format_only_start
 
@@ -107,7 +107,7 @@ def test_expert_iteration_from_format_only_learns_a_visible_answer(tmp_path):
     cfg = ExpertConfig(rounds=2, prompts_per_round=128, samples=4, sft_steps=30, batch_size=32, lr=1e-3)
     run = Run(model, processor, train, tmp_path / "ei", video, progress=False, reward_fn=mcq_rewards())
     info = train_expert(cfg, fmt, run)
-    after = evaluate(model, processor, test, video, choice=False, progress=False)
+    after = evaluate(model, processor, test, video, MCQEval(choice=False, progress=False))
     assert abs(before["accuracy"] - 0.5) < 0.15, f"format-only start is not at chance: {before['accuracy']}"
     assert info["answers_scored"] == 2 * 128 * 4 and info["kept"] > 128  # most prompts have a right answer
     assert after["accuracy"] >= 0.9, (

@@ -21,7 +21,7 @@ def test_rendering_runs_headless_and_draws_the_scene(examples):
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_sft_grpo_and_eval_on_cuda(examples, tiny_path, tmp_path, dtype):
     from embodied.config import GRPOConfig, SFTConfig
-    from embodied.eval.loop import evaluate
+    from embodied.eval.loop import MCQEval, evaluate
     from embodied.policy.model import load_policy
     from embodied.train.grpo import train_grpo
     from embodied.train.metrics import read_metrics
@@ -42,7 +42,7 @@ def test_sft_grpo_and_eval_on_cuda(examples, tiny_path, tmp_path, dtype):
     rows = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["stage"] == "grpo"]
     assert len(rows) == 2 and all(np.isfinite(r["loss/policy"]) for r in rows)
     assert next(model.parameters()).is_cuda
-    result = evaluate(model, processor, examples, VideoConfig(), 8, 16, progress=False)
+    result = evaluate(model, processor, examples, VideoConfig(), MCQEval(8, 16, progress=False))
     assert result["n"] == len(examples) and result["unparseable"] < 1.0
 
 

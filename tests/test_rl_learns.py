@@ -13,7 +13,7 @@ import torch
 
 from embodied.config import GRPOConfig, SFTConfig
 from embodied.data.load import Example
-from embodied.eval.loop import evaluate
+from embodied.eval.loop import MCQEval, evaluate
 from embodied.policy.model import PolicyConfig, load
 from embodied.train.grpo import train_grpo
 from embodied.train.sft import train_sft
@@ -52,7 +52,7 @@ def format_only_start(tmp_path):
     model, processor = load(PolicyConfig(path="tiny-base"))
     fmt = SFTConfig(steps=60, targets="format", eval_every=0, checkpoint_every=0)
     train_sft(fmt, Run(model, processor, train, tmp_path / "sft", video, progress=False))
-    before = evaluate(model, processor, test, video, choice=False, progress=False)
+    before = evaluate(model, processor, test, video, MCQEval(choice=False, progress=False))
     return model, processor, train, test, video, fmt, before
 
 
@@ -63,7 +63,7 @@ def test_grpo_from_format_only_learns_a_visible_answer(tmp_path):
     model, processor, train, test, video, _, before = format_only_start(tmp_path)
     grpo = GRPOConfig(steps=30, lr=1e-3, checkpoint_every=0)  # 32 prompts x 4, KL 0.1
     train_grpo(grpo, Run(model, processor, train, tmp_path / "grpo", video, progress=False))
-    after = evaluate(model, processor, test, video, choice=False, progress=False)
+    after = evaluate(model, processor, test, video, MCQEval(choice=False, progress=False))
     assert before["unparseable"] < 0.1, "format SFT did not teach the answer format"
     assert abs(before["accuracy"] - 0.5) < 0.15, f"format-only start is not at chance: {before['accuracy']}"
     assert after["accuracy"] >= 0.9, f"GRPO did not learn a plainly visible answer: {after['accuracy']:.3f}"

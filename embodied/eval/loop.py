@@ -12,8 +12,10 @@ answers modified clips. docs/evaluation.md defines every number.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from tqdm.auto import tqdm
@@ -39,6 +41,7 @@ from embodied.rl.rollout import sampling_seed
 from embodied.video import Clip, VideoConfig
 
 __all__ = [
+    "MCQEval",
     "choice_prefix",
     "evaluate",
     "evaluate_answers",
@@ -85,83 +88,103 @@ def _failed_row(rec: dict, view: int, failure: Failure) -> dict:
     return {"id": rec["id"], "family": kind(rec), "view": view, "failed": True, "error": failure.error}
 
 
+@dataclass(frozen=True)
+class MCQEval:
+    """How `evaluate` answers and scores multiple-choice questions: `batch_size` question views at a time, at
+    most `max_new_tokens` tokens an answer, shown as `media` (`eval.media`, `embodied.eval.answerer.MEDIA`),
+    with forced `choice` or not; a progress bar (`progress`) labelled `desc`. `baseline` is `none` or a video
+    baseline (`blind`, `single-frame`, `shuffled-frames`); with `samples` > 0 also that many sampled answers
+    a question at `temperature`, for pass@k and cons@k for each k in `k`. `seed` draws the baselines'
+    shuffles and seeds the sampling. `evaluate_answers` reads neither `max_new_tokens` nor `media`: its
+    answer source holds its own."""
+
+    batch_size: int = 64
+    max_new_tokens: int = 48
+    choice: bool = True
+    progress: bool = True
+    desc: str = "eval"
+    baseline: str = "none"
+    samples: int = 0
+    k: Sequence[int] = ()
+    temperature: float = 1.0
+    seed: int = 0
+    media: str = "auto"
+
+    @classmethod
+    def of(cls, cfg, **changes) -> MCQEval:
+        """`embodied eval`'s settings from a whole config (`embodied.config.Config`): its `eval` section's
+        batch, token budget, forced choice, baseline, samples, k, temperature and media, and the run's seed;
+        `changes` replace any of them (and set `progress`, `desc`)."""
+        e = cfg.eval
+        fields = {"batch_size": e.batch_size, "max_new_tokens": e.max_new_tokens, "choice": e.choice}
+        fields |= {"baseline": e.baseline, "samples": e.samples, "k": e.k, "temperature": e.temperature}
+        return cls(**fields | {"seed": cfg.seed, "media": e.media} | changes)
+
+
+# TEMPORARY: embodied/train/grpo.py and sft.py still call evaluate(..., choice=False, progress=False); these
+# two keywords alone are taken until they pass `MCQEval(choice=False, progress=False)`. Remove then, with
+# `**train_keywords` and its two lines in `evaluate`.
+_TRAIN_KEYWORDS = ("choice", "progress")
+
+
 @torch.no_grad()
 def evaluate(
     model,
     processor,
     examples: Sequence[Example],
     video: VideoConfig,
-    batch_size: int = 64,
-    max_new_tokens: int = 48,
-    choice: bool = True,
-    progress: bool = True,
-    desc: str = "eval",
-    *,
-    baseline: str = "none",
-    samples: int = 0,
-    k: Sequence[int] = (),
-    temperature: float = 1.0,
-    seed: int = 0,
-    media: str = "auto",
+    how: MCQEval = MCQEval(),
+    **train_keywords,
 ) -> dict:
-    """Evaluate `examples` with a local model (greedy answers, plus `samples` sampled ones per question).
+    """Evaluate `examples` with a local model (greedy answers, plus `how.samples` sampled ones per question),
+    as `how` (`MCQEval`) says.
 
-    `baseline` is `none` or a video baseline (`blind`, `single-frame`, `shuffled-frames`); `seed` draws
-    its shuffles and seeds torch for sampling; `media` is `eval.media` (`embodied.eval.answerer.MEDIA`).
     Returns a JSON-ready dict: the overall figures, `per_family`, `per_family_tier`, `settings`, and every
     prediction row (`id`, `answer`, `predicted`, `response`, `choice`, ...; one row per view of a question).
     """
-    if samples:
-        torch.manual_seed(seed)
+    if set(train_keywords) - set(_TRAIN_KEYWORDS):
+        raise TypeError(f"evaluate takes its settings as an MCQEval, not {sorted(train_keywords)}")
+    how = dataclasses.replace(how, **train_keywords)
+    if how.samples:
+        torch.manual_seed(how.seed)
     was_training = model.training
     model.eval()
-    choice = choice and architecture_of(processor).splits_rows  # forced choice repeats rows: grids needed
-    answerer = LocalAnswerer(model, processor, video, max_new_tokens, media)
+    # forced choice repeats rows: grids needed
+    how = dataclasses.replace(how, choice=how.choice and architecture_of(processor).splits_rows)
+    answerer = LocalAnswerer(model, processor, video, how.max_new_tokens, how.media)
     try:
-        result = evaluate_answers(
-            answerer, examples, batch_size, choice, progress, desc,
-            baseline=baseline, samples=samples, k=k, temperature=temperature, seed=seed,
-        )  # fmt: skip
+        result = evaluate_answers(answerer, examples, how)
     finally:
         model.train(was_training)
-    result["settings"]["max_new_tokens"] = max_new_tokens
+    result["settings"]["max_new_tokens"] = how.max_new_tokens
     return result
 
 
-def evaluate_answers(
-    answerer: Answerer,
-    examples: Sequence[Example],
-    batch_size: int = 64,
-    choice: bool = True,
-    progress: bool = True,
-    desc: str = "eval",
-    *,
-    baseline: str = "none",
-    samples: int = 0,
-    k: Sequence[int] = (),
-    temperature: float = 1.0,
-    seed: int = 0,
-) -> dict:
+def evaluate_answers(answerer: Answerer, examples: Sequence[Example], how: MCQEval = MCQEval()) -> dict:
     """`evaluate` with any answer source (`embodied.eval.answerer`): a local model or a served one.
 
     A question whose answer (greedy or sampled, any view) could not be obtained is listed under `failed`
     and left out of every figure: `n` counts the questions answered, `requested` all of them. Forced choice
     is reported only when the source gave it for every answered question (`settings["choice"]` says why
     not otherwise)."""
-    if baseline != "none" and baseline not in VIDEO_BASELINES:
+    if how.baseline != "none" and how.baseline not in VIDEO_BASELINES:
         raise ValueError(f"evaluate runs the policy: baseline must be none or one of {VIDEO_BASELINES}")
-    ks = resolve_k(samples, k)
-    items = _items(examples, baseline, seed)
+    ks = resolve_k(how.samples, how.k)
+    items = _items(examples, how.baseline, how.seed)
     rows, sampling_s, sample_texts = [], 0.0, []
-    for start in tqdm(range(0, len(items), batch_size), desc=desc, unit="batch", disable=not progress):
-        chunk = items[start : start + batch_size]
+    for start in tqdm(
+        range(0, len(items), how.batch_size), desc=how.desc, unit="batch", disable=not how.progress
+    ):
+        chunk = items[start : start + how.batch_size]
         records, clips = [it[0] for it in chunk], [it[1] for it in chunk]
         texts = answerer.greedy(records, clips)
-        scores = answerer.choice(records, clips, texts) if choice else [None] * len(chunk)
+        scores = answerer.choice(records, clips, texts) if how.choice else [None] * len(chunk)
         t0 = time.perf_counter()
-        seeds = [seeds_of(seed, it) for it in chunk]
+        seeds = [seeds_of(how.seed, it) for it in chunk]
         drawn = (
-            answerer.sample(records, clips, samples, temperature, seeds) if samples else [None] * len(chunk)
+            answerer.sample(records, clips, how.samples, how.temperature, seeds)
+            if how.samples
+            else [None] * len(chunk)
         )
         sampling_s += time.perf_counter() - t0
         sample_texts += [d for d in drawn if d is not None]
@@ -173,22 +196,24 @@ def evaluate_answers(
             sampled = None if s is None else [chosen_option(t, rec["options"]) for t in s]
             rows.append(_row(rec, text, view, lp, sampled))
     result = _scored(rows, ks)
-    if samples:  # what majority vote over k samples costs: k times this, per question
-        result["seconds_per_sample"] = sampling_s / (len(items) * samples)
-    if samples and hasattr(answerer, "check_sampling") and items:
+    if how.samples:  # what majority vote over k samples costs: k times this, per question
+        result["seconds_per_sample"] = sampling_s / (len(items) * how.samples)
+    if how.samples and hasattr(answerer, "check_sampling") and items:
         first = items[0]
-        why = answerer.check_sampling(first[0], first[1], seeds_of(seed, first), sample_texts, temperature)
+        why = answerer.check_sampling(
+            first[0], first[1], seeds_of(how.seed, first), sample_texts, how.temperature
+        )
         if why:  # a server that answers greedily: no pass@k or cons@k, never a number
             drop_sampled(result)
             result.pop("seconds_per_sample", None)
     result["settings"] = answerer.settings() | {
-        "baseline": baseline,
-        "samples": samples,
+        "baseline": how.baseline,
+        "samples": how.samples,
         "k": ks,
-        "temperature": temperature if samples else None,
-        "seed": seed,
+        "temperature": how.temperature if how.samples else None,
+        "seed": how.seed,
     }
-    if choice and "choice_accuracy" not in result and result["n"]:
+    if how.choice and "choice_accuracy" not in result and result["n"]:
         result["settings"]["choice"] = "unavailable: the answer source gave no log-probs for every answer"
     result["predictions"] = rows
     return result
@@ -214,20 +239,12 @@ def seeds_of(seed: int, item: tuple) -> int:
     return sampling_seed(seed, item[3], item[2])
 
 
-def evaluate_free(model, processor, examples: Sequence[Example], cfg, **kwargs) -> dict:
-    """`evaluate` with a run config's video and `eval` settings, free generation (no forced choice), no bar,
-    seeded by `cfg.seed`; `kwargs` go through (baseline, samples, k). The result has `wall_s`."""
+def evaluate_free(model, processor, examples: Sequence[Example], cfg, **changes) -> dict:
+    """`evaluate` with a run config's video, batch size and token budget (not the rest of `eval`: media,
+    samples and the others keep `MCQEval`'s defaults), free generation (no forced choice), no bar, seeded by
+    `cfg.seed`; `changes` replace any `MCQEval` field (baseline, samples, k). The result has `wall_s`."""
     t0 = time.perf_counter()
-    result = evaluate(
-        model,
-        processor,
-        examples,
-        cfg.video,
-        cfg.eval.batch_size,
-        cfg.eval.max_new_tokens,
-        choice=False,
-        progress=False,
-        seed=cfg.seed,
-        **kwargs,
-    )
+    e = cfg.eval
+    how = MCQEval(e.batch_size, e.max_new_tokens, choice=False, progress=False, seed=cfg.seed, **changes)
+    result = evaluate(model, processor, examples, cfg.video, how)
     return result | {"wall_s": time.perf_counter() - t0}

@@ -98,14 +98,14 @@ def _bisect(model, processor, prev: dict, last: dict, val: list, cfg, iters: int
     """Load the point of the segment prev -> last whose validation accuracy lies in [half_at, half_high]
     (bisection on alpha; validation is below the band at prev and above it at last), or else the closest
     one tried. Returns alpha, its validation accuracy and every (alpha, accuracy) tried."""
-    from embodied.eval.loop import evaluate
+    from embodied.eval.loop import MCQEval, evaluate
 
     rc = cfg.recipes
     lo, hi, tried = 0.0, 1.0, []
     for _ in range(iters):
         alpha = (lo + hi) / 2
         model.load_state_dict(_blend(prev, last, alpha))
-        acc = evaluate(model, processor, val, cfg.video, choice=False, progress=False)["accuracy"]
+        acc = evaluate(model, processor, val, cfg.video, MCQEval(choice=False, progress=False))["accuracy"]
         tried.append((alpha, acc))
         if rc.half_at <= acc <= rc.half_high:
             break
@@ -140,7 +140,7 @@ def build_start(cfg, out: Path, seed: int, progress: bool = False) -> dict:
     }
 
     def compute() -> dict:
-        from embodied.eval.loop import evaluate
+        from embodied.eval.loop import MCQEval, evaluate
         from embodied.policy.model import load, load_policy, save_policy
         from embodied.train.common import seed_everything
 
@@ -154,10 +154,9 @@ def build_start(cfg, out: Path, seed: int, progress: bool = False) -> dict:
             model, processor = load(cfg.policy)
             made = _half_solving(model, processor, cfg, data, seed, folder, progress)
         save_policy(model, processor, folder / "model")
-        val = evaluate(
-            model, processor, data["val"][: rc.eval_examples], cfg.video, choice=False, progress=False
-        )
-        test = evaluate(model, processor, data["test"], cfg.video, choice=False, progress=False)
+        quiet = MCQEval(choice=False, progress=False)
+        val = evaluate(model, processor, data["val"][: rc.eval_examples], cfg.video, quiet)
+        test = evaluate(model, processor, data["test"], cfg.video, quiet)
         print(
             f"[start seed {seed}] {made['labelled_steps']} labelled steps: val {val['accuracy']:.3f}, "
             f"test {test['accuracy']:.3f}"
@@ -196,7 +195,7 @@ def run_arm(cfg, out: Path, seed: int, arm_path: str, start: dict, progress: boo
     key = {"start": start, "grpo": dataclasses.asdict(grpo), "video": dataclasses.asdict(cfg.video)}
 
     def compute() -> dict:
-        from embodied.eval.loop import evaluate
+        from embodied.eval.loop import MCQEval, evaluate
         from embodied.policy.model import load_policy
         from embodied.train.common import seed_everything
         from embodied.train.grpo import train_grpo
@@ -211,7 +210,7 @@ def run_arm(cfg, out: Path, seed: int, arm_path: str, start: dict, progress: boo
         t0 = time.perf_counter()
         train_grpo(grpo, Run(model, processor, data["train"], folder, cfg.video, val, seed, progress))
         wall = time.perf_counter() - t0
-        test = evaluate(model, processor, data["test"], cfg.video, choice=False, progress=False)
+        test = evaluate(model, processor, data["test"], cfg.video, MCQEval(choice=False, progress=False))
         logged = read_metrics(folder / "metrics.jsonl")
         curves = rl_curves(logged, start["val_accuracy"]) | critic_curves(logged)
         reached = first_reaching(curves["val"], rc.target)

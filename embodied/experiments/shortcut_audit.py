@@ -16,7 +16,7 @@ from pathlib import Path
 from embodied.config import Config
 from embodied.data.load import load_examples
 from embodied.eval.baselines import VIDEO_BASELINES, model_free_eval
-from embodied.eval.loop import evaluate
+from embodied.eval.loop import MCQEval, evaluate
 from embodied.eval.stats import markdown_table, resolve_k, wilson_interval
 from embodied.policy.model import load
 
@@ -67,10 +67,9 @@ def run(cfg: Config, out: Path, progress: bool = True) -> dict:
         if name in ("random", "majority"):
             res = model_free_eval(cfg.data.root, e.split, name, cfg.seed, e.samples, ks, e.limit)
         else:
-            res = evaluate(
-                model, processor, examples, cfg.video, e.batch_size, e.max_new_tokens, e.choice, progress,
-                desc=name, baseline=name, samples=e.samples, k=ks, temperature=e.temperature, seed=cfg.seed,
-            )  # fmt: skip
+            # media auto, not eval.media, as the audit has always run
+            how = MCQEval.of(cfg, progress=progress, desc=name, baseline=name, k=ks, media="auto")
+            res = evaluate(model, processor, examples, cfg.video, how)
         res["skipped_videos"] = skipped
         tag = e.split if name == "none" else f"{e.split}_{name}"
         (out / f"eval_{tag}.json").write_text(json.dumps(res, indent=2))

@@ -76,7 +76,7 @@ def one_run(cfg, data: dict, start: str, seed: int, out: Path, progress: bool) -
 
 
 def _one_run(cfg, data: dict, start: str, seed: int, run_out: Path, progress: bool) -> dict:
-    from embodied.eval.loop import evaluate
+    from embodied.eval.loop import MCQEval, evaluate
     from embodied.train.grpo import train_grpo
     from embodied.train.metrics import first_reaching, read_metrics, rl_curves
     from embodied.train.state import Run
@@ -85,13 +85,14 @@ def _one_run(cfg, data: dict, start: str, seed: int, run_out: Path, progress: bo
     (run_out / "metrics.jsonl").unlink(missing_ok=True)
     model, processor = _start(cfg, data["train"], data["val"], start, seed, run_out, progress)
     val = data["val"][: zc.eval_examples]
-    before_val = evaluate(model, processor, val, cfg.video, choice=False, progress=False)["accuracy"]
-    before = evaluate(model, processor, data["test"], cfg.video, choice=False, progress=False)
+    quiet = MCQEval(choice=False, progress=False)
+    before_val = evaluate(model, processor, val, cfg.video, quiet)["accuracy"]
+    before = evaluate(model, processor, data["test"], cfg.video, quiet)
     grpo = dataclasses.replace(cfg.grpo, eval_every=zc.eval_every, eval_examples=len(val), checkpoint_every=0)
     t0 = time.perf_counter()
     train_grpo(grpo, Run(model, processor, data["train"], run_out, cfg.video, val, seed, progress))
     wall = time.perf_counter() - t0
-    after = evaluate(model, processor, data["test"], cfg.video, choice=False, progress=False)
+    after = evaluate(model, processor, data["test"], cfg.video, quiet)
     curves = rl_curves(read_metrics(run_out / "metrics.jsonl"), before_val)
     step, seconds = first_reaching(curves["val"], zc.target)
     row = {

@@ -154,7 +154,7 @@ def main() -> None:
 
     from embodied.config import load_config
     from embodied.data.load import load_split
-    from embodied.eval.loop import evaluate, evaluate_free
+    from embodied.eval.loop import MCQEval, evaluate, evaluate_free
     from embodied.policy.model import load
     from embodied.train.sft import train_sft
     from embodied.train.state import Run
@@ -171,16 +171,8 @@ def main() -> None:
     run = Run(model, processor, train, run_dir, cfg.video, seed=args.seed)
     done = train_sft(sft, run, target_fn=lambda r: target_text(r, args.targets, cfg.sft.answer_as))
     t0 = time.perf_counter()
-    res = evaluate(
-        model,
-        processor,
-        test,
-        cfg.video,
-        cfg.eval.batch_size,
-        cfg.eval.max_new_tokens,
-        choice=True,
-        progress=False,
-    )
+    how = MCQEval(cfg.eval.batch_size, cfg.eval.max_new_tokens, choice=True, progress=False)
+    res = evaluate(model, processor, test, cfg.video, how)
     eval_s = time.perf_counter() - t0
     baselines = {}  # the same policy on modified clips: what it answers without the video's evidence
     seeded = dataclasses.replace(cfg, seed=args.seed)
