@@ -356,18 +356,6 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
     return write_outputs(cfg, out, base, probe, per_seed, round(time.perf_counter() - t0, 1))
 
 
-def saved_jobs(out: Path, seeds: list[int]) -> dict:
-    """`{seed: {job: row}}` of the jobs finished in `out` (an interrupted run's), without running any."""
-    return {
-        s: {
-            job: json.loads(f.read_text())["row"]
-            for job in JOBS
-            if (f := out / f"seed{s}" / job / "result.json").is_file()
-        }
-        for s in seeds
-    }
-
-
 def write_outputs(cfg, out: Path, base: dict, probe: dict, per_seed: dict, wall_s: float | None) -> dict:
     """The table from the jobs' rows (a row that a seed lacks is left out): `cosmos.json`, `.md`, `.png`."""
     result = summarise(base, per_seed, cfg) | {"probe": probe, "wall_s": wall_s}

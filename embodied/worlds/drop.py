@@ -248,32 +248,6 @@ def single_drop_params(
     return {"n_objects": 1, "objects": [obj], "camera": camera, "timeconst": timeconst}
 
 
-def measure_rebound(
-    base: mujoco.MjSpec,
-    dampratio: float,
-    timeconst: float = TIMECONST,
-    height: float = 1.0,
-    radius: float = 0.06,
-) -> float:
-    """Apex after the first floor contact over drop height for a sphere released at rest.
-
-    This is how the table in the module docstring was produced (> 1 means energy gain).
-    """
-    params = single_drop_params("sphere", (radius, 0.0, 0.0), height, dampratio, timeconst)
-    model = build_model(base, params)
-    data = mujoco.MjData(model)
-    touched, apex = False, 0.0
-    while data.time < 4.0:
-        mujoco.mj_step(model, data)
-        if data.ncon:
-            if touched and apex > 0.0:
-                break  # second contact: the first rebound is over
-            touched = True
-        elif touched:
-            apex = max(apex, float(data.qpos[2]) - radius)
-    return apex / height
-
-
 class DropWorld(SceneWorld):
     """1-4 objects dropped onto a floor; ``reset(seed)`` (a ``difficulty`` option changes nothing here).
 
