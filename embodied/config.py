@@ -87,6 +87,19 @@ class ConfigError(ValueError):
     """A config file or override that does not fit the schema; the message says which and why."""
 
 
+PPO_KEYS = (
+    *("gamma", "lam", "value_lam", "vf_coef", "value_clip", "whiten", "whiten_std", "value_lr_scale"),
+    *(
+        "value_level",
+        "value_hidden",
+        "value_detach",
+        "value_warmup_steps",
+        "value_ev_patience",
+        "kl_in_reward",
+    ),
+)
+PAPO_KEYS = ("gamma", "mask_prob", "consistent", "entropy_real", "entropy_masked", "masked_grad")
+
 RENAMED = {
     "env.feedback": "env_feedback",
     "env.bench_episodes": "bench.env_episodes",
@@ -97,13 +110,27 @@ RENAMED = {
     "cosmos.curriculum[].tasks": "cosmos.curriculum[].families",
     "pretrain.worlds": "pretrain.scenes",
     "pretrain.family": "pretrain.architecture",
+    **{f"grpo.{k}": f"grpo.ppo.{k}" for k in PPO_KEYS},
+    "grpo.papo": "grpo.papo.enabled",
+    **{f"grpo.papo_{k}": f"grpo.papo.{k}" for k in PAPO_KEYS},
+    "grpo.cov_mode": "grpo.cov.mode",
+    "grpo.cov_ratio": "grpo.cov.ratio",
+    "grpo.clip_cov_low": "grpo.cov.clip_low",
+    "grpo.clip_cov_high": "grpo.cov.clip_high",
+    "grpo.kl_cov_coef": "grpo.cov.kl_coef",
+    "grpo.overlong": "grpo.overlong.mode",
+    "grpo.overlong_buffer": "grpo.overlong.buffer",
+    "grpo.overlong_weight": "grpo.overlong.weight",
 }
 """Config keys that were renamed: old dotted key -> new one (``[]`` stands for any item of a list); a renamed
 section renames every key under it (`env.feedback.seeds` -> `env_feedback.seeds`). An old key in a file or on
 the command line is an error that names the new key, never silently ignored. Issue 23: a question family is a
 `family` (`task` is an interactive task only). Issue 52: the env-feedback experiment's section left `env` for
 a section of its own (`embodied/experiments/config.py`). Issue 61: a model family is an *architecture*
-(`pretrain.architecture`, `embodied.policy.architectures`); `family` is a question family only."""
+(`pretrain.architecture`, `embodied.policy.architectures`); `family` is a question family only. The GRPO
+keys that act only with one ingredient moved into its section (`grpo.ppo.*`, `grpo.papo.*`, `grpo.cov.*`,
+`grpo.overlong.*`); where a key became a section of its name (`grpo.papo`, `grpo.overlong`), only a value
+set on it is the old key."""
 
 
 def _paths(node, prefix: str = ""):
@@ -122,17 +149,28 @@ def _paths(node, prefix: str = ""):
             yield from _paths(item, f"{prefix}[]")
 
 
+def _sections(node, prefix: str = ""):
+    """The dotted paths of a YAML layer that hold a mapping (a section, not a value)."""
+    if isinstance(node, dict):
+        if prefix:
+            yield prefix
+        for key, value in node.items():
+            yield from _sections(value, f"{prefix}.{key}" if prefix else str(key))
+
+
 def _renamed(path: str) -> str | None:
     """The new name of a key path, if it or a section above it is in `RENAMED` (the longest entry wins)."""
     for old in sorted(RENAMED, key=len, reverse=True):
-        if path == old or path.startswith((f"{old}.", f"{old}[]")):
-            return RENAMED[old] + path[len(old) :]
+        new = RENAMED[old]  # a key that became a section of its own name renames itself only
+        if path == old or (path.startswith((f"{old}.", f"{old}[]")) and not new.startswith(f"{old}.")):
+            return new + path[len(old) :]
     return None
 
 
 def _check_renamed(where: str, layer: DictConfig) -> None:
-    paths = list(_paths(OmegaConf.to_container(layer, resolve=False)))
-    hits = [(i, p) for i, p in enumerate(paths) if _renamed(p)]
+    plain = OmegaConf.to_container(layer, resolve=False)
+    paths, sections = list(_paths(plain)), set(_sections(plain))
+    hits = [(i, p) for i, p in enumerate(paths) if _renamed(p) and p not in sections]
     if not hits:
         return
     # name a whole key (`env.feedback.seeds`), not the section above it: the first hit no path extends

@@ -41,10 +41,13 @@ def test_new_keys_exist_in_the_schema():
     one in none."""
     for old, new in RENAMED.items():
         assert any(_field_type(new, s) is not None for s in SCHEMAS), new
+        if new.startswith(f"{old}."):  # a key that became a section of its name (`grpo.papo`)
+            assert dataclasses.is_dataclass(_field_type(old, Config)), old
+            continue
         assert all(_field_type(old, s) is None for s in SCHEMAS), old
         if "[]" not in new:
             schemas = [OmegaConf.structured(s()) for s in SCHEMAS]
-            assert any(OmegaConf.select(s, new, throw_on_missing=False) is not None for s in schemas), new
+            assert any(OmegaConf.select(s, new, default="absent") != "absent" for s in schemas), new
             assert all(OmegaConf.select(s, old, default="absent") == "absent" for s in schemas), old
 
 
@@ -120,3 +123,23 @@ def test_the_cli_prints_it(capsys):
     assert "renamed to `env_feedback.rollout_fps`" in capsys.readouterr().err
     assert main(["experiment", "env-feedback", "env.feedback.seeds=[0]"]) == 2
     assert "`env.feedback.seeds` was renamed to `env_feedback.seeds`" in capsys.readouterr().err
+
+
+def test_grpo_keys_moved_into_the_sections_of_their_ingredient(tmp_path):
+    """Issue 61: `grpo.ppo.*`, `grpo.papo.*`, `grpo.cov.*`, `grpo.overlong.*`. A key that became a section of
+    its own name is an old key only when it holds a value: the section's keys are new ones."""
+    for old, new in (("grpo.papo=true", "grpo.papo.enabled"), ("grpo.overlong=soft", "grpo.overlong.mode")):
+        with pytest.raises(ConfigError, match=rf"`{old.split('=')[0]}` was renamed to `{new}`$"):
+            load_config(overrides=[old])
+    path = tmp_path / "old.yaml"
+    path.write_text("grpo:\n  advantage: gae\n  value_warmup_steps: 2\n")
+    with pytest.raises(
+        ConfigError, match=r"`grpo.value_warmup_steps` was renamed to `grpo.ppo.value_warmup_steps`"
+    ):
+        load_config(path)
+    path.write_text(
+        "grpo:\n  papo:\n    enabled: true\n    gamma: 0.02\n  overlong: {mode: soft, buffer: 4}\n"
+    )
+    cfg = load_config(path, overrides=["grpo.cov.mode=kl_cov", "grpo.ppo.lam=0.9"])
+    assert cfg.grpo.papo.enabled and cfg.grpo.papo.gamma == 0.02 and cfg.grpo.overlong.buffer == 4
+    assert cfg.grpo.cov.mode == "kl_cov" and cfg.grpo.ppo.lam == 0.9

@@ -191,8 +191,8 @@ def _grpo_two_equal_one(root, common, strategy: str, prefix: str) -> None:
         "grpo.temperatures=[0.8,1.2]",
         "grpo.max_new_tokens=8",
         "grpo.entropy_coef=0.01",
-        "grpo.overlong=soft",
-        "grpo.overlong_buffer=6",
+        "grpo.overlong.mode=soft",
+        "grpo.overlong.buffer=6",
         "grpo.log_every=1",
         "grpo.checkpoint_every=0",
         # at the default lr 5e-4 DDP's weights differed from one process's by more than 1e-5 after 2 steps

@@ -191,9 +191,10 @@ def test_retry_temperature_draws_later_turns_hotter(answering_policy, push_examp
 def test_two_turn_grpo_end_to_end(answering_policy, push_examples, tmp_path, monkeypatch):
     """A 2-turn rollout (turn 1 fails, turn 2 is its own prompt with both clips), its update, and train_grpo
     with turns=2 logging per-turn success and each turn's answer."""
+    from grpo_configs import grpo_step
+
     from embodied.config import GRPOConfig
-    from embodied.train.distributed import Processes
-    from embodied.train.grpo import GRPOTrainer, learn, train_grpo
+    from embodied.train.grpo import train_grpo
 
     model, processor = answering_policy
     video, reward, sampling = VideoConfig(), routed_rewards(), Sampling(2, 12, temperature=0.2)
@@ -218,8 +219,7 @@ def test_two_turn_grpo_end_to_end(answering_policy, push_examples, tmp_path, mon
         kl_coef=0.0,
         temperature=0.2,
     )
-    optimizer, run = torch.optim.AdamW(model.parameters(), 1e-4), Run(model, processor, (), tmp_path)
-    metrics = learn(GRPOTrainer(cfg=cfg, run=run, procs=Processes(), optimizer=optimizer), ro, 1)
+    metrics = grpo_step(model, processor, cfg).learn(ro, 1)
     assert np.isfinite(metrics["loss/total"])
 
     from embodied.train import tracking

@@ -204,7 +204,7 @@ def test_reference_under_lora_equals_a_deep_copy(tiny_path):
 
 
 def test_keep_best_under_lora_keeps_the_adapters_only(tiny_path):
-    from embodied.train.grpo import BestWeights
+    from embodied.train.runner import BestWeights
 
     model, _ = load(PolicyConfig(path=str(tiny_path), lora_rank=4))
     best = BestWeights()

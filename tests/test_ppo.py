@@ -4,6 +4,8 @@ checks and the value head in checkpoints."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -444,21 +446,23 @@ def test_per_token_advantages_of_the_wrong_shape_are_refused():
 
 def test_ppo_config_checks():
     from embodied.config import GRPOConfig
+    from embodied.train.config import PPOConfig
     from embodied.train.grpo import check_config
 
-    check_config(GRPOConfig(advantage="gae", kl_in_reward=True, group_size=1))
-    for bad, world in (
-        (GRPOConfig(kl_in_reward=True), 1),  # KL in the reward needs per-token rewards: GAE
-        (GRPOConfig(advantage="gae", lam=1.5), 1),
-        (GRPOConfig(advantage="gae", value_lam=-0.1), 1),
-        (GRPOConfig(advantage="gae", value_hidden=-1), 1),
-        (GRPOConfig(advantage="gae", value_warmup_steps=-1), 1),
-        (GRPOConfig(advantage="gae", value_level="prompt"), 1),
-        (GRPOConfig(advantage="gae", value_level="sequence", lam=0.95), 1),  # A_t = G_t - V(s_0) needs 1
-        (GRPOConfig(advantage="gae"), 2),  # not over several processes yet
-        (GRPOConfig(advantage="ppo"), 1),
+    check_config(GRPOConfig(advantage="gae", ppo=PPOConfig(kl_in_reward=True), group_size=1))
+    for bad, world, says in (
+        (GRPOConfig(ppo=PPOConfig(kl_in_reward=True)), 1, "kl_in_reward"),  # per-token rewards need GAE
+        (GRPOConfig(advantage="gae", ppo=PPOConfig(lam=1.5)), 1, "grpo.ppo.lam"),
+        (GRPOConfig(advantage="gae", ppo=PPOConfig(value_lam=-0.1)), 1, "grpo.ppo.value_lam"),
+        (GRPOConfig(advantage="gae", ppo=PPOConfig(value_hidden=-1)), 1, "value_hidden"),
+        (GRPOConfig(advantage="gae", ppo=PPOConfig(value_warmup_steps=-1)), 1, "value_warmup_steps"),
+        (GRPOConfig(advantage="gae", ppo=PPOConfig(value_level="prompt")), 1, "grpo.ppo.value_level"),
+        # A_t = G_t - V(s_0) needs lambda 1
+        (GRPOConfig(advantage="gae", ppo=PPOConfig(value_level="sequence", lam=0.95)), 1, "lam=1"),
+        (GRPOConfig(advantage="gae"), 2, "several processes"),  # not over several processes yet
+        (GRPOConfig(advantage="ppo"), 1, "grpo.advantage='ppo'"),
     ):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=re.escape(says)):
             check_config(bad, world)
 
 

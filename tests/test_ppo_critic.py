@@ -12,22 +12,15 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from grpo_configs import grpo_config, grpo_step
 
 from embodied.config import GRPOConfig
 from embodied.policy.model import load_policy
+from embodied.rl.critic import CriticWatch
 from embodied.rl.ppo import ValueHead
 from embodied.rl.rollout import sample_groups
-from embodied.train.distributed import Processes
-from embodied.train.grpo import (
-    CriticWatch,
-    GRPOTrainer,
-    inert_clip_settings,
-    learn,
-    make_optimizer,
-    sampling_args,
-    train_grpo,
-    value_head,
-)
+from embodied.train.config import PPOConfig
+from embodied.train.grpo import inert_clip_settings, sampling_args, train_grpo
 from embodied.train.metrics import read_metrics
 from embodied.train.state import Run
 from embodied.video import VideoConfig
@@ -36,15 +29,19 @@ RECIPES = Path(__file__).parents[1] / "configs/recipes"
 PPO = yaml.safe_load((RECIPES / "ppo.yaml").read_text())["grpo"]
 
 
+def _split(kw: dict) -> list[dict]:
+    """Keyword changes as config layers: `grpo.ppo.*` names (`value_warmup_steps`) go to the `ppo` section."""
+    ppo_keys = {f.name for f in dataclasses.fields(PPOConfig)}
+    return [
+        {k: v for k, v in kw.items() if k not in ppo_keys},
+        {"ppo": {k: v for k, v in kw.items() if k in ppo_keys}},
+    ]
+
+
 def _ppo(**kw) -> GRPOConfig:
     """The PPO preset at test size: 4 prompts x 2 answers of at most 8 tokens."""
     base = dict(steps=2, prompts_per_step=4, group_size=2, max_new_tokens=8, log_every=1, checkpoint_every=0)
-    return GRPOConfig(**(PPO | base | kw))
-
-
-def trainer(model, processor, cfg, **fields) -> GRPOTrainer:
-    """A GRPO trainer for calling `learn` directly: one process, no reference policy."""
-    return GRPOTrainer(cfg=cfg, run=Run(model, processor, (), "unused"), procs=Processes(), **fields)
+    return grpo_config(PPO, base, *_split(kw))
 
 
 def varied_reward(texts, records):
@@ -67,11 +64,11 @@ def test_value_head_fits_a_learnable_return(tiny_path, examples, vf_coef):
     cfg = _ppo(**kw, **({} if vf_coef is None else {"vf_coef": vf_coef}))
     ro = sample_groups(model, processor, examples[:4], VideoConfig(), varied_reward, sampling_args(cfg))
     ro.rewards = torch.tensor([[1.0, 1.0], [0.0, 0.0], [1.0, 1.0], [0.0, 0.0]])
-    head = value_head(model, cfg)
-    t = trainer(model, processor, cfg, optimizer=make_optimizer(model, head, cfg), head=head)
+    t = grpo_step(model, processor, cfg)
+    head = t.estimator.value_head
     evs = []
     for step in range(1, 13):  # the preset's head passes 0.9 at step 8 (0.903), the zeroed one never moves
-        m = learn(t, ro, step)
+        m = t.learn(ro, step)
         evs.append(m["critic/explained_variance"])  # the values before this step's updates
         if evs[-1] > 0.9:
             break
@@ -125,14 +122,14 @@ def test_warmup_steps_train_the_head_alone(tiny_path, examples):
     model, processor = load_policy(tiny_path)
     cfg = _ppo(value_warmup_steps=1, value_detach=False, updates_per_rollout=2)
     ro = sample_groups(model, processor, examples[:4], VideoConfig(), varied_reward, sampling_args(cfg))
-    head = value_head(model, cfg)
-    t = trainer(model, processor, cfg, optimizer=make_optimizer(model, head, cfg), head=head)
+    t = grpo_step(model, processor, cfg)
+    head = t.estimator.value_head
     policy = [p.detach().clone() for p in model.parameters()]
-    m = learn(t, ro, 1)
+    m = t.learn(ro, 1)
     assert m["critic/warmup"] == 1.0 and "loss/policy" not in m and m["loss/value"] > 0
     assert all(torch.equal(a, b) for a, b in zip(policy, model.parameters()))  # not one weight moved
     assert head.linear.weight.abs().sum() > 0  # the head did
-    m = learn(t, ro, 2)
+    m = t.learn(ro, 2)
     assert m["critic/warmup"] == 0.0 and "loss/policy" in m
     assert any(not torch.equal(a, b) for a, b in zip(policy, model.parameters()))
 
@@ -155,7 +152,7 @@ def test_critic_watch_warns_after_patience_steps_below_zero():
 
 
 def _preset(name: str, **kw) -> GRPOConfig:
-    return GRPOConfig(**(yaml.safe_load((RECIPES / f"{name}.yaml").read_text())["grpo"] | kw))
+    return grpo_config(yaml.safe_load((RECIPES / f"{name}.yaml").read_text())["grpo"], *_split(kw))
 
 
 def test_clip_settings_that_cannot_act_with_one_update_per_rollout():
@@ -163,7 +160,7 @@ def test_clip_settings_that_cannot_act_with_one_update_per_rollout():
     assert inert_clip_settings(_preset("dapo")) == ["grpo.clip_eps_high=0.28"]
     gspo = inert_clip_settings(_preset("gspo"))
     assert "grpo.ratio_level=sequence" in gspo and any(s.startswith("grpo.clip_eps=") for s in gspo)
-    assert inert_clip_settings(_preset("ppo", updates_per_rollout=1)) == ["grpo.value_clip=0.2"]
+    assert inert_clip_settings(_preset("ppo", updates_per_rollout=1)) == ["grpo.ppo.value_clip=0.2"]
     assert inert_clip_settings(_preset("ppo", updates_per_rollout=1, value_clip=0.0)) == []
     assert inert_clip_settings(_preset("ppo")) == []  # 4 updates per rollout: the clips can act
     assert inert_clip_settings(_preset("dapo", updates_per_rollout=2)) == []
@@ -185,7 +182,7 @@ def test_ppo_run_logs_the_critic_every_step_and_warns_once_at_start(tiny_path, e
             assert key in r, (r["step"], key)
         assert ("reward/total" in r) == (r["step"] != 1)
     assert [r["critic/warmup"] for r in rows] == [1.0, 0.0, 0.0]
-    assert dataclasses.asdict(cfg)["value_ev_patience"] == 0
+    assert dataclasses.asdict(cfg)["ppo"]["value_ev_patience"] == 0
 
 
 def test_recipes_report_the_critic_at_the_end_of_each_run():

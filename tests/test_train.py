@@ -165,16 +165,16 @@ def test_grpo_runs_with_every_switch_and_rejects_unknown_ones(examples, tiny_pat
 
 
 def test_sft_stop_rules():
-    from embodied.train.sft import stops_here
+    from embodied.train.runner import Cadence, stops_here
 
-    cfg = SFTConfig(steps=10, stop_at=0.6)
+    cfg = Cadence.of(SFTConfig(steps=10, stop_at=0.6))
     assert not stops_here(cfg, 3, None, 5.0)  # no validation this step
     assert not stops_here(cfg, 3, 0.59, 5.0)
     assert stops_here(cfg, 3, 0.6, 5.0)  # at or above
     assert stops_here(cfg, 10, None, 5.0)  # the last step
-    assert not stops_here(SFTConfig(steps=10), 3, 1.0, 1e9)  # both rules off by default
-    assert stops_here(SFTConfig(steps=10, max_seconds=30), 3, None, 30.0)
-    assert not stops_here(SFTConfig(steps=10, max_seconds=30), 3, None, 29.9)
+    assert not stops_here(Cadence.of(SFTConfig(steps=10)), 3, 1.0, 1e9)  # both rules off by default
+    assert stops_here(Cadence.of(SFTConfig(steps=10, max_seconds=30)), 3, None, 30.0)
+    assert not stops_here(Cadence.of(SFTConfig(steps=10, max_seconds=30)), 3, None, 29.9)
 
 
 def test_sft_max_seconds_stops_after_the_step_that_runs_out(examples, tiny_path, tmp_path):
@@ -380,7 +380,7 @@ def test_with_last_flags_only_the_final_item_and_reads_one_ahead():
 
 def test_keep_best_ends_on_the_best_held_out_weights(examples, tiny_path, tmp_path):
     """`grpo.keep_best`: the run ends on the weights of its best validation point (the latest of equals)."""
-    from embodied.train.grpo import BestWeights
+    from embodied.train.runner import BestWeights
 
     model, _ = load_policy(tiny_path)
     best, name = BestWeights(), next(iter(dict(model.named_parameters())))

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from grpo_configs import critic_with, grpo_config, grpo_step
 from safetensors.torch import load_file
 
 from embodied.config import GRPOConfig, SFTConfig
@@ -28,17 +29,11 @@ from embodied.train.checkpoint import (
     save_checkpoint,
     set_aside,
 )
-from embodied.train.distributed import Processes
-from embodied.train.grpo import GRPOTrainer, sampling_args, train_grpo
+from embodied.train.grpo import sampling_args, train_grpo
 from embodied.train.metrics import read_metrics
 from embodied.train.sft import train_sft
 from embodied.train.state import Run
 from embodied.video import Clip, VideoConfig
-
-
-def trainer(model, processor, cfg, **fields) -> GRPOTrainer:
-    """A GRPO trainer for calling `update` and `learn` directly: one process, no reference policy."""
-    return GRPOTrainer(cfg=cfg, run=Run(model, processor, (), "unused"), procs=Processes(), **fields)
 
 
 def synthetic_examples(n: int = 12, seed: int = 0) -> list[Example]:
@@ -67,7 +62,7 @@ def examples():
 
 def _grpo(**kw) -> GRPOConfig:
     base = dict(steps=2, prompts_per_step=2, group_size=4, max_new_tokens=8, log_every=1, checkpoint_every=0)
-    return GRPOConfig(**(base | kw))
+    return grpo_config(base, kw)
 
 
 def _rows(path, stage="grpo"):
@@ -93,27 +88,27 @@ RECIPES = {
         kl_coef=0.0,
         dynamic_sampling=True,
         max_sampling_rounds=2,
-        overlong="soft",
-        overlong_buffer=4,
+        overlong={"mode": "soft", "buffer": 4},
         temperature=1.5,
     ),
-    "dapo_masked": dict(loss_agg="token-mean", kl_coef=0.0, overlong="hard", mask_truncated=True),
+    "dapo_masked": dict(loss_agg="token-mean", kl_coef=0.0, overlong={"mode": "hard"}, mask_truncated=True),
     "drgrpo": dict(advantage="drgrpo", loss_agg="seq-sum-norm"),
-    "papo": dict(papo=True, papo_consistent=False, loss_agg="token-mean"),
+    "papo": dict(papo={"enabled": True, "consistent": False}, loss_agg="token-mean"),
     "entropy": dict(
-        cov_mode="kl_cov",
+        cov={"mode": "kl_cov"},
         entropy_coef=0.01,
         ratio_level="sequence",
         updates_per_rollout=2,
         micro_batch_size=3,
         temperatures=[0.7, 1.0, 1.3, 1.6],
-        overlong="hard",
+        overlong={"mode": "hard"},
     ),
     "clip_cov": dict(
-        cov_mode="clip_cov", clip_cov_low=-10.0, clip_cov_high=10.0, papo=True, papo_masked_grad=True
+        cov={"mode": "clip_cov", "clip_low": -10.0, "clip_high": 10.0},
+        papo={"enabled": True, "masked_grad": True},
     ),
     # the critic's warm-up cut to 1 step, so step 2 moves the policy
-    "ppo": PPO_PRESET | {"value_warmup_steps": 1},
+    "ppo": PPO_PRESET | {"ppo": PPO_PRESET["ppo"] | {"value_warmup_steps": 1}},
     # classic PPO: one answer per prompt, no group baseline; micro-batches; no reference model; token values
     "ppo_g1": dict(
         advantage="gae",
@@ -121,8 +116,7 @@ RECIPES = {
         prompts_per_step=4,
         micro_batch_size=3,
         kl_coef=0.0,
-        value_warmup_steps=1,
-        value_level="token",
+        ppo={"value_warmup_steps": 1, "value_level": "token"},
     ),
 }
 
@@ -240,21 +234,27 @@ def test_seeded_samples_do_not_depend_on_the_rest_of_the_batch(tiny_policy, exam
 
 
 def test_micro_batches_give_the_same_loss_and_gradient(examples, tiny_policy):
-    from embodied.rl.advantages import compute_advantages
+    from embodied.rl.advantages import Estimate, compute_advantages
     from embodied.rl.rollout import sample_groups
     from embodied.train.grpo import update
 
     model, processor = tiny_policy
     torch.manual_seed(0)
-    cfg = _grpo(loss_agg="token-mean", entropy_coef=0.01, papo=True, kl_coef=0.0, overlong="hard")
+    cfg = _grpo(
+        loss_agg="token-mean",
+        entropy_coef=0.01,
+        papo={"enabled": True},
+        kl_coef=0.0,
+        overlong={"mode": "hard"},
+    )
     ro = sample_groups(model, processor, examples[:2], VideoConfig(), varied_reward, sampling_args(cfg))
-    adv = compute_advantages(ro.rewards, cfg.advantage).flatten()
+    est = Estimate(compute_advantages(ro.rewards, cfg.advantage).flatten())
     results = []
     for mb in (0, 3):  # the whole rollout (8 rows) vs uneven micro-batches of 3, 3, 2
         cfg.micro_batch_size = mb
         model.zero_grad(set_to_none=True)
         # the same PAPO masks for both: a fresh generator with the same seed
-        metrics = update(trainer(model, processor, cfg), ro, adv, None, torch.Generator().manual_seed(0))
+        metrics = update(grpo_step(model, processor, cfg), ro, est, torch.Generator().manual_seed(0))
         grads = [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
         results.append((metrics, grads))
     model.zero_grad(set_to_none=True)
@@ -288,29 +288,29 @@ def test_ppo_values_read_the_state_before_each_token(tiny_policy, examples):
 
 
 def test_ppo_value_head_gets_gradient_and_learns_a_fixed_rollout(tiny_path, examples):
+    from embodied.rl.advantages import Context
     from embodied.rl.rollout import sample_groups
-    from embodied.train.grpo import critic_targets, learn, make_optimizer, update, value_head
+    from embodied.train.grpo import update
 
     torch.manual_seed(0)
     model, processor = load_policy(tiny_path)
     # lambda = 1: the returns are each answer's reward on every token, whatever the values (a fixed target);
     # the policy barely moves (lr 1e-6), the head learns at 3e-3
-    cfg = _grpo(
-        advantage="gae", kl_coef=0.0, lam=1.0, lr=1e-6, value_lr_scale=3e3, vf_coef=1.0, value_level="token"
-    )
+    ppo = {"lam": 1.0, "value_lr_scale": 3e3, "vf_coef": 1.0, "value_level": "token"}
+    cfg = _grpo(advantage="gae", kl_coef=0.0, lr=1e-6, ppo=ppo)
     ro = sample_groups(model, processor, examples[:2], VideoConfig(), varied_reward, sampling_args(cfg))
-    head = value_head(model, cfg)
-    advantages, old_logp, critic, _ = critic_targets(model, None, head, ro, cfg)
-    assert advantages.shape == ro.ids.shape and torch.equal(
-        critic.old_values, torch.zeros_like(ro.mask.float())
+    t = grpo_step(model, processor, cfg)
+    head = t.estimator.value_head
+    est = t.estimator.estimate(ro, Context(model, None, ro.mask))
+    assert est.advantages.shape == ro.ids.shape and torch.equal(
+        est.old_values, torch.zeros_like(ro.mask.float())
     )
-    update(trainer(model, processor, cfg), ro, advantages, old_logp, torch.Generator(), critic=critic)
+    update(t, ro, est, torch.Generator())
     assert head.linear.weight.grad.abs().sum() > 0 and head.linear.bias.grad.abs().sum() > 0
     model.zero_grad(set_to_none=True)
     head.zero_grad(set_to_none=True)
-    t = trainer(model, processor, cfg, optimizer=make_optimizer(model, head, cfg), head=head)
     losses = [
-        learn(t, ro, step)["loss/value"]
+        t.learn(ro, step)["loss/value"]
         for step in range(1, 26)  # a layer of its own on detached features: slower than the linear head
     ]
     assert losses[0] > 0.1
@@ -318,24 +318,24 @@ def test_ppo_value_head_gets_gradient_and_learns_a_fixed_rollout(tiny_path, exam
 
 
 def test_ppo_micro_batches_give_the_same_loss_and_gradient(examples, tiny_policy):
+    from embodied.rl.advantages import Context
     from embodied.rl.ppo import ValueHead
     from embodied.rl.rollout import sample_groups
-    from embodied.train.grpo import critic_targets, update
+    from embodied.train.grpo import update
 
     model, processor = tiny_policy
     torch.manual_seed(0)
     cfg = _grpo(advantage="gae", kl_coef=0.0, loss_agg="token-mean")
     ro = sample_groups(model, processor, examples[:2], VideoConfig(), varied_reward, sampling_args(cfg))
     head = ValueHead(model.config.text_config.hidden_size, init_std=0.05)  # its gradient reaches the backbone
-    advantages, old_logp, critic, _ = critic_targets(model, None, head, ro, cfg)
+    t = grpo_step(model, processor, cfg, critic_with(cfg, model, head))
+    est = t.estimator.estimate(ro, Context(model, None, ro.mask))
     results = []
     for mb in (0, 3):  # the whole rollout (8 rows) vs uneven micro-batches of 3, 3, 2
         cfg.micro_batch_size = mb
         model.zero_grad(set_to_none=True)
         head.zero_grad(set_to_none=True)
-        metrics = update(
-            trainer(model, processor, cfg), ro, advantages, old_logp, torch.Generator(), critic=critic
-        )
+        metrics = update(t, ro, est, torch.Generator())
         params = [*model.parameters(), *head.parameters()]
         results.append((metrics, [p.grad.detach().clone() for p in params if p.grad is not None]))
     model.zero_grad(set_to_none=True)
@@ -406,8 +406,9 @@ def test_grpo_resume_equals_uninterrupted_run(examples, tiny_path, tmp_path, mon
 
 def test_ppo_resume_equals_uninterrupted_run(examples, tiny_path, tmp_path, monkeypatch):
     """The value head and its optimizer state come back too: steps 3 and 4 use the restored critic."""
-    ppo = PPO_PRESET | {"updates_per_rollout": 2, "value_warmup_steps": 1}  # steps 2-4 move the policy
-    cfg = _grpo(steps=4, checkpoint_every=2, group_size=2, **ppo)
+    # steps 2-4 move the policy
+    cfg = _grpo(steps=4, checkpoint_every=2, group_size=2, **PPO_PRESET)
+    cfg.updates_per_rollout, cfg.ppo.value_warmup_steps = 2, 1
     _crash_and_resume(cfg, examples, tiny_path, tmp_path, monkeypatch)
     heads = [
         load_file(str(tmp_path / run / "checkpoints/grpo/step-00000004/value_head.safetensors"))

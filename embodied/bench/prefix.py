@@ -14,8 +14,8 @@ of the plain one's time. This bench measures it with the training code itself: o
 cost depends on shapes, not pixels), G = `bench.prefix_group` completions of `bench.prefix_tokens` random
 decodable tokens each (the last is the end-of-turn token), and a reward made for timing (uniform random,
 seeded: random text never earns the MCQ reward, and equal rewards would give every advantage 0). Each
-variant's update is `embodied.train.grpo.learn` (advantages, the loss of `_Update.loss` with the reference
-pass when `grpo.kl_coef > 0`, backward, clipping and AdamW) through a `GRPOTrainer` built as `train_grpo`
+variant's update is `GRPO.learn` (`embodied.train.grpo`: advantages, the micro-batch loss with the reference
+pass when `grpo.kl_coef > 0`, backward, clipping and AdamW) through a `GRPO` step built as `train_grpo`
 builds it, with the `policy` section's precision, LoRA and checkpointing. `bench.warmup` untimed updates of
 each variant come first, then `bench.rounds` rounds that run every variant once, the order alternated, so
 the ratio is measured under the same load. Wall-clock timers (`embodied.bench.timers`) split each update
@@ -152,8 +152,11 @@ def rollouts(cfg, processor, example: Example, device) -> tuple[dict, dict]:
 
 
 def trainer(cfg, model, processor, example: Example, out: Path):
-    """A `GRPOTrainer` built as `train_grpo` builds it (reference, optimizer, log), for one prompt a step."""
-    from embodied.train.grpo import GRPOTrainer
+    """A GRPO step (`embodied.train.grpo.GRPO`) built as `train_grpo` builds it (reference, optimizer, log),
+    for one prompt a step."""
+    from embodied.train.distributed import Processes
+    from embodied.train.grpo import GRPO
+    from embodied.train.metrics import MetricsLog
     from embodied.train.state import Run
 
     b = cfg.bench
@@ -168,19 +171,17 @@ def trainer(cfg, model, processor, example: Example, out: Path):
     )
     out.mkdir(parents=True, exist_ok=True)
     run = Run(model, processor, [example], out, clip_video(cfg), seed=cfg.seed, progress=False)
-    return GRPOTrainer.build(grpo, run)
+    return GRPO.build(grpo, run, Processes(), MetricsLog(out / "metrics.jsonl", "grpo"))
 
 
 def timed_update(t, ro: Rollout, step: int, micro_batch: int, timers: Timers) -> dict:
     """One `learn` (advantages, loss, backward, AdamW) of rollout `ro`: its seconds, per-part seconds and
     metrics."""
-    from embodied.train.grpo import learn
-
     t.cfg = dataclasses.replace(t.cfg, micro_batch_size=micro_batch)
     timers.seconds.clear()
     timers.calls.clear()
     t0 = time.perf_counter()
-    metrics = learn(t, ro, step)
+    metrics = t.learn(ro, step)
     seconds = time.perf_counter() - t0
     parts = {k: round(v, 3) for k, v in timers.seconds.items()}
     calls = dict(timers.calls)

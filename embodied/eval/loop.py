@@ -121,12 +121,6 @@ class MCQEval:
         return cls(**fields | {"seed": cfg.seed, "media": e.media} | changes)
 
 
-# TEMPORARY: embodied/train/grpo.py and sft.py still call evaluate(..., choice=False, progress=False); these
-# two keywords alone are taken until they pass `MCQEval(choice=False, progress=False)`. Remove then, with
-# `**train_keywords` and its two lines in `evaluate`.
-_TRAIN_KEYWORDS = ("choice", "progress")
-
-
 @torch.no_grad()
 def evaluate(
     model,
@@ -134,7 +128,6 @@ def evaluate(
     examples: Sequence[Example],
     video: VideoConfig,
     how: MCQEval = MCQEval(),
-    **train_keywords,
 ) -> dict:
     """Evaluate `examples` with a local model (greedy answers, plus `how.samples` sampled ones per question),
     as `how` (`MCQEval`) says.
@@ -142,9 +135,6 @@ def evaluate(
     Returns a JSON-ready dict: the overall figures, `per_family`, `per_family_tier`, `settings`, and every
     prediction row (`id`, `answer`, `predicted`, `response`, `choice`, ...; one row per view of a question).
     """
-    if set(train_keywords) - set(_TRAIN_KEYWORDS):
-        raise TypeError(f"evaluate takes its settings as an MCQEval, not {sorted(train_keywords)}")
-    how = dataclasses.replace(how, **train_keywords)
     if how.samples:
         torch.manual_seed(how.seed)
     was_training = model.training

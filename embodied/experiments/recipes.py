@@ -250,7 +250,7 @@ def critic_curves(metrics: list[dict]) -> dict:
 
 def critic_end(curves: dict, last: int = 10, tol: float = 1e-3) -> dict:
     """The critic at the end of a run: explained variance at the last step and its mean over the `last`
-    steps, how many steps it spent below 0 (below -`tol`, as `train.grpo.CriticWatch` counts: a constant
+    steps, how many steps it spent below 0 (below -`tol`, as `rl.critic.CriticWatch` counts: a constant
     critic reads 0 give or take rounding), the fit's mean over the `last` steps (None without a critic)."""
     ev = [v for _, v in curves["explained_variance"]]
     fit = [v for _, v in curves["explained_variance_fit"]]

@@ -1,6 +1,26 @@
-"""Advantage estimators over groups of responses to the same prompt."""
+"""Advantage estimators: how a rollout's rewards become the advantages the policy loss weighs tokens by.
+
+Two kinds plug into GRPO's update through one interface, `Estimator` (`grpo.advantage` names one):
+
+- the group baselines (`GroupBaseline`): pure functions of the `(N, G)` rewards of N prompts' groups of G
+  answers (GRPO's mean/std, Dr. GRPO's mean, RLOO's leave-one-out, REINFORCE++'s batch std), below;
+- PPO's critic (`embodied.rl.critic`, `gae`): a value head trained beside the policy, GAE against its values.
+
+A new estimator is a class with an `estimate` method, registered by name (docs/training.md, "A new advantage
+estimator or loss"):
+
+    class Median(Estimator):
+        def estimate(self, ro, ctx):
+            r = ro.rewards  # (N, G)
+            return Estimate(ctx.per_row(r - r.median(1, keepdim=True).values))
+
+    register_estimator("median", lambda cfg, model: Median())   # then grpo.advantage=median
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
@@ -54,11 +74,12 @@ def batch_normalized_advantages(rewards: torch.Tensor, eps: float = 1e-6, all_su
     return centred / (var.clamp(min=0).sqrt().to(centred.dtype) + eps)
 
 
-ESTIMATORS = ("grpo", "drgrpo", "rloo", "reinforce_pp")
+GROUP_ESTIMATORS = ("grpo", "drgrpo", "rloo", "reinforce_pp")
 
 
 def compute_advantages(rewards: torch.Tensor, estimator: str = "grpo", all_sum=None) -> torch.Tensor:
-    """`(N, G)` rewards -> `(N, G)` advantages with one of `ESTIMATORS` (`all_sum`: see the batch one)."""
+    """`(N, G)` rewards -> `(N, G)` advantages with one of `GROUP_ESTIMATORS` (`all_sum`: see the batch
+    one)."""
     if estimator == "grpo":
         return group_normalized_advantages(rewards)
     if estimator == "drgrpo":  # Dr. GRPO (Liu et al. 2025): no division by the group std
@@ -67,4 +88,102 @@ def compute_advantages(rewards: torch.Tensor, estimator: str = "grpo", all_sum=N
         return rloo_advantages(rewards)
     if estimator == "reinforce_pp":
         return batch_normalized_advantages(rewards, all_sum=all_sum)
-    raise ValueError(f"unknown advantage estimator {estimator!r}; choose one of {ESTIMATORS}")
+    raise ValueError(f"unknown advantage estimator {estimator!r}; choose one of {GROUP_ESTIMATORS}")
+
+
+@dataclass
+class Context:
+    """What an estimator may use besides the rollout: the policy, the KL reference (None without KL), the
+    tokens the loss sees (`mask`, `(B, T)`), the micro-batch size of no-grad passes, how to sum over
+    processes (None: one process) and `rows`, `(B,)` the trajectory of each row (every turn of a multi-turn
+    trajectory shares its advantage; `arange(B)` for single-turn rollouts)."""
+
+    model: torch.nn.Module
+    ref: object | None
+    mask: torch.Tensor
+    micro_batch_size: int = 0
+    all_sum: Callable[[torch.Tensor], torch.Tensor] | None = None
+    rows: torch.Tensor | None = None
+
+    def per_row(self, advantages: torch.Tensor) -> torch.Tensor:
+        """`(N, G)` advantages of the trajectories -> `(B,)` one per row of the rollout."""
+        flat = advantages.flatten()
+        return flat if self.rows is None else flat[self.rows]
+
+
+@dataclass
+class Estimate:
+    """One rollout's advantages: `(B,)` one per row, or `(B, T)` one per token; optionally the sampling
+    policy's log-probs `(B, T)` when the estimator computed them anyway (None: the update computes them when
+    it needs them), and metrics to log."""
+
+    advantages: torch.Tensor
+    old_logp: torch.Tensor | None = None
+    metrics: dict = field(default_factory=dict)
+
+
+class Estimator:
+    """An advantage estimator. `estimate` is the one method to write; the rest are the hooks of an
+    estimator that trains a module of its own beside the policy (PPO's critic), with the defaults of one that
+    trains nothing."""
+
+    modules: dict[str, torch.nn.Module] = {}
+    every_step: tuple[str, ...] = ()
+    """Metric prefixes logged at every step, not only every `log_every` (a critic's: whether it learns)."""
+    """Modules trained beside the policy (stepped by its optimizer, saved in every checkpoint as
+    `<name>.safetensors`)."""
+
+    def estimate(self, ro, ctx: Context) -> Estimate:
+        """The advantages of rollout `ro` (an `embodied.rl.rollout.Rollout`)."""
+        raise NotImplementedError
+
+    def param_groups(self, lr: float) -> list[dict]:
+        """Optimizer groups of `modules` at the policy's learning rate `lr`."""
+        return []
+
+    def head(self, policy_learns: bool) -> torch.nn.Module | None:
+        """A module the policy's forward pass feeds its last hidden states to (values per token), or None."""
+        return None
+
+    def loss(
+        self, values: torch.Tensor | None, idx: list[int], est: Estimate
+    ) -> tuple[torch.Tensor, dict] | None:
+        """The estimator's own loss term on micro-batch rows `idx` (`values` from `head`), added to the policy
+        loss; None when it has none."""
+        return None
+
+    def policy_learns(self, step: int) -> bool:
+        """False while the policy waits for the estimator (a critic's warm-up): only `modules` are stepped."""
+        return True
+
+    def after_update(self, ro, ctx: Context, est: Estimate, step: int) -> dict:
+        """Metrics after the rollout's updates (e.g. how well a critic now fits it)."""
+        return {}
+
+
+class GroupBaseline(Estimator):
+    """Advantages from each prompt's group of G answers alone: `fn((N, G) rewards, all_sum) -> (N, G)`."""
+
+    def __init__(self, fn: Callable[[torch.Tensor, Callable | None], torch.Tensor]):
+        self.fn = fn
+
+    def estimate(self, ro, ctx: Context) -> Estimate:
+        return Estimate(ctx.per_row(self.fn(ro.rewards, ctx.all_sum)))
+
+
+ESTIMATORS: dict[str, Callable] = {
+    name: (lambda cfg, model, name=name: GroupBaseline(lambda r, s: compute_advantages(r, name, s)))
+    for name in GROUP_ESTIMATORS
+}
+"""`grpo.advantage` names -> `make(grpo_config, model) -> Estimator` (`gae` is `embodied.rl.critic`'s)."""
+
+
+def register_estimator(name: str, make: Callable) -> None:
+    """Make `grpo.advantage=name` build `make(grpo_config, model)`, an `Estimator`."""
+    if name in ESTIMATORS:
+        raise ValueError(f"an advantage estimator named {name!r} is already registered")
+    ESTIMATORS[name] = make
+
+
+def unregister_estimator(name: str) -> None:
+    ESTIMATORS.pop(name, None)

@@ -5,6 +5,7 @@ Shapes: B sequences, T completion tokens. `mask` is 1 on real completion tokens 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -308,3 +309,49 @@ def perception_loss(
             loss = loss + coef * h_agg
             metrics[name] = h_agg.detach()
     return loss, metrics
+
+
+@dataclass
+class LossInputs:
+    """What a registered loss term sees of one micro-batch (B rows, T completion tokens): the current
+    policy's log-probs `(B, T)` (with grad), the sampling policy's and the KL reference's (None without
+    KL), the advantages (`(B,)` or `(B, T)`), the loss's tokens `mask`, the tokens' entropies `(B, T)`, and
+    how GRPO reduces a per-token loss (`mean`: the run's `grpo.loss_agg` over the whole rollout's sizes,
+    so micro-batch terms add up to the rollout's)."""
+
+    logprobs: torch.Tensor
+    old_logprobs: torch.Tensor
+    ref_logprobs: torch.Tensor | None
+    advantages: torch.Tensor
+    mask: torch.Tensor
+    entropy: torch.Tensor
+    agg: str = "seq-mean-token-mean"
+    agg_norm: float | None = None
+    num_seqs: int | None = None
+    num_tokens: int | None = None
+
+    def mean(self, per_token: torch.Tensor) -> torch.Tensor:
+        """A `(B, T)` per-token loss reduced as the policy loss is."""
+        sizes = {"num_seqs": self.num_seqs, "num_tokens": self.num_tokens}
+        return aggregate(per_token, self.mask, self.agg, self.agg_norm, **sizes)
+
+
+LOSSES: dict[str, Callable[[LossInputs], torch.Tensor]] = {}
+"""Extra loss terms by name (`grpo.loss_terms: {name: weight}` adds weight * term to GRPO's loss)."""
+
+
+def register_loss(name: str, fn: Callable[[LossInputs], torch.Tensor] | None = None):
+    """Register `fn(inputs: LossInputs) -> scalar tensor` as the loss term `name`; usable as a decorator.
+    It is logged as `loss/<name>` and added as `grpo.loss_terms[name] * term`."""
+
+    def add(f: Callable[[LossInputs], torch.Tensor]):
+        if name in LOSSES:
+            raise ValueError(f"a loss term named {name!r} is already registered")
+        LOSSES[name] = f
+        return f
+
+    return add(fn) if fn is not None else add
+
+
+def unregister_loss(name: str) -> None:
+    LOSSES.pop(name, None)

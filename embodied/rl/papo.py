@@ -15,6 +15,10 @@ from __future__ import annotations
 
 import torch
 
+from embodied.policy.model import decode, generate, select_rows
+from embodied.rl.rewards import score
+from embodied.rl.rollout import Rollout
+
 
 def black_value(processor, video: bool = True) -> torch.Tensor:
     """`(C,)` the normalised value of a black pixel under the processor's mean and std."""
@@ -64,4 +68,23 @@ def masked_batch(batch: dict, processor, prob: float, consistent: bool, generato
         if pix in batch:
             m = patch_mask(batch[grid].cpu(), prob, consistent, generator)
             out[pix] = mask_patches(batch[pix], m, black_value(processor, video))
+    return out
+
+
+@torch.no_grad()
+def masked_input_accuracy(model, processor, ro: Rollout, cfg, reward_fn, gen) -> dict[str, float]:
+    """Greedy answers to this step's prompts with real and with masked visual input, scored by `reward_fn`:
+    a policy that truly looks should lose accuracy when it cannot see."""
+    G, p = ro.group_size, cfg.papo
+    prompts = select_rows(ro.batch, list(range(0, len(ro.examples) * G, G)))
+    records = [e.record for e in ro.examples]
+    out = {}
+    for name, batch in (
+        ("real", prompts),
+        ("masked", masked_batch(prompts, processor, p.mask_prob, p.consistent, gen)),
+    ):
+        ids, mask = generate(model, processor, batch, cfg.max_new_tokens, do_sample=False)
+        terms = score(reward_fn, decode(processor, ids, mask), records, cfg.reward_timeout_s)
+        key = "reward/accuracy" if "reward/accuracy" in terms[0] else "reward/total"
+        out[f"papo/accuracy_{name}"] = sum(t[key] for t in terms) / len(terms)
     return out

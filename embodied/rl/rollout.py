@@ -14,9 +14,42 @@ import numpy as np
 import torch
 
 from embodied.data.load import Example
-from embodied.policy.model import decode, encode_prompts, eos_token_ids, generate, repeat_batch
+from embodied.policy.model import (
+    completion_logprobs,
+    decode,
+    encode_prompts,
+    eos_token_ids,
+    generate,
+    repeat_batch,
+    select_rows,
+)
 from embodied.rl.rewards import RewardFn, Shaping, score
 from embodied.video import VideoConfig
+
+
+def micro_batches(rows: int, size: int, lengths: Sequence[int] | None = None) -> list[list[int]]:
+    """Row indices of micro-batches of at most `size` rows (0, or `size` >= `rows`: one batch of all rows,
+    in order). With `lengths` (one per row), rows are taken shortest first, so that each micro-batch holds
+    rows of similar length (ties keep their order)."""
+    if rows == 0:
+        return []
+    if size <= 0 or size >= rows:
+        return [list(range(rows))]
+    order = sorted(range(rows), key=lambda i: lengths[i]) if lengths is not None else list(range(rows))
+    return [order[start : start + size] for start in range(0, rows, size)]
+
+
+@torch.no_grad()
+def rollout_logprobs(model, ro: Rollout, micro_batch_size: int = 0, value_head=None):
+    """`(P * G, T)` log-probs of the rollout's tokens under `model`, in micro-batches, without grad; with
+    `value_head`, `(log-probs, values)` from the same pass (values float32)."""
+    parts = []
+    for idx in micro_batches(ro.ids.shape[0], micro_batch_size):
+        sub, ids, mask, temp = select_rows(ro.batch, idx), ro.ids[idx], ro.mask[idx], ro.temperature[idx]
+        out = completion_logprobs(model, sub, ids, mask, temp, value_head=value_head)
+        parts.append(out if value_head is not None else (out,))
+    cols = [torch.cat(c) for c in zip(*parts)]
+    return cols[0] if value_head is None else (cols[0], cols[1].float())
 
 
 @dataclass
@@ -167,3 +200,27 @@ def dynamic_sample(
             kept += len(take)
     stats = {"sampling/rounds": rounds, "sampling/kept_groups": kept}
     return (merge(parts, keep, processor, video) if parts else None), stats
+
+
+def keeps_prefix(net, model, cfg, procs, head, turns: int) -> bool:
+    """Whether the rollout keeps its pass over the prompts for the update (`embodied.policy.groups`): only
+    when the update's policy pass sees the same weights, mode and rows. That is one update per rollout
+    (nothing steps the optimizer in between), a rollout of one draw that is not re-encoded (no dynamic
+    sampling), the whole rollout in one micro-batch, one process with no wrapper around the model (`net`: no
+    autocast), no estimator head (a critic's pass is a full one), no activation checkpointing, single-turn
+    episodes, and no dropout (the sampler runs in eval mode, the update in train mode)."""
+    dropout = any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules()) or any(
+        getattr(c, "attention_dropout", 0.0) > 0 for c in (model.config, model.config.get_text_config())
+    )
+    rows = cfg.prompts_per_step * cfg.group_size
+    return (
+        cfg.updates_per_rollout == 1
+        and not cfg.dynamic_sampling
+        and (cfg.micro_batch_size == 0 or cfg.micro_batch_size >= rows)
+        and procs.world == 1
+        and net is model
+        and head is None
+        and not getattr(model, "is_activation_checkpointing", False)
+        and turns == 1
+        and not dropout
+    )

@@ -61,7 +61,7 @@ def save_checkpoint(
     root: str | Path,
     step: int,
     model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
+    optimizer: torch.optim.Optimizer | None,
     scheduler=None,
     state: dict | None = None,
     config_yaml: str = "",
@@ -90,7 +90,9 @@ def save_checkpoint(
     for name, module in (extra or {}).items():
         save_model(module, str(tmp / f"{name}.safetensors"))
     optim = {
-        "optimizer": optimizer.state_dict() if optim_state is None else optim_state,
+        "optimizer": (optimizer.state_dict() if optimizer is not None else {})
+        if optim_state is None
+        else optim_state,
         "scheduler": scheduler.state_dict() if scheduler else None,
     }
     torch.save(optim, tmp / "optimizer.pt")

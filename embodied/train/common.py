@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
 import numpy as np
@@ -34,18 +34,6 @@ def index_batches(n: int, batch_size: int, seed: int) -> Iterator[list[int]]:
         perm = rng.permutation(n)
         for i in range(0, n - batch_size + 1, batch_size):
             yield perm[i : i + batch_size].tolist()
-
-
-def micro_batches(rows: int, size: int, lengths: Sequence[int] | None = None) -> list[list[int]]:
-    """Row indices of micro-batches of at most `size` rows (0, or `size` >= `rows`: one batch of all rows,
-    in order). With `lengths` (one per row), rows are taken shortest first, so that each micro-batch holds
-    rows of similar length (ties keep their order)."""
-    if rows == 0:
-        return []
-    if size <= 0 or size >= rows:
-        return [list(range(rows))]
-    order = sorted(range(rows), key=lambda i: lengths[i]) if lengths is not None else list(range(rows))
-    return [order[start : start + size] for start in range(0, rows, size)]
 
 
 def with_last(items: Iterable[T]) -> Iterator[tuple[T, bool]]:
@@ -90,6 +78,14 @@ class NonFiniteGuard:
                 f"(loss={loss.item()}, grad_norm={grad_norm.item()}); lower the lr or check the data"
             )
         return False
+
+    def state(self) -> dict:
+        """What a checkpoint saves of the guard."""
+        return {"skipped": self.total, "in_row": self.in_row}
+
+    def load(self, saved: dict) -> None:
+        """Restore `state()` from a checkpoint's counters."""
+        self.total, self.in_row = saved["skipped"], saved["in_row"]
 
 
 def apply_gradients(model, optimizer, loss, grad_clip: float, guard: NonFiniteGuard, step: int) -> float:

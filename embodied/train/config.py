@@ -73,6 +73,110 @@ class SFTConfig:
 
 
 @dataclass
+class PPOConfig:
+    """`grpo.ppo.*`: PPO's critic, the advantage estimator of `grpo.advantage=gae` (`embodied.rl.critic`): a
+    value head on the policy's last hidden states, trained alongside it, and GAE against its values. These
+    keys act only with `advantage=gae` (docs/recipes.md says why the defaults)."""
+
+    gamma: float = 1.0
+    """Discount per completion token (1, TRL's default: the reward reaches every token
+    whole)."""
+    lam: float = 1.0
+    """GAE's lambda (Schulman et al. 2016): 0 gives one-step TD errors (the critic's bias),
+    1 Monte-Carlo returns minus the value (their variance); TRL's 0.95 needs `value_level=token`."""
+    value_lam: float | None = None
+    """GAE's lambda for the critic's targets only (VC-PPO's decoupled GAE); None = `lam`.
+    1 (with gamma 1): every token's target is its Monte-Carlo return-to-go, independent of the critic's own
+    values, while the policy's advantages keep `lam`."""
+    vf_coef: float = 0.1
+    """Weight of the critic's value loss in the total loss, policy + vf_coef * value
+    (TRL's 0.1)."""
+    value_clip: float = 0.2
+    """The clipped value loss keeps each new value within this of the rollout-time one
+    (OpenAI baselines' ppo2, TRL's cliprange_value 0.2); 0 = plain squared error."""
+    whiten: bool = True
+    """Normalise the advantages over the batch's tokens (`whiten_std` says how far); False
+    keeps them as GAE gives them, in reward units."""
+    whiten_std: bool = False
+    """Advantage=gae, with `whiten`: divide by the batch's std too (full whitening); False centres only
+    (subtract the batch mean, keep reward units): the centring removes the critic's error common to the
+    batch, the division would scale its per-answer error up to unit size when the rewards barely vary. True
+    (TRL's, OpenRLHF's, verl's whitening) collapsed the tiny policy on 2 seeds of 3 (docs/recipes.md)."""
+    value_lr_scale: float = 10.0
+    """Learning rate of the value head relative to `lr`. The head starts at zero and has to
+    reach the return's level (~1.4 here) within the value clip's 0.2 per rollout, so it learns faster than
+    the policy (verl's and OpenRLHF's PPO examples give the critic 10-20x the actor's lr)."""
+    value_level: str = "sequence"
+    """Token (V(s_t) before every completion token, PPO's critic) | sequence (the prompt's
+    value V(s_0) is every token's baseline and the only value trained, on the whole return: a learned
+    per-question baseline, the same on every token of an answer; needs gamma = lam = 1). Per-token values
+    put the critic's per-position error into the advantages of the answer format's tokens, which every
+    answer shares, and so push them the same way on every answer (docs/recipes.md)."""
+    value_hidden: int = 64
+    """Hidden units of a layer of the value head's own (Linear -> tanh -> Linear); 0 = one
+    linear layer on the policy's last hidden states."""
+    value_detach: bool = True
+    """Stop the value loss's gradient at the head's input, so the critic never reshapes the
+    shared backbone (the policy then moves by the policy loss alone)."""
+    value_warmup_steps: int = 5
+    """The first this many steps train the value head alone (policy frozen, nothing but the
+    head stepped), so the first policy updates meet a critic that already predicts the returns' level
+    (OpenRLHF's freezing_actor_steps, verl's critic_warmup)."""
+    value_ev_patience: int = 10
+    """Warn when the critic's explained variance has stayed below 0 for this many steps in a
+    row: its values are then worse than a constant, and the advantages are mostly its error (0 = never)."""
+    kl_in_reward: bool = False
+    """Put the KL to the reference in the reward instead of the loss (InstructGPT, Ouyang et al. 2022, Eq. 2;
+    TRL's PPO): every completion token's reward gets `- grpo.kl_coef * KL`, the `grpo.kl_estimator` estimate
+    from the sampling policy's and the reference's log-probs, once per rollout, and the loss has no KL term
+    (PPO only: the per-token rewards go through GAE)."""
+
+
+@dataclass
+class PAPOConfig:
+    """`grpo.papo.*`: PAPO (Wang et al. 2025), the implicit perception loss on masked visual input."""
+
+    enabled: bool = False
+    """Perception-aware policy optimisation: add PAPO's implicit perception loss on masked visual input."""
+    gamma: float = 0.01
+    """Weight of the perception KL (maximised)."""
+    mask_prob: float = 0.6
+    """Probability of blackening each vision patch."""
+    consistent: bool = True
+    """Video: blacken the same patch positions in every temporal patch (False: draw each anew)."""
+    entropy_real: float = 0.03
+    entropy_masked: float = 0.03
+    """PAPO's double entropy regulariser weights (eta1 on the real branch, eta2 on the masked one)."""
+    masked_grad: bool = False
+    """Let gradient flow through the masked branch too (PAPO's released runs: no)."""
+
+
+@dataclass
+class CovConfig:
+    """`grpo.cov.*`: covariance-based entropy control (Cui et al. 2025), Clip-Cov or KL-Cov."""
+
+    mode: str = "none"
+    """None | clip_cov | kl_cov: covariance-based entropy control (Cui et al. 2025)."""
+    ratio: float = 2e-4
+    """Fraction of tokens Clip-Cov detaches / KL-Cov penalises (at least one token)."""
+    clip_low: float = 1.0
+    clip_high: float = 5.0
+    """Clip-Cov picks its tokens among those with `clip_low` < covariance < `clip_high`."""
+    kl_coef: float = 1.0
+    """KL-Cov's weight on |log ratio| for the selected tokens."""
+
+
+@dataclass
+class OverlongConfig:
+    """`grpo.overlong.*`: DAPO's overlong reward shaping of answers that reach `grpo.max_new_tokens`."""
+
+    mode: str = "off"
+    """Off | hard (truncated answers get -1) | soft (ramps down over the last `buffer` tokens)."""
+    buffer: int = 8
+    weight: float = 1.0
+
+
+@dataclass
 class GRPOConfig:
     """Group Relative Policy Optimization (DeepSeekMath) with rule-based MCQ rewards."""
 
@@ -100,55 +204,8 @@ class GRPOConfig:
     advantage: str = "grpo"
     """grpo (group mean/std) | drgrpo (group mean only) | rloo (leave-one-out) | reinforce_pp (batch std) |
     gae (PPO: a learned critic, a value head on the policy's last hidden states, is the baseline; per-token
-    GAE advantages, centred over the batch; no group needed, so group_size 1 works: `gamma`, `lam`,
-    `vf_coef`, `value_clip`, `whiten`, `value_*`, `kl_in_reward`; docs/recipes.md says why the defaults)."""
-    gamma: float = 1.0
-    """advantage=gae: discount per completion token (1, TRL's default: the reward reaches every token
-    whole)."""
-    lam: float = 1.0
-    """advantage=gae: GAE's lambda (Schulman et al. 2016): 0 gives one-step TD errors (the critic's bias),
-    1 Monte-Carlo returns minus the value (their variance); TRL's 0.95 needs `value_level=token`."""
-    value_lam: float | None = None
-    """advantage=gae: GAE's lambda for the critic's targets only (VC-PPO's decoupled GAE); None = `lam`.
-    1 (with gamma 1): every token's target is its Monte-Carlo return-to-go, independent of the critic's own
-    values, while the policy's advantages keep `lam`."""
-    vf_coef: float = 0.1
-    """advantage=gae: weight of the critic's value loss in the total loss, policy + vf_coef * value
-    (TRL's 0.1)."""
-    value_clip: float = 0.2
-    """advantage=gae: the clipped value loss keeps each new value within this of the rollout-time one
-    (OpenAI baselines' ppo2, TRL's cliprange_value 0.2); 0 = plain squared error."""
-    whiten: bool = True
-    """advantage=gae: normalise the advantages over the batch's tokens (`whiten_std` says how far); False
-    keeps them as GAE gives them, in reward units."""
-    whiten_std: bool = False
-    """advantage=gae, with `whiten`: divide by the batch's std too (full whitening); False centres only
-    (subtract the batch mean, keep reward units): the centring removes the critic's error common to the
-    batch, the division would scale its per-answer error up to unit size when the rewards barely vary. True
-    (TRL's, OpenRLHF's, verl's whitening) collapsed the tiny policy on 2 seeds of 3 (docs/recipes.md)."""
-    value_lr_scale: float = 10.0
-    """advantage=gae: learning rate of the value head relative to `lr`. The head starts at zero and has to
-    reach the return's level (~1.4 here) within the value clip's 0.2 per rollout, so it learns faster than
-    the policy (verl's and OpenRLHF's PPO examples give the critic 10-20x the actor's lr)."""
-    value_level: str = "sequence"
-    """advantage=gae: token (V(s_t) before every completion token, PPO's critic) | sequence (the prompt's
-    value V(s_0) is every token's baseline and the only value trained, on the whole return: a learned
-    per-question baseline, the same on every token of an answer; needs gamma = lam = 1). Per-token values
-    put the critic's per-position error into the advantages of the answer format's tokens, which every
-    answer shares, and so push them the same way on every answer (docs/recipes.md)."""
-    value_hidden: int = 64
-    """advantage=gae: hidden units of a layer of the value head's own (Linear -> tanh -> Linear); 0 = one
-    linear layer on the policy's last hidden states."""
-    value_detach: bool = True
-    """advantage=gae: stop the value loss's gradient at the head's input, so the critic never reshapes the
-    shared backbone (the policy then moves by the policy loss alone)."""
-    value_warmup_steps: int = 5
-    """advantage=gae: the first this many steps train the value head alone (policy frozen, nothing but the
-    head stepped), so the first policy updates meet a critic that already predicts the returns' level
-    (OpenRLHF's freezing_actor_steps, verl's critic_warmup)."""
-    value_ev_patience: int = 10
-    """advantage=gae: warn when the critic's explained variance has stayed below 0 for this many steps in a
-    row: its values are then worse than a constant, and the advantages are mostly its error (0 = never)."""
+    GAE advantages, centred over the batch; no group needed, so group_size 1 works; its settings are
+    `grpo.ppo.*`) | any name registered with `embodied.rl.advantages.register_estimator`."""
     loss_agg: str = "seq-mean-token-mean"
     """seq-mean-token-mean (GRPO) | token-mean (DAPO) | seq-sum-norm (Dr. GRPO, divided by max_new_tokens)."""
     kl_estimator: str = "k3"
@@ -157,51 +214,20 @@ class GRPOConfig:
     """Weight of the KL to the frozen initial policy; 0 drops the reference model entirely. From a start that
     answers each letter half the time, the KL holds the letters apart until the clip decides them: without it
     the tiny policy collapsed to one letter within 50 steps (docs/perception.md)."""
-    kl_in_reward: bool = False
-    """Put the KL to the reference in the reward instead of the loss (InstructGPT, Ouyang et al. 2022, Eq. 2;
-    TRL's PPO): every completion token's reward gets `- kl_coef * KL`, the `kl_estimator` estimate from the
-    sampling policy's and the reference's log-probs, once per rollout, and the loss has no KL term. Needs
-    advantage=gae (the per-token rewards go through GAE)."""
     ratio_level: str = "token"
     """token (PPO/GRPO importance ratio per token) | sequence (GSPO's length-normalised sequence ratio)."""
     entropy_coef: float = 0.0
     """Entropy bonus: the loss subtracts entropy_coef * entropy of the sampling distribution."""
-    cov_mode: str = "none"
-    """none | clip_cov | kl_cov: covariance-based entropy control (Cui et al. 2025)."""
-    cov_ratio: float = 2e-4
-    """Fraction of tokens Clip-Cov detaches / KL-Cov penalises (at least one token)."""
-    clip_cov_low: float = 1.0
-    clip_cov_high: float = 5.0
-    """Clip-Cov picks its tokens among those with clip_cov_low < covariance < clip_cov_high."""
-    kl_cov_coef: float = 1.0
-    """KL-Cov's weight on |log ratio| for the selected tokens."""
     dynamic_sampling: bool = False
     """DAPO: drop groups with equal rewards and draw more prompts until `prompts_per_step` groups remain."""
     max_sampling_rounds: int = 3
     """Cap on draws per step under dynamic sampling; a step trains on the groups kept by then."""
-    overlong: str = "off"
-    """off | hard (truncated answers get -1) | soft (ramps down over the last `overlong_buffer` tokens)."""
-    overlong_buffer: int = 8
-    overlong_weight: float = 1.0
     mask_truncated: bool = False
     """Leave answers that hit `max_new_tokens` without ending out of the loss (DAPO's overlong filtering)."""
     updates_per_rollout: int = 1
     """mu: optimizer steps on each rollout, against the log-probs stored when it was sampled."""
     micro_batch_size: int = 0
     """Sequences per forward/backward pass (0 = the whole rollout); the gradient does not depend on it."""
-    papo: bool = False
-    """Perception-aware policy optimisation: add PAPO's implicit perception loss on masked visual input."""
-    papo_gamma: float = 0.01
-    """Weight of the perception KL (maximised)."""
-    papo_mask_prob: float = 0.6
-    """Probability of blackening each vision patch."""
-    papo_consistent: bool = True
-    """Video: blacken the same patch positions in every temporal patch (False: draw each anew)."""
-    papo_entropy_real: float = 0.03
-    papo_entropy_masked: float = 0.03
-    """PAPO's double entropy regulariser weights (eta1 on the real branch, eta2 on the masked one)."""
-    papo_masked_grad: bool = False
-    """Let gradient flow through the masked branch too (PAPO's released runs: no)."""
     accuracy_weight: float = 1.0
     """Weight of `reward/accuracy` (the exact letter in the one `<answer>`) in `reward/total`."""
     format_weight: float = 0.5
@@ -225,6 +251,18 @@ class GRPOConfig:
     checkpoint_every: int = 20
     """Write a resumable checkpoint every this many steps and at the end (0 = never)."""
     keep_checkpoints: int = 2
+    target_kl: float | None = None
+    """With `updates_per_rollout` > 1: stop a rollout's updates after the first whose approximate KL to the
+    sampling policy (`drift/approx_kl`, k3 over the loss's tokens, measured in that update's forward pass)
+    exceeds this (cleanrl's `target_kl`); None: always run all `updates_per_rollout`."""
+    loss_terms: dict[str, float] = field(default_factory=dict)
+    """Extra loss terms by name, with their weights: each name is a function registered with
+    `embodied.rl.losses.register_loss`, added to the loss as weight * term (docs/training.md, "A new advantage
+    estimator or loss")."""
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    papo: PAPOConfig = field(default_factory=PAPOConfig)
+    cov: CovConfig = field(default_factory=CovConfig)
+    overlong: OverlongConfig = field(default_factory=OverlongConfig)
 
 
 @dataclass

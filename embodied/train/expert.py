@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from embodied.data.load import Example
 from embodied.envs import parse, task
@@ -44,11 +43,13 @@ from embodied.envs.config import Turns
 from embodied.rl.episodes import again, check_env_turns, sample_episodes
 from embodied.rl.rewards import mcq_rewards, rewards_for
 from embodied.rl.rollout import Rollout, Sampling, sample_groups, sampling_seed
-from embodied.train.checkpoint import load_checkpoint, resolve_resume, save_checkpoint, set_aside
+from embodied.train.checkpoint import load_checkpoint
 from embodied.train.config import ExpertConfig, SFTConfig
+from embodied.train.distributed import Processes
 from embodied.train.metrics import MetricsLog
+from embodied.train.runner import Cadence, Runner
 from embodied.train.sft import train_sft
-from embodied.train.state import Run, Trainer
+from embodied.train.state import Run
 
 KEEP = ("success", "best")
 RETRY_TARGETS = ("own", "group", "better")
@@ -278,24 +279,10 @@ def train_expert(
     executed answer counts in `answers_scored`."""
     check_expert(cfg, run)
     sampling = Sampling(cfg.samples, max_new_tokens, cfg.temperature, timeout_s=timeout_s)
-    t = ExpertTrainer.build(cfg, sft_cfg, run, sampling)
-    bar = tqdm(range(t.start, cfg.rounds + 1), desc="expert", unit="round", disable=not run.progress)
-    for r in bar:
-        t0 = time.perf_counter()
-        sampled = t.sample_round(r)
-        t_sample, t1 = time.perf_counter() - t0, time.perf_counter()
-        tuned_on = t.fine_tune(r, sampled)
-        t.kept_total += len(sampled.kept)
-        metrics = t.round_metrics(sampled, tuned_on, {"time/sample": t_sample, "time/sft": t1})
-        t.log.log(r, metrics)
-        t.checkpoint(r, metrics["time/elapsed"])
-        bar.set_postfix(kept=f"{metrics['expert/kept']:.2f}", r=f"{metrics['reward/total']:.2f}")
-    return {
-        "rounds": cfg.rounds,
-        "answers_scored": t.scored,
-        "kept": t.kept_total,
-        "wall_s": time.perf_counter() - t.t_start,
-    }
+    cadence = Cadence(cfg.rounds, checkpoint_every=1, keep_checkpoints=sft_cfg.keep_checkpoints)
+    procs, log = run.procs or Processes(), MetricsLog(run.out_dir / "metrics.jsonl", "expert")
+    algo = Expert.build(cfg, sft_cfg, run, sampling)
+    return Runner.build(algo, run, cadence, procs, log).run_steps()
 
 
 def check_expert(cfg: ExpertConfig, run: Run) -> None:
@@ -353,52 +340,50 @@ class Round:
     by_task: dict[str, list[float]] = field(default_factory=dict)
 
 
-@dataclass(kw_only=True)
-class ExpertTrainer(Trainer):
-    """An expert-iteration run's state (`Trainer`'s, and): the round's fine-tuning settings (`tune`), the
-    sampling settings, the settings a checkpoint pins, the counters (answers scored, examples kept, seconds
-    spent before a resume) and, with `replay`, every prompt's latest kept answer."""
+@dataclass
+class Expert:
+    """The expert-iteration round (`embodied.train.runner.Algorithm`): the round's fine-tuning settings
+    (`tune`), the sampling settings, the settings a checkpoint pins, the counters (answers scored, examples
+    kept, seconds spent before a resume) and, with `replay`, every prompt's latest kept answer. A round trains
+    with an optimizer of its own (its SFT), so a checkpoint holds no optimizer state."""
 
-    sft_cfg: SFTConfig
+    cfg: ExpertConfig
+    run: Run
     tune: SFTConfig
     sampling: Sampling
     settings: dict
+    by_id: dict[str, Example]
     scored: int = 0
     kept_total: int = 0
-    by_id: dict[str, Example] = field(default_factory=dict)
     replayed: dict[str, str] = field(default_factory=dict)
     """replay: prompt id -> its latest kept answer, in the order first kept."""
+    before_s: float = 0.0
+    t_built: float = field(default_factory=time.perf_counter)
+    row: dict = field(default_factory=dict)
+    stage, title, unit, optimizer, schedule, modules = "expert", "expert iteration", "round", None, None, None
 
     @classmethod
-    def build(cls, cfg: ExpertConfig, sft_cfg: SFTConfig, run: Run, sampling: Sampling) -> ExpertTrainer:
-        """The run's state, resumed from `run.resume`; a fresh run sets an earlier run's checkpoints and
-        rows in `out_dir` aside."""
-        t = cls(
+    def build(cls, cfg: ExpertConfig, sft_cfg: SFTConfig, run: Run, sampling: Sampling) -> Expert:
+        """The round's pieces; the reward defaults to the MCQ rules."""
+        return cls(
             cfg=cfg,
             run=dataclasses.replace(run, reward_fn=run.reward_fn or mcq_rewards()),
-            log=MetricsLog(run.out_dir / "metrics.jsonl", "expert"),
-            sft_cfg=sft_cfg,
             tune=round_sft(sft_cfg, cfg.sft_steps, cfg.batch_size, cfg.lr),
             sampling=sampling,
             settings=expert_settings(cfg, run),
             by_id={ex.record["id"]: ex for ex in run.train} if cfg.replay else {},
         )
-        before = 0.0
-        if path := resolve_resume(run.resume, t.ckpt_dir):
-            before = t.resume(path)
-        else:  # a fresh run: an earlier run's checkpoints and rows in out_dir are not continued
-            set_aside(t.ckpt_dir)
-            t.log.truncate(0)
-        t.t_start = time.perf_counter() - before
-        return t
 
     @property
-    def ckpt_dir(self) -> Path:
-        return self.run.out_dir / "checkpoints" / "expert"
+    def model(self):
+        return self.run.model
 
-    def resume(self, path: Path) -> float:
-        """Load an expert checkpoint (it must have been written with the same settings); returns the
-        seconds the run had spent."""
+    def elapsed(self) -> float:
+        """Seconds the run has spent, those before a resume included."""
+        return self.before_s + time.perf_counter() - self.t_built
+
+    def resume(self, path: Path) -> dict:
+        """Load an expert checkpoint (it must have been written with the same settings)."""
         saved = load_checkpoint(path, self.model)
         old = LATER_SETTINGS | saved["expert"]  # a setting added since had its default value then
         if old != self.settings:
@@ -416,10 +401,35 @@ class ExpertTrainer(Trainer):
                 f"checkpoint {path} replays answers to {len(missing)} prompts not in this training set "
                 f"(e.g. {missing[0]!r}): resume on the same data, or start fresh without resume"
             )
-        self.start = saved["step"] + 1
-        self.log.truncate(saved["step"])
-        print(f"resuming expert iteration from {path} (round {saved['step']})")
-        return saved["elapsed"]
+        self.before_s, self.t_built = saved["elapsed"], time.perf_counter()
+        return saved
+
+    def step(self, r: int) -> None:
+        """Round `r`: sample and keep, fine-tune on the kept answers, and the round's metrics."""
+        t0 = time.perf_counter()
+        sampled = self.sample_round(r)
+        t_sample, t1 = time.perf_counter() - t0, time.perf_counter()
+        tuned_on = self.fine_tune(r, sampled)
+        self.kept_total += len(sampled.kept)
+        self.row = self.round_metrics(sampled, tuned_on, {"time/sample": t_sample, "time/sft": t1})
+
+    def report(self, r: int, due: bool, step_s: float) -> dict:
+        return self.row
+
+    def postfix(self, row: dict) -> dict:
+        return {"kept": f"{row['expert/kept']:.2f}", "r": f"{row['reward/total']:.2f}"}
+
+    def state(self) -> dict:
+        """The counters after a round: answers scored, examples kept, seconds spent, the pinned settings and
+        (with `replay`) the replayed answers."""
+        counters = {"scored": self.scored, "kept": self.kept_total, "elapsed": self.row["time/elapsed"]}
+        counters["expert"] = self.settings
+        if self.cfg.replay:
+            counters["replay"] = self.replayed
+        return counters
+
+    def summary(self) -> dict:
+        return {"rounds": self.cfg.rounds, "answers_scored": self.scored, "kept": self.kept_total}
 
     def sample_round(self, r: int) -> Round:
         """Round `r`'s prompts, `sample_batch` at a time: answers sampled and scored, the best kept."""
@@ -480,7 +490,7 @@ class ExpertTrainer(Trainer):
             "reward/total": float(np.mean(sampled.rewards)),
             "time/sample": times["time/sample"],
             "time/sft": time.perf_counter() - times["time/sft"],
-            "time/elapsed": time.perf_counter() - self.t_start,
+            "time/elapsed": self.elapsed(),
         }
         if sampled.successes:
             metrics["reward/success"] = float(np.mean(sampled.successes))
@@ -499,18 +509,6 @@ class ExpertTrainer(Trainer):
             for k in range(1, self.run.turns.n + 1):
                 metrics[f"expert/kept_turn{k}"] = sum(len(e.history) == k - 1 for e in kept) / n
         return metrics
-
-    def checkpoint(self, r: int, elapsed: float) -> None:
-        """The policy and counters after round `r` (no optimizer state: each round's fine-tuning starts a
-        fresh one)."""
-        counters = {"scored": self.scored, "kept": self.kept_total, "elapsed": elapsed}
-        counters["expert"] = self.settings
-        if self.cfg.replay:
-            counters["replay"] = self.replayed
-        save_checkpoint(
-            self.ckpt_dir, r, self.model, None, None, counters, self.run.config_yaml,
-            self.sft_cfg.keep_checkpoints, optim_state={},
-        )  # fmt: skip
 
 
 def train_expert_config(cfg, run: Run) -> dict:

@@ -1,11 +1,12 @@
 """GRPO and its descendants: sample a group of answers per question, score them, push towards the better.
 
-One step, top to bottom: rollout (G samples per prompt, DAPO dynamic sampling if on) -> rewards ->
-advantages -> `updates_per_rollout` optimizer steps of the clipped policy loss (+ KL to the frozen initial
-policy, entropy controls, PAPO's perception loss), each accumulated over micro-batches -> log -> eval ->
-checkpoint. Every recipe is a switch of `GRPOConfig`; presets live in configs/recipes/ (grpo, dapo, drgrpo,
-papo, ..., ppo). PPO (`advantage=gae`) swaps the group baseline for a learned critic: a value head on the
-policy's last hidden states, trained alongside it (`Critic`, `critic_targets`), saved in every checkpoint.
+One step, top to bottom (`GRPO.step`): rollout (G samples per prompt, DAPO dynamic sampling if on) ->
+rewards -> advantages (an `Estimator`: a group baseline, or PPO's critic with `advantage=gae`,
+`embodied.rl.critic`) -> `updates_per_rollout` optimizer steps of the clipped policy loss (+ KL to the frozen
+initial policy, entropy controls, PAPO's perception loss, the estimator's own loss, registered loss terms),
+each accumulated over micro-batches. The runner (`embodied.train.runner`) does the rest: logging,
+validation, keep-best, checkpoints, resume. Every recipe is a switch of `GRPOConfig`; presets live in
+configs/recipes/ (grpo, dapo, drgrpo, papo, ..., ppo).
 """
 
 from __future__ import annotations
@@ -13,46 +14,43 @@ from __future__ import annotations
 import dataclasses
 import time
 import warnings
-from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from operator import attrgetter
 
 import torch
-from tqdm.auto import tqdm
 
-from embodied.data.load import Example
-from embodied.eval.loop import evaluate
-from embodied.policy.lora import has_lora
-from embodied.policy.model import completion_logprobs, decode, generate, select_rows
-from embodied.rl.advantages import ESTIMATORS, compute_advantages
+from embodied.policy.model import completion_logprobs, select_rows
+from embodied.rl.advantages import ESTIMATORS, Context, Estimate, Estimator
+from embodied.rl.critic import check_ppo  # importing it registers grpo.advantage=gae
 from embodied.rl.episodes import check_env_turns, sample_episodes
 from embodied.rl.losses import (
     COV_MODES,
     LOSS_AGGREGATIONS,
+    LOSSES,
     RATIO_LEVELS,
+    LossInputs,
     LossSpec,
     grpo_loss,
-    kl_estimate,
+    k3_kl,
     masked_mean,
     perception_loss,
 )
-from embodied.rl.papo import masked_batch
-from embodied.rl.ppo import (
-    ValueHead,
-    explained_variance,
-    first_tokens,
-    gae_advantages,
-    prompt_explainable_variance,
-    sequence_values,
-    value_loss,
+from embodied.rl.papo import masked_batch, masked_input_accuracy
+from embodied.rl.rewards import mcq_rewards, mean_terms, overlong_shaping
+from embodied.rl.rollout import (
+    Rollout,
+    Sampling,
+    dynamic_sample,
+    keeps_prefix,
+    micro_batches,
+    rollout_logprobs,
+    sample_groups,
+    sampling_seed,
 )
-from embodied.rl.rewards import RewardFn, mcq_rewards, mean_terms, overlong_shaping, score
-from embodied.rl.rollout import Rollout, Sampling, dynamic_sample, sample_groups, sampling_seed
-from embodied.train.checkpoint import resolve_resume, set_aside
 from embodied.train.common import (
+    NonFiniteGuard,
     apply_gradients,
     index_batches,
-    micro_batches,
     param_groups,
     skip_batches,
     with_last,
@@ -61,54 +59,42 @@ from embodied.train.config import GRPOConfig
 from embodied.train.distributed import Processes
 from embodied.train.metrics import MetricsLog
 from embodied.train.reference import Reference
-from embodied.train.state import Run, Trainer
+from embodied.train.runner import Cadence, Runner
+from embodied.train.state import Run
 from embodied.video import VideoConfig
 
 CHOICES = {
-    "advantage": (*ESTIMATORS, "gae"),
     "loss_agg": LOSS_AGGREGATIONS,
     "ratio_level": RATIO_LEVELS,
-    "cov_mode": COV_MODES,
-    "overlong": ("off", "hard", "soft"),
-    "value_level": ("token", "sequence"),
+    "cov.mode": COV_MODES,
+    "overlong.mode": ("off", "hard", "soft"),
 }
+
+# update() returns each process's share of these; their sum over processes is the global value
+UPDATE_SUMS = ("loss/", "clip/", "entropy/", "drift/")
 
 
 def check_config(cfg, world: int = 1) -> None:
     """Fail before any work on a misspelt recipe switch (naming the key and the choices), a combination
     that cannot run, or one not supported over `world` processes yet."""
-    bad = [
-        f"grpo.{k}={getattr(cfg, k)!r} (choose {v})" for k, v in CHOICES.items() if getattr(cfg, k) not in v
-    ]
+    value = {k: attrgetter(k)(cfg) for k in CHOICES}  # dotted: `cov.mode`
+    bad = [f"grpo.{k}={value[k]!r} (choose {v})" for k, v in CHOICES.items() if value[k] not in v]
+    if cfg.advantage not in ESTIMATORS:
+        bad.append(f"grpo.advantage={cfg.advantage!r} (choose {tuple(ESTIMATORS)})")
+    unknown = [name for name in cfg.loss_terms if name not in LOSSES]
+    if unknown:
+        bad.append(f"grpo.loss_terms: {unknown} are not registered loss terms (registered: {sorted(LOSSES)})")
     if cfg.updates_per_rollout < 1 or cfg.micro_batch_size < 0 or cfg.max_sampling_rounds < 1:
         bad.append(
             "grpo.updates_per_rollout and grpo.max_sampling_rounds must be >= 1, micro_batch_size >= 0"
         )
-    value_lam = cfg.lam if cfg.value_lam is None else cfg.value_lam
-    if not (0 <= cfg.gamma <= 1 and 0 <= cfg.lam <= 1 and 0 <= value_lam <= 1):
-        bad.append(
-            f"grpo.gamma={cfg.gamma}, grpo.lam={cfg.lam} and grpo.value_lam={cfg.value_lam} "
-            "must lie in [0, 1]"
-        )
-    if cfg.value_level == "sequence" and not (cfg.gamma == 1 and cfg.lam == 1):
-        bad.append("grpo.value_level=sequence needs grpo.gamma=1 and grpo.lam=1 (A_t = G_t - V(s_0))")
-    if min(cfg.value_hidden, cfg.value_warmup_steps, cfg.value_ev_patience) < 0:
-        bad.append("grpo.value_hidden, grpo.value_warmup_steps and grpo.value_ev_patience must be >= 0")
-    if cfg.kl_in_reward and cfg.advantage != "gae":
-        bad.append("grpo.kl_in_reward needs grpo.advantage=gae (per-token rewards go through GAE)")
+    if cfg.target_kl is not None and cfg.target_kl <= 0:
+        bad.append(f"grpo.target_kl={cfg.target_kl} must be > 0 (or null: no stop)")
+    bad += check_ppo(cfg, world)
     if world > 1 and cfg.dynamic_sampling:
         bad.append("grpo.dynamic_sampling with several processes is not supported yet: run it in one")
-    if world > 1 and cfg.advantage == "gae":
-        bad.append("grpo.advantage=gae (PPO's value head) with several processes is not supported yet")
     if bad:
         raise ValueError("; ".join(bad))
-
-
-# update() returns each process's share of these; their sum over processes is the global value
-UPDATE_SUMS = ("loss/", "clip/", "entropy/")
-
-# the critic's metrics, logged at every step (not only every `log_every`): they say whether it learns
-CRITIC_KEYS = ("critic/", "loss/value", "clip/value_fraction")
 
 
 def inert_clip_settings(cfg) -> list[str]:
@@ -120,12 +106,13 @@ def inert_clip_settings(cfg) -> list[str]:
     if cfg.updates_per_rollout > 1:
         return []
     default = {f.name: f.default for f in dataclasses.fields(cfg)}["clip_eps"]
+    value_clip = cfg.advantage == "gae" and cfg.ppo.value_clip > 0
     named = [
         f"grpo.clip_eps={cfg.clip_eps}" if cfg.clip_eps != default else "",
         f"grpo.clip_eps_high={cfg.clip_eps_high}" if cfg.clip_eps_high is not None else "",
         f"grpo.dual_clip={cfg.dual_clip}" if cfg.dual_clip is not None else "",
         "grpo.ratio_level=sequence" if cfg.ratio_level == "sequence" else "",
-        f"grpo.value_clip={cfg.value_clip}" if cfg.advantage == "gae" and cfg.value_clip > 0 else "",
+        f"grpo.ppo.value_clip={cfg.ppo.value_clip}" if value_clip else "",
     ]
     return [n for n in named if n]
 
@@ -141,38 +128,26 @@ def loss_spec(cfg) -> LossSpec:
         clip_eps=cfg.clip_eps,
         clip_eps_high=cfg.clip_eps_high,
         dual_clip=cfg.dual_clip,
-        kl_coef=0.0 if cfg.kl_in_reward else cfg.kl_coef,  # in the reward instead (critic_targets)
+        kl_coef=0.0 if cfg.ppo.kl_in_reward else cfg.kl_coef,  # in the reward instead (rl.critic)
         kl_kind=cfg.kl_estimator,
         agg=cfg.loss_agg,
         agg_norm=cfg.max_new_tokens,
         ratio_level=cfg.ratio_level,
         entropy_coef=cfg.entropy_coef,
-        cov_mode=cfg.cov_mode,
-        cov_ratio=cfg.cov_ratio,
-        clip_cov_bounds=(cfg.clip_cov_low, cfg.clip_cov_high),
-        kl_cov_coef=cfg.kl_cov_coef,
+        cov_mode=cfg.cov.mode,
+        cov_ratio=cfg.cov.ratio,
+        clip_cov_bounds=(cfg.cov.clip_low, cfg.cov.clip_high),
+        kl_cov_coef=cfg.cov.kl_coef,
     )
 
 
 def sampling_args(cfg) -> Sampling:
     """The rollouts' sampling and shaping settings of a `GRPOConfig`."""
-    shaping = overlong_shaping(cfg.max_new_tokens, cfg.overlong, cfg.overlong_buffer, cfg.overlong_weight)
+    o = cfg.overlong
+    shaping = overlong_shaping(cfg.max_new_tokens, o.mode, o.buffer, o.weight)
     return Sampling(
         cfg.group_size, cfg.max_new_tokens, cfg.temperature, cfg.temperatures, shaping, cfg.reward_timeout_s
     )
-
-
-@dataclass
-class Critic:
-    """PPO's critic on one rollout (`grpo.advantage=gae`): the value head and its regression targets."""
-
-    head: ValueHead
-    old_values: torch.Tensor
-    """`(B, T)` the head's values when the rollout was scored: the centre of the value clip."""
-    returns: torch.Tensor
-    """`(B, T)` GAE's lambda-returns, the values' targets."""
-    value_mask: torch.Tensor
-    """`(B, T)` the tokens whose values are trained: every real one, or (`value_level=sequence`) the first."""
 
 
 def loss_mask(ro: Rollout, cfg) -> torch.Tensor:
@@ -180,337 +155,68 @@ def loss_mask(ro: Rollout, cfg) -> torch.Tensor:
     return ro.mask * (~ro.truncated).unsqueeze(1) if cfg.mask_truncated else ro.mask
 
 
-def update(
-    t: GRPOTrainer,
-    ro: Rollout,
-    advantages: torch.Tensor,
-    old_logp,
-    gen,
-    critic: Critic | None = None,
-    critic_only: bool = False,
-) -> dict:
-    """Accumulate the loss's gradient over micro-batches of the rollout (no optimizer step) through `t.net`;
-    `t.cfg` is the `GRPOConfig`, whose loss switches go to `grpo_loss` as one `LossSpec`. `advantages` is
-    `(B,)` or, with a `critic` (PPO), `(B, T)`; the critic's clipped value loss is then added with weight
-    `cfg.vf_coef`. `critic_only` (the critic's warm-up) leaves the policy loss out and stops the value
-    loss's gradient at the head's input: only the head gets a gradient.
-
-    Every micro-batch loss is normalised by whole-rollout sizes (summed over processes), so the summed
-    gradient equals the whole-batch one. Returns this process's share of the detached metrics, summed the
-    same way (clip fractions token-weighted); summing them over processes gives the global values.
-    """
-    cfg, procs = t.cfg, t.procs
-    mask = loss_mask(ro, cfg)
-    head = critic.head if critic is not None else None
-    if critic_only and head is not None:
-        head = _Detached(head)
-    rows, tokens = int(procs.sum(torch.tensor(mask.shape[0]))), int(procs.sum(mask.sum()))
-    v_count = int(procs.sum(critic.value_mask.sum())) if critic is not None else 0
-    step = _Update(t, ro, mask, advantages, old_logp, gen, critic, critic_only, head, rows, tokens, v_count)
-    totals: dict[str, float] = {}
-    for idx, last in with_last(micro_batches(mask.shape[0], cfg.micro_batch_size)):
-        with procs.grad_sync(t.net, last):  # DDP all-reduces once, after the last micro-batch
-            loss, terms, entropy = step.loss(idx)
-            procs.backward(loss)
-        m = mask[idx]
-        share = float(m.sum()) / max(tokens, 1)
-        for k, v in terms.items():
-            totals[k] = totals.get(k, 0.0) + float(v) * (share if k.startswith("clip/") else 1.0)
-        totals["loss/total"] = totals.get("loss/total", 0.0) + float(loss.detach())
-        totals["entropy/mean"] = (
-            totals.get("entropy/mean", 0.0) + float(masked_mean(entropy.detach(), m)) * share
-        )
-    return totals
-
-
-@dataclass
-class _Update:
-    """One `update`: the rollout, its advantages and the whole-rollout sizes every micro-batch's loss is
-    normalised by."""
-
-    t: GRPOTrainer
-    ro: Rollout
-    mask: torch.Tensor
-    advantages: torch.Tensor
-    old_logp: torch.Tensor | None
-    gen: torch.Generator
-    critic: Critic | None
-    critic_only: bool
-    head: torch.nn.Module | None
-    rows: int
-    tokens: int
-    v_count: int
-
-    def loss(self, idx: list[int]) -> tuple[torch.Tensor, dict, torch.Tensor]:
-        """The loss of the micro-batch of rows `idx` (policy, value and perception terms), its terms and
-        its tokens' entropies."""
-        cfg, ro, spec = self.t.cfg, self.ro, loss_spec(self.t.cfg)
-        sub, ids, m, temp = select_rows(ro.batch, idx), ro.ids[idx], self.mask[idx], ro.temperature[idx]
-        need_entropy_grad = cfg.entropy_coef > 0 or (cfg.papo and cfg.papo_entropy_real > 0)
-        logp, entropy, *values = completion_logprobs(
-            self.t.net, sub, ids, m, temp, True, need_entropy_grad, self.head
-        )
-        ref_logp = None
-        if self.t.ref is not None and spec.kl_coef > 0:
-            with torch.no_grad(), self.t.ref.active() as ref:
-                ref_logp = completion_logprobs(ref, sub, ids, m, temp)
-        old = logp.detach() if self.old_logp is None else self.old_logp[idx]
-        ent = entropy if cfg.entropy_coef > 0 else None
-        if self.critic_only:
-            loss, terms = torch.zeros((), device=logp.device), {}
-        else:
-            args = (spec, ent, self.gen, self.rows, self.tokens)
-            loss, terms = grpo_loss(logp, old, self.advantages[idx], m, ref_logp, *args)
-        if self.critic is not None:
-            c, vm = self.critic, self.critic.value_mask[idx]
-            v_loss, v_clip = value_loss(
-                values[0], c.old_values[idx], c.returns[idx], vm, cfg.value_clip, self.v_count
-            )
-            loss = loss + cfg.vf_coef * v_loss
-            terms |= {"loss/value": v_loss.detach(), "clip/value_fraction": v_clip}
-        if cfg.papo and not self.critic_only:
-            p_loss, p_terms = self.perception(sub, ids, m, temp, logp, entropy)
-            loss = loss + p_loss
-            terms |= p_terms
-        return loss, terms, entropy
-
-    def perception(self, sub, ids, m, temp, logp, entropy) -> tuple[torch.Tensor, dict]:
-        """PAPO's perception loss: the same answers' log-probs with the video masked."""
-        cfg = self.t.cfg
-        masked = masked_batch(sub, self.t.processor, cfg.papo_mask_prob, cfg.papo_consistent, self.gen)
-        with torch.set_grad_enabled(cfg.papo_masked_grad):
-            m_logp, m_ent = completion_logprobs(self.t.net, masked, ids, m, temp, True, cfg.papo_masked_grad)
-        sizes = {"num_seqs": self.rows, "num_tokens": self.tokens}
-        sizes |= {"agg": cfg.loss_agg, "agg_norm": cfg.max_new_tokens}
-        weights = (cfg.papo_entropy_real, cfg.papo_entropy_masked)
-        return perception_loss(logp, m_logp, m, cfg.papo_gamma, entropy, m_ent, weights, **sizes)
-
-
-class _Detached(torch.nn.Module):
-    """The value head reading detached hidden states: its loss trains the head alone."""
-
-    def __init__(self, head: torch.nn.Module):
-        super().__init__()
-        self.head = head
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.head(hidden.detach())
-
-
-@torch.no_grad()
-def rollout_logprobs(model, ro: Rollout, micro_batch_size: int = 0, value_head=None):
-    """`(P * G, T)` log-probs of the rollout's tokens under `model`, in micro-batches, without grad; with
-    `value_head`, `(log-probs, values)` from the same pass (values float32)."""
-    parts = []
-    for idx in micro_batches(ro.ids.shape[0], micro_batch_size):
-        sub, ids, mask, temp = select_rows(ro.batch, idx), ro.ids[idx], ro.mask[idx], ro.temperature[idx]
-        out = completion_logprobs(model, sub, ids, mask, temp, value_head=value_head)
-        parts.append(out if value_head is not None else (out,))
-    cols = [torch.cat(c) for c in zip(*parts)]
-    return cols[0] if value_head is None else (cols[0], cols[1].float())
-
-
-@torch.no_grad()
-def critic_targets(
-    model, ref, head: ValueHead, ro: Rollout, cfg
-) -> tuple[torch.Tensor, torch.Tensor, Critic, dict]:
-    """PPO's advantages for a rollout (`grpo.advantage=gae`): one no-grad pass for the sampling policy's
-    log-probs and the head's values, the per-token KL to the reference when it goes in the reward
-    (`kl_in_reward`), then GAE. Returns `(whitened advantages (B, T), old log-probs (B, T), the Critic,
-    metrics)`."""
-    mask = loss_mask(ro, cfg)
-    old_logp, old_values = rollout_logprobs(model, ro, cfg.micro_batch_size, head)
-    baseline = baseline_values(old_values, mask, cfg)
-    kl = None
-    if cfg.kl_in_reward and ref is not None:
-        with ref.active() as frozen:
-            ref_logp = rollout_logprobs(frozen, ro, cfg.micro_batch_size)
-        kl = kl_estimate(old_logp, ref_logp, cfg.kl_estimator)
-    kl_coef = cfg.kl_coef if kl is not None else 0.0
-    rewards = ro.rewards.flatten()
-    advantages, returns = gae_advantages(
-        rewards,
-        baseline,
-        mask,
-        cfg.gamma,
-        cfg.lam,
-        kl,
-        kl_coef,
-        whitened=cfg.whiten,
-        value_lam=cfg.value_lam,
-        scaled=cfg.whiten_std,
-    )
-    metrics = {
-        "critic/value_mean": float(masked_mean(baseline, mask)),
-        "critic/return_mean": float(masked_mean(returns, mask)),
-        "critic/explained_variance": float(explained_variance(baseline, returns, mask)),
-    }
-    if kl is not None:
-        metrics["critic/kl_reward"] = float(masked_mean(kl, mask))
-    value_mask = first_tokens(mask) if cfg.value_level == "sequence" else mask
-    if ro.group_size >= 2:  # what a perfect V(s_0) could explain of these returns
-        g0 = (returns * first_tokens(mask)).sum(1).view(ro.rewards.shape)
-        metrics["critic/explainable_variance"] = float(prompt_explainable_variance(g0))
-    return advantages, old_logp, Critic(head, old_values, returns, value_mask), metrics
-
-
-def baseline_values(values: torch.Tensor, mask: torch.Tensor, cfg) -> torch.Tensor:
-    """`(B, T)` the values the advantages are taken against: the head's per-token values, or with
-    `value_level=sequence` each answer's V(s_0) on all its tokens."""
-    return sequence_values(values, mask) if cfg.value_level == "sequence" else values
-
-
-def value_head(model, cfg) -> ValueHead | None:
-    """PPO's critic (`grpo.advantage=gae`): a float32 head with a zero-initialised output layer on the
-    policy's last hidden states (the backbone is shared unless `value_detach`; a layer of its own with
-    `value_hidden` units), on the policy's device; None for the group estimators."""
-    if cfg.advantage != "gae":
-        return None
-    text = getattr(model.config, "text_config", model.config)
-    device = next(model.parameters()).device
-    return ValueHead(text.hidden_size, device=device, hidden_units=cfg.value_hidden, detach=cfg.value_detach)
-
-
-def make_optimizer(model, head: ValueHead | None, cfg) -> torch.optim.Optimizer:
-    """AdamW over the policy (vision tower at `vision_lr_scale`) and the value head, if any (at
-    `value_lr_scale`): one optimizer, so one checkpoint file holds both states."""
-    groups = param_groups(model, cfg.lr, cfg.vision_lr_scale)
-    if head is not None:
-        groups.append({"params": list(head.parameters()), "lr": cfg.lr * cfg.value_lr_scale})
+def make_optimizer(model, estimator: Estimator, cfg) -> torch.optim.Optimizer:
+    """AdamW over the policy (vision tower at `vision_lr_scale`) and the estimator's modules (PPO's value
+    head at `ppo.value_lr_scale`): one optimizer, so one checkpoint file holds both states."""
+    groups = param_groups(model, cfg.lr, cfg.vision_lr_scale) + estimator.param_groups(cfg.lr)
     return torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=0.0)
 
 
-@torch.no_grad()
-def masked_input_accuracy(model, processor, ro: Rollout, cfg, reward_fn, gen) -> dict[str, float]:
-    """Greedy answers to this step's prompts with real and with masked visual input, scored by `reward_fn`:
-    a policy that truly looks should lose accuracy when it cannot see."""
-    G = ro.group_size
-    prompts = select_rows(ro.batch, list(range(0, len(ro.examples) * G, G)))
-    records = [e.record for e in ro.examples]
-    out = {}
-    for name, batch in (
-        ("real", prompts),
-        ("masked", masked_batch(prompts, processor, cfg.papo_mask_prob, cfg.papo_consistent, gen)),
-    ):
-        ids, mask = generate(model, processor, batch, cfg.max_new_tokens, do_sample=False)
-        terms = score(reward_fn, decode(processor, ids, mask), records, cfg.reward_timeout_s)
-        key = "reward/accuracy" if "reward/accuracy" in terms[0] else "reward/total"
-        out[f"papo/accuracy_{name}"] = sum(t[key] for t in terms) / len(terms)
-    return out
+@dataclass
+class GRPO:
+    """The GRPO step (`embodied.train.runner.Algorithm`): the policy as the loss sees it (`net`, wrapped
+    under DDP or FSDP), the frozen reference of the KL term (`ref`: under LoRA the adapters off, no copy),
+    the advantage estimator, the optimizer, the reward, the rollouts' sampling settings, whether the update
+    takes the sampler's prompt pass, the batch order and the counters its checkpoints save."""
 
-
-def train_grpo(cfg: GRPOConfig, run: Run) -> dict:
-    """Run `cfg.steps` GRPO steps: rollout -> advantages -> loss -> step -> log/eval/checkpoint, on
-    `run.train` (a `Run`: the policy, the data, `out_dir`, the seed, the reward...). Metrics go to
-    `out_dir/metrics.jsonl`, checkpoints to `out_dir/checkpoints/grpo` (`run.resume`: "", "auto" or a
-    checkpoint folder). `run.reward_fn(texts, records)` scores a batch (default: the MCQ rules; a failing
-    one stops the run with a `RewardError`). Under several processes (`run.procs`) each samples and trains
-    on its share of every step's prompts (whole groups, so advantages are exact); only the first logs,
-    evaluates and writes checkpoints. `run.turns` (`Turns.of(cfg.env)`) with more than one turn plays
-    multi-turn episodes (`embodied.rl.episodes`): a group is G whole trajectories, rewarded by
-    `turns.reward`, the outcome also said in words with `turns.words`, turns after the first sampled at
-    `turns.retry_temperature` among the tokens `turns.retry_min_p` keeps, a later turn's video chosen by
-    `turns.clip`. With `cfg.keep_best` the policy ends on its best held-out point."""
-    t = GRPOTrainer.build(cfg, run)
-    bar = tqdm(range(t.start, cfg.steps + 1), desc="grpo", unit="step", disable=not run.progress)
-    t.t_start = time.perf_counter()
-    for step in bar:
-        t0 = time.perf_counter()
-        ro, sampled = rollout(t.draw, cfg, run.processor, run.video)
-        t_rollout, metrics = time.perf_counter() - t0, {}
-        if ro is None:  # every group drawn had equal rewards: nothing to learn from this step
-            t.empty_steps += 1
-        else:
-            metrics = learn(t, ro, step)
-        if t.head is not None and metrics:
-            t.watch.see(step, metrics["critic/explained_variance"])
-        t.log_step(step, ro, metrics, sampled, bar, (t0, t_rollout))
-        t.held_out(step)
-        t.checkpoint(step)
-    return t.finish()
-
-
-def check_run(cfg: GRPOConfig, run: Run, procs: Processes) -> None:
-    """Fail before any work on settings that cannot run together (`check_config`, the turns, keep_best);
-    warn on clip settings that cannot act (`inert_clip_settings`)."""
-    check_config(cfg, procs.world)
-    check_env_turns(run.turns)
-    if cfg.keep_best and (not cfg.eval_every or procs.world > 1 or run.resume):
-        raise ValueError(
-            "grpo.keep_best needs grpo.eval_every > 0 and validation clips, in one process, without resume "
-            "(the best weights are held in memory)"
-        )
-    if run.turns.n > 1 and (cfg.dynamic_sampling or cfg.advantage == "gae" or procs.world > 1):
-        raise ValueError(
-            f"env.turns={run.turns.n} runs with the group estimators in one process: not with "
-            "grpo.dynamic_sampling, grpo.advantage=gae or several processes (yet)"
-        )
-    if inert := inert_clip_settings(cfg):
-        warnings.warn(
-            f"grpo.updates_per_rollout=1 with {', '.join(inert)}: every importance ratio is exactly 1 "
-            "on-policy (the policy that sampled is the one updated), so clipping never acts",
-            stacklevel=4,
-        )
-
-
-@dataclass(kw_only=True)
-class GRPOTrainer(Trainer):
-    """A GRPO run's state (`Trainer`'s, and): the frozen reference policy of the KL term (`ref`), PPO's value
-    head and the watch on its explained variance, the reward, the rollouts' sampling settings, whether the
-    update takes the sampler's prompt pass, the best held-out weights (`keep_best`) and the counters its
-    checkpoints save (prompt draws, steps with nothing to learn from)."""
-
-    ref: Reference | None = None
-    head: ValueHead | None = None
-    reward_fn: RewardFn | None = None
-    sampling: Sampling | None = None
-    keep_prefix: bool = False
-    best: BestWeights | None = None
-    watch: CriticWatch | None = None
+    cfg: GRPOConfig
+    run: Run
+    procs: Processes
+    net: torch.nn.Module
+    ref: Reference | None
+    estimator: Estimator
+    optimizer: torch.optim.Optimizer
+    reward_fn: object
+    sampling: Sampling
+    keep_prefix: bool
+    order: object
+    log: MetricsLog
+    guard: NonFiniteGuard = dataclasses.field(default_factory=NonFiniteGuard)
     drawn: int = 0
     empty_steps: int = 0
+    last: tuple = (None, {}, {}, 0.0)
+    """The latest step's (rollout, update metrics, sampling statistics, rollout seconds)."""
+    stage, title, unit, schedule = "grpo", "GRPO", "step", None
 
     @classmethod
-    def build(cls, cfg: GRPOConfig, run: Run) -> GRPOTrainer:
-        """Check the settings; build the reference, the value head, the optimizer and the log; resume
-        (`run.resume`) or set an earlier run's checkpoints aside."""
-        procs = run.procs or Processes()
+    def build(cls, cfg: GRPOConfig, run: Run, procs: Processes, log: MetricsLog) -> GRPO:
+        """Check the settings; build the reference, the estimator and the optimizer."""
         check_run(cfg, run, procs)
         model = run.model
-        ref = Reference(model, procs) if cfg.kl_coef > 0 else None  # under LoRA: the adapters off, no copy
-        net, head = procs.wrap(model), value_head(model, cfg)
-        t = cls(cfg=cfg, run=run, procs=procs, net=net, ref=ref, head=head)
-        t.optimizer = make_optimizer(model, head, cfg)
-        t.reward_fn = run.reward_fn or mcq_rewards(cfg.accuracy_weight, cfg.format_weight, cfg.order_credit)
-        t.log = MetricsLog(run.out_dir / "metrics.jsonl", "grpo")
-        t.order = index_batches(len(run.train), cfg.prompts_per_step, run.seed)
-        if path := resolve_resume(run.resume, t.ckpt_dir):
-            t.resume(path)
-        elif cfg.checkpoint_every:
-            set_aside(t.ckpt_dir, procs.main)
-        t.sampling, t.watch = sampling_args(cfg), CriticWatch(cfg.value_ev_patience)
-        t.keep_prefix = keeps_prefix(net, model, cfg, procs, head, run.turns.n)
-        t.best = BestWeights() if cfg.keep_best else None
-        return t
+        ref = Reference(model, procs) if cfg.kl_coef > 0 else None
+        net, estimator = procs.wrap(model), ESTIMATORS[cfg.advantage](cfg, model)
+        reward_fn = run.reward_fn or mcq_rewards(cfg.accuracy_weight, cfg.format_weight, cfg.order_credit)
+        order = index_batches(len(run.train), cfg.prompts_per_step, run.seed)
+        keep = keeps_prefix(net, model, cfg, procs, estimator.head(True), run.turns.n)
+        optimizer = make_optimizer(model, estimator, cfg)
+        return cls(
+            cfg, run, procs, net, ref, estimator, optimizer, reward_fn, sampling_args(cfg), keep, order, log
+        )
 
     @property
-    def ckpt_dir(self) -> Path:
-        return self.run.out_dir / "checkpoints" / "grpo"
+    def modules(self) -> dict | None:
+        return self.estimator.modules or None
 
-    @property
-    def extra(self) -> dict | None:
-        """The modules a checkpoint saves beside the policy: PPO's value head."""
-        return {"value_head": self.head} if self.head is not None else None
-
-    def resume(self, path: Path) -> None:
-        """Load a GRPO checkpoint into the model, optimizer, value head, guard and counters; the next step
-        is the one after it, and the batch order skips the batches already drawn."""
-        saved = self.procs.load_checkpoint(path, self.model, self.optimizer, extra=self.extra)
-        self.drawn, self.empty_steps = saved["drawn"], saved["empty_steps"]
-        self.guard.total, self.guard.in_row = saved["skipped"], saved["in_row"]
-        self.log.truncate(saved["step"])
-        print(f"resuming GRPO from {path} (step {saved['step']})")
-        self.start, self.order = saved["step"] + 1, skip_batches(self.order, saved["drawn"])
+    def step(self, step: int) -> None:
+        """One rollout, then (unless every group drawn had equal rewards) the updates on it."""
+        t0 = time.perf_counter()
+        ro, sampled = rollout(self.draw, self.cfg, self.run.processor, self.run.video)
+        t_rollout, metrics = time.perf_counter() - t0, {}
+        if ro is None:  # nothing to learn from this step
+            self.empty_steps += 1
+        else:
+            metrics = self.learn(ro, step)
+        self.last = (ro, metrics, sampled, t_rollout)
 
     def draw(self) -> Rollout:
         """This process's share of the next `prompts_per_step` prompts, answered and scored: G answers per
@@ -520,137 +226,176 @@ class GRPOTrainer(Trainer):
         idx = self.procs.shard(next(self.order))
         # each prompt's answers are seeded by (run seed, draw, prompt): the same whatever the process count
         seeds = [sampling_seed(run.seed, self.drawn, i) for i in idx]
-        examples = [run.train[i] for i in idx]
-        policy = (run.model, run.processor, examples, run.video, self.reward_fn)
+        policy = (run.model, run.processor, [run.train[i] for i in idx], run.video, self.reward_fn)
         if run.turns.n > 1:
             return sample_episodes(*policy, run.turns, self.sampling, seeds)
         return sample_groups(*policy, self.sampling, seeds, self.keep_prefix)
 
-    def log_step(self, step: int, ro, metrics: dict, sampled: dict, bar, times: tuple[float, float]) -> None:
-        """Every `log_every` steps (and the last) the step's metrics (`step_metrics`); with PPO's critic
-        its metrics at every step; the logged rollouts (every `log.samples_every` steps). `times`: when the
-        step began and the seconds its rollout took."""
-        cfg, procs = self.cfg, self.procs
-        if step % cfg.log_every == 0 or step == cfg.steps:
-            counts = {"train/skipped_steps": self.guard.total, "train/empty_steps": self.empty_steps}
-            metrics = step_metrics(self, metrics | sampled | counts, ro, step)
-            if ro is not None:
-                bar.set_postfix(r=f"{metrics['reward/total']:.2f}")
-            if procs.main:
-                t0, t_rollout = times
-                self.log.log(
-                    step, metrics | {"time/step": time.perf_counter() - t0, "time/rollout": t_rollout}
-                )
-        elif self.head is not None and metrics and procs.main:  # the critic's metrics at every step
-            self.log.log(step, {k: v for k, v in metrics.items() if k.startswith(CRITIC_KEYS)})
-        if procs.main:
-            self.log.log_rollout(step, ro)  # every log.samples_every steps: frames, answers, rewards, truth
-
-    def held_out(self, step: int) -> None:
-        """Every `eval_every` steps (and the last under `keep_best`): greedy accuracy on the validation
-        clips, logged, and seen by `best`."""
-        cfg, val, best = self.cfg, self.run.val, self.best
-        due = cfg.eval_every and val and (step % cfg.eval_every == 0 or (best and step == cfg.steps))
-        if self.procs.all_forward and due:
-            clips = val[: cfg.eval_examples]
-            accuracy = validate(
-                self.model, self.processor, clips, self.run.video, self.log, step, self.t_start, self.procs
+    def learn(self, ro: Rollout, step: int) -> dict:
+        """The estimator's advantages, then `updates_per_rollout` optimizer steps against the sampling
+        policy's log-probs (masks and token picks drawn from `(seed, step)`; with `target_kl`, fewer once the
+        policy drifted that far); the last update's metrics, the drift gauges and the estimator's."""
+        cfg, model, estimator = self.cfg, self.run.model, self.estimator
+        gen = _generator(self.run.seed, step, 1)
+        model.train()
+        all_sum = self.procs.sum if self.procs.world > 1 else None
+        ctx = Context(model, self.ref, loss_mask(ro, cfg), cfg.micro_batch_size, all_sum, ro.owner)
+        est = estimator.estimate(ro, ctx)
+        mu = cfg.updates_per_rollout
+        if est.old_logp is None and mu > 1:  # mu = 1: the sampling policy is the current one
+            est.old_logp = rollout_logprobs(model, ro, cfg.micro_batch_size)
+        learns, mods = estimator.policy_learns(step), list(estimator.modules.values())
+        stepped = model if not mods else torch.nn.ModuleList([model, *mods] if learns else mods)
+        gauges = []
+        for _ in range(mu):
+            metrics = update(self, ro, est, gen, learns)
+            loss = torch.tensor(metrics["loss/total"])
+            metrics["optim/grad_norm"] = apply_gradients(
+                stepped, self.optimizer, loss, cfg.grad_clip, self.guard, step
             )
-            if best is not None:
-                best.see(step, accuracy, self.model)
+            if mu > 1:
+                gauges.append((metrics.pop("drift/approx_kl"), metrics.get("clip/fraction", 0.0)))
+                drift = float(self.procs.sum(torch.tensor(gauges[-1][0])))
+                if cfg.target_kl is not None and drift > cfg.target_kl:
+                    break
+        if gauges:  # cleanrl's approx_kl and clip fraction, over the updates that ran
+            metrics |= {"drift/approx_kl": gauges[-1][0], "optim/updates": len(gauges)}
+            metrics["drift/clip_fraction_mean"] = sum(c for _, c in gauges) / len(gauges)
+        after = estimator.after_update(ro, ctx, est, step)
+        model.eval()
+        return metrics | est.metrics | after
 
-    def checkpoint(self, step: int) -> None:
-        """Every `checkpoint_every` steps (and the last): the whole state, the counters included."""
-        cfg = self.cfg
-        if cfg.checkpoint_every and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
-            counters = {"drawn": self.drawn, "empty_steps": self.empty_steps}
-            counters |= {"skipped": self.guard.total, "in_row": self.guard.in_row}
-            self.procs.save_checkpoint(
-                self.ckpt_dir, step, self.model, self.optimizer, None, counters, self.run.config_yaml,
-                cfg.keep_checkpoints, self.extra,
-            )  # fmt: skip
+    def report(self, step: int, due: bool, step_s: float) -> dict:
+        """Every `log_every` steps (and the last) the step's metrics (`step_metrics`); the estimator's
+        every-step metrics in between; the logged rollouts (every `log.samples_every` steps)."""
+        ro, metrics, sampled, t_rollout = self.last
+        row = {}
+        if due:
+            counts = {"train/skipped_steps": self.guard.total, "train/empty_steps": self.empty_steps}
+            row = step_metrics(self, metrics | sampled | counts, ro, step)
+            row |= {"time/step": step_s, "time/rollout": t_rollout}
+        elif self.estimator.every_step and metrics:
+            row = {k: v for k, v in metrics.items() if k.startswith(self.estimator.every_step)}
+        if self.procs.main:
+            self.log.log_rollout(step, ro)  # every log.samples_every steps: frames, answers, rewards, truth
+        return row
 
-    def finish(self) -> dict:
-        """The run's summary, once every process is done; under `keep_best` the policy goes back to its
-        best held-out weights."""
-        cfg, best = self.cfg, self.best
-        self.procs.barrier()
-        self.model.eval()
-        summary = {"steps": cfg.steps, "wall_s": time.perf_counter() - self.t_start}
-        summary["skipped_steps"] = self.guard.total
-        if best is not None and best.step is not None:
-            best.restore(self.model)
-            summary |= {"best_step": best.step, "best_accuracy": best.accuracy}
-            if self.procs.main:
-                self.log.log(cfg.steps, {"eval/best_step": best.step, "eval/best_accuracy": best.accuracy})
-        return summary
+    def postfix(self, row: dict) -> dict:
+        return {"r": f"{row['reward/total']:.2f}"} if "reward/total" in row else {}
 
+    def state(self) -> dict:
+        return {"drawn": self.drawn, "empty_steps": self.empty_steps} | self.guard.state()
 
-class BestWeights:
-    """The weights of the held-out point with the highest accuracy so far (the latest of equals), on CPU.
-    Under LoRA only the adapters change, so only they are kept (not a second copy of the base weights)."""
+    def resume(self, path) -> dict:
+        """Load a GRPO checkpoint into the model, optimizer, estimator modules, guard and counters; the batch
+        order skips the batches already drawn."""
+        saved = self.procs.load_checkpoint(path, self.run.model, self.optimizer, extra=self.modules)
+        self.drawn, self.empty_steps = saved["drawn"], saved["empty_steps"]
+        self.guard.load(saved)
+        self.order = skip_batches(self.order, saved["drawn"])
+        return saved
 
-    def __init__(self):
-        self.step, self.accuracy, self.weights, self.partial = None, -1.0, None, False
-
-    def see(self, step: int, accuracy: float, model) -> None:
-        if accuracy >= self.accuracy:
-            self.step, self.accuracy = step, accuracy
-            state, self.partial = model.state_dict(), has_lora(model)
-            if self.partial:
-                trained = {n for n, p in model.named_parameters() if p.requires_grad}
-                state = {k: v for k, v in state.items() if k in trained}
-            self.weights = {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
-
-    def restore(self, model) -> None:
-        if self.step is not None:
-            model.load_state_dict(self.weights, strict=not self.partial)
+    def summary(self) -> dict:
+        return {"skipped_steps": self.guard.total}
 
 
-class CriticWatch:
-    """Warns when PPO's critic is worse than a constant: its explained variance below 0 (below -`tol`: a
-    critic that predicts a constant reads 0 give or take rounding) for `patience` steps in a row, once per
-    such stretch; `patience` 0 = never."""
+def update(t: GRPO, ro: Rollout, est: Estimate, gen, learns: bool = True) -> dict:
+    """Accumulate the loss's gradient over micro-batches of the rollout (no optimizer step) through `t.net`.
+    `est` holds the advantages (`(B,)` or `(B, T)`) and the sampling policy's log-probs (None: on-policy);
+    with `learns` False (a critic's warm-up) the policy loss is left out and only the estimator's own loss
+    acts, on its module alone.
 
-    def __init__(self, patience: int, tol: float = 1e-3):
-        self.patience, self.tol, self.below = patience, tol, 0
-
-    def see(self, step: int, explained_variance: float) -> bool:
-        """Record one step's explained variance; True (with a warning) when the stretch reaches `patience`."""
-        self.below = self.below + 1 if explained_variance < -self.tol else 0
-        if self.patience <= 0 or self.below != self.patience:
-            return False
-        warnings.warn(
-            f"step {step}: the critic's explained variance has been below 0 for {self.below} steps in a "
-            "row: its values are worse than a constant, so the advantages are mostly its error "
-            "(docs/recipes.md; try grpo.value_warmup_steps, grpo.value_lr_scale, grpo.value_hidden)",
-            stacklevel=2,
+    Every micro-batch loss is normalised by whole-rollout sizes (summed over processes), so the summed
+    gradient equals the whole-batch one. Returns this process's share of the detached metrics, summed the
+    same way (clip fractions and drift token-weighted); summing them over processes gives the global values.
+    """
+    cfg, procs = t.cfg, t.procs
+    mask = loss_mask(ro, cfg)
+    rows, tokens = int(procs.sum(torch.tensor(mask.shape[0]))), int(procs.sum(mask.sum()))
+    part = _MicroBatch(t, ro, mask, est, gen, learns, t.estimator.head(learns), rows, tokens)
+    totals: dict[str, float] = {}
+    for idx, last in with_last(micro_batches(mask.shape[0], cfg.micro_batch_size)):
+        with procs.grad_sync(t.net, last):  # DDP all-reduces once, after the last micro-batch
+            loss, terms, entropy = part.loss(idx)
+            procs.backward(loss)
+        m = mask[idx]
+        share = float(m.sum()) / max(tokens, 1)
+        for k, v in terms.items():
+            totals[k] = totals.get(k, 0.0) + float(v) * (share if k.startswith(("clip/", "drift/")) else 1.0)
+        totals["loss/total"] = totals.get("loss/total", 0.0) + float(loss.detach())
+        totals["entropy/mean"] = (
+            totals.get("entropy/mean", 0.0) + float(masked_mean(entropy.detach(), m)) * share
         )
-        return True
+    return totals
 
 
-def keeps_prefix(net, model, cfg, procs, head, turns: int) -> bool:
-    """Whether the rollout keeps its pass over the prompts for the update (`embodied.policy.groups`): only
-    when the update's policy pass sees the same weights, mode and rows. That is one update per rollout
-    (nothing steps the optimizer in between), a rollout of one draw that is not re-encoded (no dynamic
-    sampling), the whole rollout in one micro-batch, one process with no wrapper around the model (`net`: no
-    autocast), no critic (its pass is a full one), no activation checkpointing, single-turn episodes, and
-    no dropout (the sampler runs in eval mode, the update in train mode)."""
-    dropout = any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules()) or any(
-        getattr(c, "attention_dropout", 0.0) > 0 for c in (model.config, model.config.get_text_config())
-    )
-    rows = cfg.prompts_per_step * cfg.group_size
-    return (
-        cfg.updates_per_rollout == 1
-        and not cfg.dynamic_sampling
-        and (cfg.micro_batch_size == 0 or cfg.micro_batch_size >= rows)
-        and procs.world == 1
-        and net is model
-        and head is None
-        and not getattr(model, "is_activation_checkpointing", False)
-        and turns == 1
-        and not dropout
-    )
+@dataclass
+class _MicroBatch:
+    """One `update`'s rollout, estimate and the whole-rollout sizes every micro-batch's loss is normalised
+    by; `loss(idx)` is the loss of the rows `idx`."""
+
+    t: GRPO
+    ro: Rollout
+    mask: torch.Tensor
+    est: Estimate
+    gen: torch.Generator
+    learns: bool
+    head: torch.nn.Module | None
+    rows: int
+    tokens: int
+
+    def loss(self, idx: list[int]) -> tuple[torch.Tensor, dict, torch.Tensor]:
+        """The loss of the micro-batch of rows `idx` (policy, estimator, perception and registered terms),
+        its terms and its tokens' entropies."""
+        cfg, ro, est, spec = self.t.cfg, self.ro, self.est, loss_spec(self.t.cfg)
+        sub, ids, m, temp = select_rows(ro.batch, idx), ro.ids[idx], self.mask[idx], ro.temperature[idx]
+        papo = cfg.papo.enabled and cfg.papo.entropy_real > 0
+        need_entropy_grad = cfg.entropy_coef > 0 or papo or bool(cfg.loss_terms)
+        logp, entropy, *values = completion_logprobs(
+            self.t.net, sub, ids, m, temp, True, need_entropy_grad, self.head
+        )
+        ref_logp = None
+        if self.t.ref is not None and spec.kl_coef > 0:
+            with torch.no_grad(), self.t.ref.active() as ref:
+                ref_logp = completion_logprobs(ref, sub, ids, m, temp)
+        old = logp.detach() if est.old_logp is None else est.old_logp[idx]
+        ent = entropy if cfg.entropy_coef > 0 else None
+        if not self.learns:
+            loss, terms = torch.zeros((), device=logp.device), {}
+        else:
+            args = (spec, ent, self.gen, self.rows, self.tokens)
+            loss, terms = grpo_loss(logp, old, est.advantages[idx], m, ref_logp, *args)
+        if (own := self.t.estimator.loss(values[0] if values else None, idx, est)) is not None:
+            loss, terms = loss + own[0], terms | own[1]
+        if cfg.papo.enabled and self.learns:
+            p_loss, p_terms = self.perception(sub, ids, m, temp, logp, entropy)
+            loss, terms = loss + p_loss, terms | p_terms
+        if cfg.loss_terms and self.learns:
+            inputs = LossInputs(logp, old, ref_logp, est.advantages[idx], m, entropy, **self.sizes())
+            for name, weight in cfg.loss_terms.items():
+                value = LOSSES[name](inputs)
+                loss, terms = loss + weight * value, terms | {f"loss/{name}": value.detach()}
+        if cfg.updates_per_rollout > 1:  # cleanrl's approx_kl: KL(sampling || current), k3, before the step
+            terms["drift/approx_kl"] = masked_mean(k3_kl(old, logp.detach()), m)
+        return loss, terms, entropy
+
+    def sizes(self) -> dict:
+        cfg = self.t.cfg
+        return {
+            "agg": cfg.loss_agg,
+            "agg_norm": cfg.max_new_tokens,
+            "num_seqs": self.rows,
+            "num_tokens": self.tokens,
+        }
+
+    def perception(self, sub, ids, m, temp, logp, entropy) -> tuple[torch.Tensor, dict]:
+        """PAPO's perception loss: the same answers' log-probs with the video masked."""
+        p = self.t.cfg.papo
+        masked = masked_batch(sub, self.t.run.processor, p.mask_prob, p.consistent, self.gen)
+        with torch.set_grad_enabled(p.masked_grad):
+            m_logp, m_ent = completion_logprobs(self.t.net, masked, ids, m, temp, True, p.masked_grad)
+        weights = (p.entropy_real, p.entropy_masked)
+        return perception_loss(logp, m_logp, m, p.gamma, entropy, m_ent, weights, **self.sizes())
 
 
 def rollout(draw, cfg, processor, video: VideoConfig) -> tuple[Rollout | None, dict]:
@@ -660,51 +405,7 @@ def rollout(draw, cfg, processor, video: VideoConfig) -> tuple[Rollout | None, d
     return draw(), {}
 
 
-def learn(t: GRPOTrainer, ro: Rollout, step: int) -> dict:
-    """Advantages within each group (or, with PPO's value head `t.head`, GAE against its values), then
-    `cfg.updates_per_rollout` optimizer steps against the sampling policy's log-probs (masks and token
-    picks drawn from `(seed, step)`); the last update's metrics."""
-    cfg, model, head = t.cfg, t.model, t.head
-    gen, critic, extra = _generator(t.seed, step, 1), None, {}
-    model.train()
-    if head is None:
-        all_sum = t.procs.sum if t.procs.world > 1 else None
-        advantages = compute_advantages(ro.rewards, cfg.advantage, all_sum).flatten()
-        if ro.owner is not None:  # multi-turn: every turn's row gets its trajectory's advantage
-            advantages = advantages[ro.owner]
-        # mu = 1: the sampling policy is the current one, so its log-probs are the detached current ones
-        mu = cfg.updates_per_rollout
-        old_logp = rollout_logprobs(model, ro, cfg.micro_batch_size) if mu > 1 else None
-    else:
-        advantages, old_logp, critic, extra = critic_targets(model, t.ref, head, ro, cfg)
-    warmup = head is not None and step <= cfg.value_warmup_steps  # the critic learns, the policy waits
-    stepped = model if head is None else torch.nn.ModuleList([model, head])  # clipped and stepped together
-    for _ in range(cfg.updates_per_rollout):
-        metrics = update(t, ro, advantages, old_logp, gen, critic, warmup)
-        loss = torch.tensor(metrics["loss/total"])
-        stepping = head if warmup else stepped  # no policy parameter has a gradient in the warm-up
-        metrics["optim/grad_norm"] = apply_gradients(
-            stepping, t.optimizer, loss, cfg.grad_clip, t.guard, step
-        )
-    if critic is not None:
-        extra |= critic_fit(model, ro, critic, cfg) | {"critic/warmup": float(warmup)}
-    model.eval()
-    return metrics | extra
-
-
-@torch.no_grad()
-def critic_fit(model, ro: Rollout, critic: Critic, cfg) -> dict:
-    """How well the head now fits the rollout it was just trained on: the explained variance of its values
-    after the updates against the same returns. Beside `critic/explained_variance` (the values the
-    advantages were made with, before the head saw this rollout) it separates a critic that cannot fit from
-    one that fits but does not carry over to new questions."""
-    _, values = rollout_logprobs(model, ro, cfg.micro_batch_size, critic.head)
-    mask = loss_mask(ro, cfg)
-    fit = explained_variance(baseline_values(values, mask, cfg), critic.returns, mask)
-    return {"critic/explained_variance_fit": float(fit)}
-
-
-def step_metrics(t: GRPOTrainer, metrics: dict, ro: Rollout | None, step: int) -> dict:
+def step_metrics(t: GRPO, metrics: dict, ro: Rollout | None, step: int) -> dict:
     """A logged step's metrics: the update's and the rollout's, reduced over processes, plus PAPO's
     masked-input accuracy (its masks drawn from `(seed, step)`)."""
     if ro is not None:
@@ -716,18 +417,41 @@ def step_metrics(t: GRPOTrainer, metrics: dict, ro: Rollout | None, step: int) -
             **ro.stats,
         }
         metrics = t.procs.reduce_metrics(metrics, summed=UPDATE_SUMS)
-    if t.procs.all_forward and ro is not None and t.cfg.papo:
-        gen = _generator(t.seed, step, 2)
-        metrics |= masked_input_accuracy(t.model, t.processor, ro, t.cfg, t.reward_fn, gen)
+    if t.procs.all_forward and ro is not None and t.cfg.papo.enabled:
+        gen = _generator(t.run.seed, step, 2)
+        metrics |= masked_input_accuracy(t.run.model, t.run.processor, ro, t.cfg, t.reward_fn, gen)
     return metrics
 
 
-def validate(
-    model, processor, val: Sequence[Example], video: VideoConfig, log, step: int, t_start: float, procs
-):
-    """Greedy accuracy on the validation examples, logged as `eval/*` and returned."""
-    res = evaluate(model, processor, val, video, choice=False, progress=False)
-    if procs.main:
-        metrics = {"eval/accuracy": res["accuracy"], "eval/unparseable": res["unparseable"]}
-        log.log(step, metrics | {"time/elapsed": time.perf_counter() - t_start})
-    return res["accuracy"]
+def train_grpo(cfg: GRPOConfig, run: Run) -> dict:
+    """Run `cfg.steps` GRPO steps: rollout -> advantages -> loss -> step -> log/eval/checkpoint, on
+    `run.train` (a `Run`: the policy, the data, `out_dir`, the seed, the reward...). Metrics go to
+    `out_dir/metrics.jsonl`, checkpoints to `out_dir/checkpoints/grpo` (`run.resume`: "", "auto" or a
+    checkpoint folder). `run.reward_fn(texts, records)` scores a batch (default: the MCQ rules; a failing
+    one stops the run with a `RewardError`). Under several processes (`run.procs`) each samples and trains
+    on its share of every step's prompts (whole groups, so advantages are exact); only the first logs,
+    evaluates and writes checkpoints. `run.turns` (`Turns.of(cfg.env)`) with more than one turn plays
+    multi-turn episodes (`embodied.rl.episodes`): a group is G whole trajectories. With `cfg.keep_best` the
+    policy ends on its best held-out point."""
+    procs, cadence = run.procs or Processes(), Cadence.of(cfg)
+    cadence.check("grpo", procs.world, run.resume)
+    log = MetricsLog(run.out_dir / "metrics.jsonl", "grpo")
+    return Runner.build(GRPO.build(cfg, run, procs, log), run, cadence, procs, log).run_steps()
+
+
+def check_run(cfg: GRPOConfig, run: Run, procs: Processes) -> None:
+    """Fail before any work on settings that cannot run together (`check_config`, the turns); warn on clip
+    settings that cannot act (`inert_clip_settings`)."""
+    check_config(cfg, procs.world)
+    check_env_turns(run.turns)
+    if run.turns.n > 1 and (cfg.dynamic_sampling or cfg.advantage == "gae" or procs.world > 1):
+        raise ValueError(
+            f"env.turns={run.turns.n} runs with the group estimators in one process: not with "
+            "grpo.dynamic_sampling, grpo.advantage=gae or several processes (yet)"
+        )
+    if inert := inert_clip_settings(cfg):
+        warnings.warn(
+            f"grpo.updates_per_rollout=1 with {', '.join(inert)}: every importance ratio is exactly 1 "
+            "on-policy (the policy that sampled is the one updated), so clipping never acts",
+            stacklevel=4,
+        )

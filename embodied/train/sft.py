@@ -7,18 +7,14 @@ log-likelihood over all target tokens of the batch.
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from embodied.data.schema import kind
 from embodied.envs import is_interactive, random_answer
-from embodied.eval.loop import evaluate
 from embodied.policy.model import (
     completion_logprobs,
     encode_completions,
@@ -28,11 +24,11 @@ from embodied.policy.model import (
     trim_left_padding,
 )
 from embodied.questions import LETTERS, family_names, is_family, sft_target
-from embodied.train.checkpoint import resolve_resume, set_aside
+from embodied.rl.rollout import micro_batches
 from embodied.train.common import (
+    NonFiniteGuard,
     apply_gradients,
     index_batches,
-    micro_batches,
     param_groups,
     skip_batches,
     with_last,
@@ -40,7 +36,8 @@ from embodied.train.common import (
 from embodied.train.config import SFTConfig
 from embodied.train.distributed import Processes
 from embodied.train.metrics import MetricsLog
-from embodied.train.state import Run, Trainer
+from embodied.train.runner import Cadence, Runner
+from embodied.train.state import Run
 
 
 def warmup_cosine(warmup: int, total: int, floor: float = 0.1):
@@ -122,13 +119,6 @@ def longest_target(processor, records: Sequence[dict], cfg) -> int:
     return max((len(tok(t + end, add_special_tokens=False)["input_ids"]) for t in texts), default=0)
 
 
-def stops_here(cfg, step: int, accuracy: float | None, elapsed_s: float) -> bool:
-    """Whether SFT ends after `step`: the last step, a validation `accuracy` (None: none this step) at or
-    above `cfg.stop_at`, or `cfg.max_seconds` spent (0 switches either off)."""
-    reached = accuracy is not None and 0 < cfg.stop_at <= accuracy
-    return step >= cfg.steps or reached or 0 < cfg.max_seconds <= elapsed_s
-
-
 def train_sft(
     cfg: SFTConfig,
     run: Run,
@@ -142,32 +132,13 @@ def train_sft(
     several processes (`run.procs`), each trains on its slice of every global batch; only the first logs,
     evaluates and writes checkpoints. `target_fn(record)` gives each record's target text (default: the
     family's answer format, `tasks.sft_target`). `on_validate(step, accuracy)` is called after each
-    validation (on the processes that validate), e.g. to keep a snapshot of the model.
+    validation (on the processes that validate), e.g. to keep a snapshot of the model. The run stops early
+    at `cfg.stop_at` validation accuracy or after `cfg.max_seconds` (`embodied.train.runner.Cadence`).
     """
-    t = SFTTrainer.build(cfg, run)
-    bar = tqdm(range(t.start, cfg.steps + 1), desc="sft", unit="step", disable=not run.progress)
-    t.t_start = time.perf_counter()
-    step = t.start - 1  # a run resumed at its last step trains no more
-    for step in bar:
-        t0 = time.perf_counter()
-        if (step - 1) % t.cycle == 0:  # start, and each warm restart
-            t.optimizer, t.schedule = _fresh_optimizer(t.model, cfg, t.cycle)
-        grad_norm = t.train_step(step, target_fn)
-        t_eval = time.perf_counter()
-        acc = t.held_out(step, bar, on_validate)  # None: no validation this step
-        t0 += time.perf_counter() - t_eval  # time/step leaves validation out
-        last = t.stops(step, acc)
-        if step % cfg.log_every == 0 or last:
-            if t.procs.main:
-                bar.set_postfix(loss=f"{t.log_metrics(step, grad_norm, t0):.3f}")
-            t.loss_sum = 0.0
-        if cfg.checkpoint_every and (step % cfg.checkpoint_every == 0 or last):
-            t.checkpoint(step)
-        if last:
-            break
-    t.procs.barrier()
-    t.model.eval()
-    return {"steps": step, "wall_s": time.perf_counter() - t.t_start, "skipped_steps": t.guard.total}
+    procs, cadence = run.procs or Processes(), Cadence.of(cfg)
+    log = MetricsLog(run.out_dir / "metrics.jsonl", "sft")
+    algo = SFT.build(cfg, run, procs, target_fn)
+    return Runner.build(algo, run, cadence, procs, log, on_validate).run_steps()
 
 
 def sft_micro_batches(batch, ids: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor, size: int):
@@ -189,70 +160,74 @@ def _fresh_optimizer(model, cfg, cycle: int):
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(cfg.warmup_steps, cycle))
 
 
-@dataclass(kw_only=True)
-class SFTTrainer(Trainer):
-    """An SFT run's state (`Trainer`'s, and): the learning-rate schedule and its cycle (`restart_every`),
-    the device, and the loss and token counts its logs and checkpoints carry."""
+@dataclass
+class SFT:
+    """The SFT step (`embodied.train.runner.Algorithm`): the policy as the loss sees it (`net`, wrapped under
+    DDP or FSDP), its device, the batch order, the optimizer and its learning-rate schedule (a fresh pair at
+    the start of each `restart_every` cycle), and the loss and token counts its logs and checkpoints carry."""
 
-    cycle: int
+    cfg: SFTConfig
+    run: Run
+    procs: Processes
+    net: torch.nn.Module
     device: torch.device
-    schedule: torch.optim.lr_scheduler.LambdaLR | None = None
+    order: Iterator[list[int]]
+    cycle: int
+    optimizer: torch.optim.Optimizer
+    schedule: torch.optim.lr_scheduler.LambdaLR
+    target_fn: Callable[[dict], str] | None = None
+    guard: NonFiniteGuard = field(default_factory=NonFiniteGuard)
     loss_sum: float = 0.0
     tokens: int = 0
+    grad_norm: float = 0.0
+    stage, title, unit, modules = "sft", "SFT", "step", None
 
     @classmethod
-    def build(cls, cfg: SFTConfig, run: Run) -> SFTTrainer:
-        """Check the settings, wrap the model, open the log; resume (`run.resume`) or set an earlier run's
-        checkpoints aside."""
-        procs = run.procs or Processes()
+    def build(cls, cfg: SFTConfig, run: Run, procs: Processes, target_fn=None) -> SFT:
+        """Check the settings, wrap the model, draw the batch order, make the first optimizer."""
         if cfg.targets not in ("answer", "format"):
             raise ValueError(f"sft.targets={cfg.targets!r}; choose answer or format")
         if cfg.micro_batch_size < 0:
             raise ValueError(f"sft.micro_batch_size={cfg.micro_batch_size}; use 0 (the whole batch) or more")
         model = run.model
-        net = procs.wrap(model)
-        device = next(model.parameters()).device
+        net, device = procs.wrap(model), next(model.parameters()).device
         model.train()
         cycle = cfg.restart_every if cfg.restart_every > 0 else cfg.steps
-        log = MetricsLog(run.out_dir / "metrics.jsonl", "sft")
         order = index_batches(len(run.train), cfg.batch_size, run.seed)
-        t = cls(cfg=cfg, run=run, procs=procs, net=net, log=log, order=order, cycle=cycle, device=device)
-        if path := resolve_resume(run.resume, t.ckpt_dir):
-            t.resume(path)
-        elif cfg.checkpoint_every:
-            set_aside(t.ckpt_dir, procs.main)
-        return t
-
-    @property
-    def ckpt_dir(self) -> Path:
-        return self.run.out_dir / "checkpoints" / "sft"
+        optimizer, schedule = _fresh_optimizer(model, cfg, cycle)
+        return cls(cfg, run, procs, net, device, order, cycle, optimizer, schedule, target_fn)
 
     def state(self) -> dict:
         """The counters a checkpoint saves."""
-        return {
-            "loss_sum": self.loss_sum,
-            "tokens": self.tokens,
-            "skipped": self.guard.total,
-            "in_row": self.guard.in_row,
-        }
+        return {"loss_sum": self.loss_sum, "tokens": self.tokens} | self.guard.state()
 
-    def resume(self, path: Path) -> None:
-        self.optimizer, self.schedule = _fresh_optimizer(self.model, self.cfg, self.cycle)
-        state = self.procs.load_checkpoint(path, self.model, self.optimizer, self.schedule)
-        self.start, self.loss_sum, self.tokens = state["step"] + 1, state["loss_sum"], state["tokens"]
-        self.guard.total, self.guard.in_row = state["skipped"], state["in_row"]
+    def resume(self, path) -> dict:
+        """Load an SFT checkpoint into the model, a fresh optimizer and schedule, the guard and counters; the
+        batch order skips the batches already trained on."""
+        self.optimizer, self.schedule = _fresh_optimizer(self.run.model, self.cfg, self.cycle)
+        state = self.procs.load_checkpoint(path, self.run.model, self.optimizer, self.schedule)
+        self.loss_sum, self.tokens = state["loss_sum"], state["tokens"]
+        self.guard.load(state)
         self.order = skip_batches(self.order, state["step"])
-        self.log.truncate(state["step"])
-        print(f"resuming SFT from {path} (step {state['step']})")
+        return state
 
-    def train_step(self, step: int, target_fn: Callable[[dict], str] | None) -> float:
+    def step(self, step: int) -> None:
+        """One optimizer step on the next batch (a fresh optimizer at the start of each cycle)."""
+        if (step - 1) % self.cycle == 0 and step > 1:  # each warm restart (step 1's was made by `build`)
+            self.optimizer, self.schedule = _fresh_optimizer(self.run.model, self.cfg, self.cycle)
+        self.grad_norm = self.train_step(step)
+
+    def train_step(self, step: int) -> float:
         """One optimizer step on the next batch (this process's slice): its targets, the loss accumulated
         over micro-batches, the guarded step; returns the gradient norm."""
-        cfg, procs, processor, device = self.cfg, self.procs, self.processor, self.device
+        cfg, procs, processor, device = self.cfg, self.procs, self.run.processor, self.device
+        target_fn = self.target_fn
         chunk = [self.run.train[i] for i in procs.shard(next(self.order))]
         records = [e.record for e in chunk]
         batch = encode_examples(processor, chunk, self.run.video, device)
-        targets = [target_fn(r) for r in records] if target_fn else sft_targets(records, cfg, self.seed, step)
+        targets = (
+            [target_fn(r) for r in records] if target_fn else sft_targets(records, cfg, self.run.seed, step)
+        )
         ids, mask = encode_completions(processor, targets, device)
         tokens = procs.sum(mask.sum())  # the mean is over the whole global batch's target tokens
         weights = (
@@ -266,63 +241,34 @@ class SFTTrainer(Trainer):
                 part_loss = -(logp * part[3]).sum() / tokens
                 procs.backward(part_loss)  # gradients add up over the parts: the whole batch's mean
             loss = loss + part_loss.detach()
-        grad_norm = apply_gradients(self.model, self.optimizer, loss, cfg.grad_clip, self.guard, step)
+        grad_norm = apply_gradients(self.run.model, self.optimizer, loss, cfg.grad_clip, self.guard, step)
         self.schedule.step()
         self.loss_sum += procs.sum(loss.detach()).item()
         self.tokens += int(tokens)
         return grad_norm
 
-    def held_out(self, step: int, bar, on_validate) -> float | None:
-        """Every `eval_every` steps: the greedy validation accuracy (then `on_validate(step, accuracy)`);
-        None on the other steps."""
-        cfg, val = self.cfg, self.run.val
-        if not (self.procs.all_forward and cfg.eval_every and val and step % cfg.eval_every == 0):
-            return None
-        args = (self.log, bar, step, self.t_start, self.procs.main)
-        acc = _validate(self.model, self.processor, val[: cfg.eval_examples], self.run.video, *args)
-        if on_validate is not None:
-            on_validate(step, acc)
-        return acc
-
-    def stops(self, step: int, accuracy: float | None) -> bool:
-        """`stops_here`, one decision the same on every process."""
-        last = stops_here(self.cfg, step, accuracy, time.perf_counter() - self.t_start)
-        if (self.cfg.stop_at or self.cfg.max_seconds) and self.procs.world > 1:
-            last = bool(self.procs.sum(torch.tensor(float(last), device=self.device)) > 0)
-        return last
-
-    def checkpoint(self, step: int) -> None:
-        cfg = self.cfg
-        self.procs.save_checkpoint(
-            self.ckpt_dir, step, self.model, self.optimizer, self.schedule, self.state(),
-            self.run.config_yaml, cfg.keep_checkpoints,
-        )  # fmt: skip
-
-    def log_metrics(self, step: int, grad_norm: float, t0: float) -> float:
-        """Log the mean loss since the last log (and the rest); returns that loss."""
+    def report(self, step: int, due: bool, step_s: float) -> dict:
+        """Every `log_every` steps (and the last): the mean loss since the last row, the learning rates, the
+        gradient norm, the step's seconds and the counts."""
+        if not due:
+            return {}
         cfg = self.cfg
         n = cfg.log_every if step % cfg.log_every == 0 else (step - 1) % cfg.log_every + 1
         lrs = self.schedule.get_last_lr()
-        metrics = {
+        row = {
             "loss/sft": self.loss_sum / n,
             "optim/lr": lrs[1],
             "optim/lr_vision": lrs[0],
-            "optim/grad_norm": grad_norm,
-            "time/step": time.perf_counter() - t0,
+            "optim/grad_norm": self.grad_norm,
+            "time/step": step_s,
             "train/tokens": self.tokens,
             "train/skipped_steps": self.guard.total,
         }
-        self.log.log(step, metrics)
-        return metrics["loss/sft"]
+        self.loss_sum = 0.0
+        return row
 
+    def postfix(self, row: dict) -> dict:
+        return {"loss": f"{row['loss/sft']:.3f}"}
 
-def _validate(
-    model, processor, val, video, log: MetricsLog, bar, step: int, t_start: float, main: bool
-) -> float:
-    """Greedy validation accuracy, logged and returned."""
-    res = evaluate(model, processor, val, video, choice=False, progress=False)
-    if main:
-        metrics = {"eval/accuracy": res["accuracy"], "eval/unparseable": res["unparseable"]}
-        log.log(step, metrics | {"time/elapsed": time.perf_counter() - t_start})
-        bar.write(f"sft step {step}: val accuracy {res['accuracy']:.3f}")
-    return res["accuracy"]
+    def summary(self) -> dict:
+        return {"skipped_steps": self.guard.total}
