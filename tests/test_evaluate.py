@@ -191,5 +191,6 @@ def test_mcq_settings_come_from_the_config_and_the_old_keywords_are_refused():
     how = MCQEval.of(load_config(None, overrides=over), progress=False, desc="test")
     assert how == MCQEval(3, 9, False, False, "test", "blind", 4, [1, 4], 0.7, 7, "images")
     assert MCQEval.of(load_config(None)) == MCQEval(k=[])  # the defaults agree with the config's
-    with pytest.raises(TypeError, match="as an MCQEval"):  # batch_size= and friends go through MCQEval
-        evaluate(None, None, [], VideoConfig(), max_new_tokens=8)
+    for old in ({"max_new_tokens": 8}, {"choice": False}, {"progress": False}):  # all go through MCQEval now
+        with pytest.raises(TypeError, match="unexpected keyword argument"):
+            evaluate(None, None, [], VideoConfig(), **old)

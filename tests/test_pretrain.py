@@ -237,7 +237,7 @@ def test_the_every_world_base_was_built_by_its_config():
     built["pretrain"]["scenes"] = built["pretrain"].pop("worlds")
     built["pretrain"].setdefault("tiny", {})  # sizes of a from-scratch build, added later; empty here
     built["pretrain"].setdefault("vision_target", "occupancy")  # added later; what it was built with
-    built["pretrain"].setdefault("family", "qwen2.5-vl")  # added later; what it was built with
+    built["pretrain"].setdefault("architecture", "qwen2.5-vl")  # added later; what it was built with
     assert {k: v for k, v in built["pretrain"].items() if k not in ("workers", "out")} == {
         k: v for k, v in want.items() if k not in ("workers", "out")
     }, "configs/pretrain_worlds.yaml changed: rebuild with its command (docs/perception.md)"

@@ -281,7 +281,7 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
 def _alternate(t, ros: dict, variants: list[str], b, result: dict, out: Path, say) -> list[dict]:
     """`b.warmup` untimed updates of each variant (kept under `result["warmup"]`), then `b.rounds` timed
     rounds, the variants' order reversed every other round; each round's row of updates."""
-    model = t.model
+    model = t.run.model
     timers, rounds, step = _timers(model), [], 0
     micro = {"shared": 0, "plain": b.prefix_plain_micro_batch}
     partial = out / "bench_prefix_partial.json"

@@ -55,8 +55,12 @@ class Taps:
         self.calls: dict[str, list] = defaultdict(list)
         self._undo: list = []
 
-    def wrap(self, module: str, attr: str, name: str, keep) -> None:
+    def wrap(self, module: str, path: str, name: str, keep) -> None:
+        """Tap `module`'s `path` (a function, or `Class.method`)."""
         owner = importlib.import_module(module)
+        *outer, attr = path.split(".")
+        for part in outer:
+            owner = getattr(owner, part)
         original = getattr(owner, attr)
 
         @functools.wraps(original)
@@ -102,13 +106,18 @@ SFT_TAPS = [
 ]
 GRPO_TAPS = [
     ("embodied.train.grpo", "sample_groups", "sampled", lambda a, r: _rollout_counts(r)),
-    ("embodied.train.grpo", "learn", "learned", lambda a, r: _rollout_counts(a[1])),
-    ("embodied.train.grpo", "compute_advantages", "advantages", lambda a, r: r.detach().flatten().tolist()),
+    ("embodied.train.grpo", "GRPO.learn", "learned", lambda a, r: _rollout_counts(a[1])),
+    (
+        "embodied.rl.advantages",
+        "compute_advantages",
+        "advantages",
+        lambda a, r: r.detach().flatten().tolist(),
+    ),
 ]
 GRPO_TIMERS = [
     ("embodied.rl.rollout", "generate", "generate"),
     ("embodied.train.grpo", "sample_groups", "rollout"),
-    ("embodied.train.grpo", "learn", "update"),
+    ("embodied.train.grpo", "GRPO.learn", "update"),
 ]
 
 
