@@ -317,7 +317,8 @@ def check_plan(shapes: Shapes, s: Settings, command: str, path: str, device: str
         return None
     have, where = memory
     p = plan(shapes, s)
-    what = f"{command} with policy.path={path} ({shapes.numel / 1e9:.2f} B parameters, {s.dtype})"
+    count = f"{shapes.numel / 1e9:.2f} B" if shapes.numel >= 1e8 else f"{shapes.numel / 1e6:.2f} M"
+    what = f"{command} with policy.path={path} ({count} parameters, {s.dtype})"
     if p.total > have:
         fixes = ways_out(shapes, s, have, command)
         advice = (
