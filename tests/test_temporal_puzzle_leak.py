@@ -110,6 +110,7 @@ def test_a_clip_whose_every_group_has_a_look_alike_is_refused():
         tp.shuffle_clip(_clip([0, 1, 2]), np.random.default_rng(0), 3, "easy")
 
 
+@pytest.mark.slow  # 22-28 s (a 720-question dataset generated); the blind-lookup checks above stay default
 def test_simulated_scenes_leak_nothing(tmp_path):
     """The generator end to end on topple (look-alike segments in every clip) and pendulum (none), both
     tiers: the blind lookup from 120 training questions per scene and tier stays near chance on 60 more
