@@ -45,6 +45,7 @@ def trace_for(record):
     return ""
 """
 
+# a toy task: the protocol's constants, then a stub for each of its functions (lower-case names)
 TASK = f"""
 NAME = "registry_toy_task"
 VERSION = 5
@@ -55,23 +56,7 @@ FAILURES = ()
 WORST_OUTCOME = 0.0
 CONSTANT_GRID = [1.0]
 DECIDED_BY = "nothing"
-{
-    "".join(
-        f"{chr(10)}def {f}(*args):{chr(10)}    return None{chr(10)}"
-        for f in (
-            "make_episode",
-            "parse_action",
-            "format_action",
-            "describe",
-            "random_answer",
-            "job",
-            "outcome",
-            "probe_actions",
-            "action_value",
-            "decisive",
-        )
-    )
-}
+{"".join(f"{chr(10)}def {f}(*args):{chr(10)}    return None{chr(10)}" for f in envs.PROTOCOL if f.islower())}
 """
 
 
