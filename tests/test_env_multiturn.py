@@ -30,7 +30,6 @@ from embodied.policy.model import (
 from embodied.rl.episodes import (
     AGAIN,
     again,
-    check_env_turns,
     outcome_clip,
     play,
     sample_episodes,
@@ -101,13 +100,13 @@ def test_later_turn_settings_are_refused_with_one_turn():
     """A setting of the turns after the first is an error with env.turns=1, where it would be ignored."""
     from embodied.envs.config import EnvConfig
 
-    check_env_turns(EnvConfig(turns=2, turn_clip="frozen", retry_temperature=2.0, retry_min_p=0.01))
-    check_env_turns(EnvConfig())
+    Turns.of(EnvConfig(turns=2, turn_clip="frozen", retry_temperature=2.0, retry_min_p=0.01))
+    Turns.of(EnvConfig())
     for bad in ({"turn_clip": "frozen"}, {"retry_temperature": 2.0}, {"turn_words": True}):
         with pytest.raises(ValueError, match=f"env.{next(iter(bad))}=.*env.turns=1"):
-            check_env_turns(EnvConfig(**bad))
+            Turns.of(EnvConfig(**bad))
     with pytest.raises(ValueError, match="env.turn_clip"):
-        check_env_turns(EnvConfig(turns=2, turn_clip="blank"))
+        Turns.of(EnvConfig(turns=2, turn_clip="blank"))
 
 
 def test_turn_two_rows_carry_both_clips_pixels(tiny_policy, push_examples):

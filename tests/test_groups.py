@@ -156,8 +156,8 @@ def test_kept_prompt_pass_gives_the_update_the_same_numbers(examples, tiny_path,
 
 def test_keeps_prefix_only_where_the_update_sees_the_same_weights(tiny):
     from embodied.config import GRPOConfig
-    from embodied.train.distributed import Processes
     from embodied.rl.rollout import keeps_prefix
+    from embodied.train.distributed import Processes
 
     model, procs = tiny[0], Processes()
     assert keeps_prefix(model, model, GRPOConfig(), procs, None, 1)

@@ -1,5 +1,5 @@
 """Size rules of the house (issue 61): no function over 80 lines, and the GRPO step's module within ~450
-lines (what used to be woven into it, PPO's critic, the runner, PAPO's gauges, lives in modules of its own)."""
+lines (what used to be woven into it, PPO's critic, the runner, PAPO's gauges, has modules of its own)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def test_no_function_is_over_80_lines():
 
 
 def test_the_checker_sees_a_long_function():
-    assert long_functions(limit=30)  # the house has functions of 31-80 lines: a checker that sees nothing fails
+    assert long_functions(limit=30)  # the house has functions of 31-80 lines: a blind checker fails
 
 
 def test_grpo_step_module_stays_small():

@@ -1,5 +1,5 @@
 """What plugs into GRPO's update: an advantage estimator and a loss term written from docs/training.md alone,
-in a module of their own, train a step; misspelt names fail before any work; the drift gauges and `target_kl`."""
+in a module of their own, train a step; misspelt names fail before any work; drift gauges and `target_kl`."""
 
 from __future__ import annotations
 

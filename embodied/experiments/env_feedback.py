@@ -52,7 +52,6 @@ from embodied.eval.loop import evaluate_free
 from embodied.experiments.env_report import write_env_report
 from embodied.experiments.reuse import process_data, provenance, reuse_or_run, run_jobs, start_and_arm_jobs
 from embodied.policy.model import load, load_policy, save_policy
-from embodied.rl.episodes import check_env_turns
 from embodied.rl.rewards import rewards_for
 from embodied.train.common import seed_everything
 from embodied.train.expert import train_expert_config
@@ -284,7 +283,7 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
     unknown = [a for a in fb.arms if a not in ARMS]
     if unknown:
         raise ValueError(f"env_feedback.arms: unknown arm(s) {unknown}; choose from {list(ARMS)}")
-    check_env_turns(cfg.env)
+    Turns.of(cfg.env)  # invalid turn settings fail here, before any work
     check_sample_episodes(fb.test_time_episodes)
     data = _load_data(cfg, progress)
     constant = _best_constant(cfg, data, progress)

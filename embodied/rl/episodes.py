@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from embodied.envs import action_seconds, is_interactive, parse, render_action
-from embodied.envs.config import ONE_TURN, TURN_CLIPS, TURN_REWARDS, EnvConfig, Turns
+from embodied.envs.config import ONE_TURN, TURN_CLIPS, TURN_REWARDS, Turns
 from embodied.policy.model import (
     concat_batches,
     decode,
@@ -69,13 +69,6 @@ def again(terms: dict, words: bool) -> str:
         return AGAIN
     failed = [k.split("/", 1)[1] for k, v in terms.items() if v < 0 and k != "reward/total"]
     return f"The outcome: {', '.join(failed) or 'missed'}. {AGAIN}"
-
-
-def check_env_turns(env: EnvConfig | Turns) -> Turns:
-    """The turns of an `EnvConfig` (or a `Turns` value), checked: `Turns` checks itself when it is made
-    (`embodied.envs.config.check_turns`, the one place the settings are validated), so this fails at once on
-    invalid ones, and on settings of later turns with `turns` = 1 (they would be ignored)."""
-    return env if isinstance(env, Turns) else Turns.of(env)
 
 
 def trajectory_reward(totals: Sequence[float], turn_reward: str) -> float:

@@ -40,7 +40,7 @@ import numpy as np
 from embodied.data.load import Example
 from embodied.envs import parse, task
 from embodied.envs.config import Turns
-from embodied.rl.episodes import again, check_env_turns, sample_episodes
+from embodied.rl.episodes import again, sample_episodes
 from embodied.rl.rewards import mcq_rewards, rewards_for
 from embodied.rl.rollout import Rollout, Sampling, sample_groups, sampling_seed
 from embodied.train.checkpoint import load_checkpoint
@@ -287,8 +287,7 @@ def train_expert(
 
 def check_expert(cfg: ExpertConfig, run: Run) -> None:
     """Fail before any work on expert settings that cannot run (with these turns), or no prompts."""
-    turns = run.turns
-    check_env_turns(turns)
+    turns = run.turns  # a Turns checked itself when it was made (envs.config.check_turns)
     if turns.n > 1 and cfg.keep != "success":
         raise ValueError(
             f"env.turns={turns.n}: expert iteration over turns keeps successes only; set expert.keep=success"
@@ -517,7 +516,6 @@ def train_expert_config(cfg, run: Run) -> dict:
     rules for questions), the `env` turns and GRPO's token budget and reward timeout; `run` gives the
     policy, the prompts, `out_dir`, progress, resume and the config's YAML. `embodied expert` and the
     env-feedback arm both run it."""
-    check_env_turns(cfg.env)
     how = {"video": cfg.video, "seed": cfg.seed, "reward_fn": rewards_for(cfg), "turns": Turns.of(cfg.env)}
     run = dataclasses.replace(run, **how)
     return train_expert(cfg.expert, cfg.sft, run, cfg.grpo.max_new_tokens, cfg.grpo.reward_timeout_s)

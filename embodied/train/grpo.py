@@ -22,7 +22,7 @@ import torch
 from embodied.policy.model import completion_logprobs, select_rows
 from embodied.rl.advantages import ESTIMATORS, Context, Estimate, Estimator
 from embodied.rl.critic import check_ppo  # importing it registers grpo.advantage=gae
-from embodied.rl.episodes import check_env_turns, sample_episodes
+from embodied.rl.episodes import sample_episodes
 from embodied.rl.losses import (
     COV_MODES,
     LOSS_AGGREGATIONS,
@@ -255,8 +255,11 @@ class GRPO:
             )
             if mu > 1:
                 gauges.append((metrics.pop("drift/approx_kl"), metrics.get("clip/fraction", 0.0)))
-                drift = float(self.procs.sum(torch.tensor(gauges[-1][0])))
-                if cfg.target_kl is not None and drift > cfg.target_kl:
+                # the stop is one decision over every process's share
+                if (
+                    cfg.target_kl is not None
+                    and float(self.procs.sum(torch.tensor(gauges[-1][0]))) > cfg.target_kl
+                ):
                     break
         if gauges:  # cleanrl's approx_kl and clip fraction, over the updates that ran
             metrics |= {"drift/approx_kl": gauges[-1][0], "optim/updates": len(gauges)}
@@ -440,10 +443,9 @@ def train_grpo(cfg: GRPOConfig, run: Run) -> dict:
 
 
 def check_run(cfg: GRPOConfig, run: Run, procs: Processes) -> None:
-    """Fail before any work on settings that cannot run together (`check_config`, the turns); warn on clip
+    """Fail before any work on settings that cannot run together (`check_config` and the turns); warn on clip
     settings that cannot act (`inert_clip_settings`)."""
     check_config(cfg, procs.world)
-    check_env_turns(run.turns)
     if run.turns.n > 1 and (cfg.dynamic_sampling or cfg.advantage == "gae" or procs.world > 1):
         raise ValueError(
             f"env.turns={run.turns.n} runs with the group estimators in one process: not with "

@@ -40,7 +40,6 @@ from embodied.eval.envs import EnvEval, evaluate_env
 from embodied.eval.stats import seed_interval
 from embodied.experiments.config import EnvFeedbackRun
 from embodied.policy.model import load_policy, save_policy
-from embodied.rl.episodes import check_env_turns
 from embodied.rl.rewards import rewards_for
 from embodied.train.common import seed_everything
 from embodied.train.expert import train_expert_config
@@ -83,7 +82,7 @@ def main() -> None:
     a, rest = ap.parse_known_args()
     a.overrides = a.overrides + rest
     cfg = load_config("configs/experiment_env_feedback.yaml", a.overrides, schema=EnvFeedbackRun)
-    check_env_turns(cfg.env)
+    Turns.of(cfg.env)  # invalid turn settings fail here, before any work
     torch.set_num_threads(cfg.threads)
     out, starts, stages = Path(a.out), Path(a.starts), a.stages.split(",")
     fps, mf = cfg.video.fps, cfg.video.max_frames
