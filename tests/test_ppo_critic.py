@@ -164,6 +164,11 @@ def test_clip_settings_that_cannot_act_with_one_update_per_rollout():
     assert inert_clip_settings(_preset("ppo", updates_per_rollout=1, value_clip=0.0)) == []
     assert inert_clip_settings(_preset("ppo")) == []  # 4 updates per rollout: the clips can act
     assert inert_clip_settings(_preset("dapo", updates_per_rollout=2)) == []
+    # one update per rollout: no later update for target_kl to stop
+    assert inert_clip_settings(_preset("grpo", target_kl=0.02)) == ["grpo.target_kl=0.02"]
+
+
+# one update: no stop
 
 
 def test_ppo_run_logs_the_critic_every_step_and_warns_once_at_start(tiny_path, examples, tmp_path):

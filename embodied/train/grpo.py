@@ -100,9 +100,10 @@ def check_config(cfg, world: int = 1) -> None:
 def inert_clip_settings(cfg) -> list[str]:
     """The clip settings of `cfg` that cannot act because `updates_per_rollout` is 1: the policy that
     sampled is the one updated, so every importance ratio is exactly 1 and a ratio clip never binds; with
-    PPO's critic the values are likewise the rollout's own, so the value clip never binds either. Only
-    settings a recipe chose are named (a non-default clip, clip-higher, dual clip, GSPO's sequence ratio,
-    PPO's value clip), so a plain GRPO run stays quiet. Empty when `updates_per_rollout` > 1."""
+    PPO's critic the values are likewise the rollout's own, so the value clip never binds either, and a
+    `target_kl` has no later update to stop. Only settings a recipe chose are named (a non-default clip,
+    clip-higher, dual clip, GSPO's sequence ratio, PPO's value clip, target_kl), so a plain GRPO run stays
+    quiet. Empty when `updates_per_rollout` > 1."""
     if cfg.updates_per_rollout > 1:
         return []
     default = {f.name: f.default for f in dataclasses.fields(cfg)}["clip_eps"]
@@ -112,6 +113,7 @@ def inert_clip_settings(cfg) -> list[str]:
         f"grpo.clip_eps_high={cfg.clip_eps_high}" if cfg.clip_eps_high is not None else "",
         f"grpo.dual_clip={cfg.dual_clip}" if cfg.dual_clip is not None else "",
         "grpo.ratio_level=sequence" if cfg.ratio_level == "sequence" else "",
+        f"grpo.target_kl={cfg.target_kl}" if cfg.target_kl is not None else "",
         f"grpo.ppo.value_clip={cfg.ppo.value_clip}" if value_clip else "",
     ]
     return [n for n in named if n]
@@ -255,11 +257,8 @@ class GRPO:
             )
             if mu > 1:
                 gauges.append((metrics.pop("drift/approx_kl"), metrics.get("clip/fraction", 0.0)))
-                # the stop is one decision over every process's share
-                if (
-                    cfg.target_kl is not None
-                    and float(self.procs.sum(torch.tensor(gauges[-1][0]))) > cfg.target_kl
-                ):
+                kl = torch.tensor(gauges[-1][0])  # the stop: one decision over every process's share
+                if cfg.target_kl is not None and float(self.procs.sum(kl)) > cfg.target_kl:
                     break
         if gauges:  # cleanrl's approx_kl and clip fraction, over the updates that ran
             metrics |= {"drift/approx_kl": gauges[-1][0], "optim/updates": len(gauges)}
