@@ -12,6 +12,7 @@ import torch
 from embodied.config import Config, as_schema, to_yaml
 from embodied.data.build import ensure_dataset, generate_dataset
 from embodied.data.load import load_split
+from embodied.environment import describe, stamped
 from embodied.envs import answer_examples, is_interactive
 from embodied.envs.config import Turns
 from embodied.eval.loop import MCQEval, evaluate, format_result, markdown_table
@@ -30,6 +31,7 @@ def _run_dir(cfg: Config, command: str) -> Path:
     out = Path(cfg.run_dir or f"runs/{command}")
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(to_yaml(cfg))
+    (out / "environment.json").write_text(json.dumps(describe(), indent=2))  # what made this run's files
     return out
 
 
@@ -98,7 +100,7 @@ def generate_episodes(cfg: Config, progress: bool = True) -> dict:
 
 def _write_eval(out: Path, name: str, result: dict, title: str = "", table_fn=markdown_table) -> str:
     """`eval_<name>.json` and its markdown table `eval_<name>.md` (`table_fn`); returns the table."""
-    (out / f"eval_{name}.json").write_text(json.dumps(result, indent=2))
+    (out / f"eval_{name}.json").write_text(json.dumps(stamped(result), indent=2))
     table = table_fn(result, title or name)
     (out / f"eval_{name}.md").write_text(table)
     return table
@@ -273,6 +275,15 @@ def _eval_mcq(cfg: Config, source, examples, progress: bool) -> dict:
     return _signed(cfg, source, examples, result)
 
 
+def tokens_sent(ep: dict) -> str:
+    """The tokens a served run fetched, as the server reported them ("not reported" when it sent no usage)."""
+    p, c = ep["sent_prompt_tokens"], ep["sent_completion_tokens"]
+    if p is None and c is None:
+        return "tokens not reported by the server" if ep["sent"] else "no tokens sent"
+    missing = f" ({ep['unreported']} answers without usage)" if ep.get("unreported") else ""
+    return f"{p or 0} + {c or 0} tokens sent{missing}"
+
+
 def _print_endpoint(result: dict) -> None:
     ep = result["endpoint"]
     read = ", ".join(f"{v} {k}" for k, v in ep["read"].items()) or "none"
@@ -280,7 +291,7 @@ def _print_endpoint(result: dict) -> None:
         f"endpoint {ep['url']} ({ep['model']}): {ep['requests']} requests: {ep['sent']} received by the "
         f"server, {ep['cached']} from an earlier run's cache, {ep['repeated']} repeats answered within the "
         f"run, {ep['unreached']} never reached it, {ep['failed']} failed, {ep['retries']} retries; "
-        f"answers read as {read}; {ep['sent_prompt_tokens']} + {ep['sent_completion_tokens']} tokens sent; "
+        f"answers read as {read}; {tokens_sent(ep)}; "
         f"{ep['seconds']} s"
         + (f"; {len(result['failed'])} unanswered, not scored" if result.get("failed") else "")
     )
@@ -531,6 +542,7 @@ def quickstart(cfg: Config, progress: bool = True) -> dict:
     summary = _quickstart_summary(cfg, results, train, test, skipped, count_parameters(model), timings)
     summary["grpo_best_step"] = grpo_run.get("best_step")  # None: the last step's weights (keep_best off)
     summary["wall_s"] = round(time.perf_counter() - t0, 1)
+    summary = stamped(summary)  # the versions and lock that made it
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     write_report(out)
     print(f"summary: {out / 'summary.json'}; curves: {out / 'curves.png'}; examples: {out / 'examples'}")
@@ -545,6 +557,6 @@ def named(package: str, name: str, cfg: Config, progress: bool = True) -> dict:
     refuse_unread(cfg, f"{kind}/{name}")
     cfg = as_schema(cfg, schema_of(f"{kind}/{name}"))  # e.g. a core `Config`: the section at its defaults
     out = _setup(cfg, f"{kind}/{name}")
-    result = module.run(cfg, out, progress=progress)
+    result = stamped(module.run(cfg, out, progress=progress))  # the versions and lock that made it
     (out / f"{kind}_{name}.json").write_text(json.dumps(result, indent=2))
     return result

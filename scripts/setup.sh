@@ -30,10 +30,27 @@ fi
 
 python_bin="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$python_bin" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
-if [ -n "$extras" ]; then
-  .venv/bin/python -m pip install -q -e ".[$extras]"
-else
-  .venv/bin/python -m pip install -q -e .
+
+# The lock (locks/main.txt) holds the exact versions the suite last passed with, on Linux x86_64 and
+# CPython 3.11: installed as pip constraints, so a fresh machine on any day gets them. EMBODIED_UNLOCKED=1
+# resolves pyproject.toml's ranges instead (the newest releases; `python3 scripts/lock.py newest` checks
+# them on purpose). On another platform the lock does not apply and the ranges are used, with a warning.
+lock=(-c locks/main.txt)
+here=$(.venv/bin/python -c 'import platform, sys; print(f"{sys.platform}-{platform.machine()}-{sys.version_info[0]}.{sys.version_info[1]}")')
+if [ "${EMBODIED_UNLOCKED:-0}" = 1 ]; then
+  lock=(); echo "setup: EMBODIED_UNLOCKED=1: installing the newest releases within pyproject.toml's ranges"
+elif [ "$here" != "linux-x86_64-3.11" ]; then
+  lock=(); echo "setup: warning: locks/main.txt is for linux-x86_64-3.11, this is $here: installing pyproject.toml's ranges" >&2
 fi
-echo "setup: done ($(.venv/bin/python -c 'import embodied, torch, transformers, mujoco; print("embodied", embodied.__version__, "torch", torch.__version__, "transformers", transformers.__version__, "mujoco", mujoco.__version__)'))"
+pip=(.venv/bin/python -m pip install -q "${lock[@]}")
+"${pip[@]}" --upgrade pip
+if [ -n "$extras" ]; then
+  "${pip[@]}" -e ".[$extras]"
+else
+  "${pip[@]}" -e .
+fi
+if [ ${#lock[@]} -gt 0 ] && ! python3 scripts/lock.py check --venv .venv >/tmp/embodied-lock-check.txt 2>&1; then
+  # packages a locked install did not ask for (left in an older .venv, or installed by hand) are listed
+  echo "setup: warning: .venv holds versions outside locks/main.txt:" >&2; grep -v "^lock: .venv" /tmp/embodied-lock-check.txt >&2 || true
+fi
+echo "setup: done ($(.venv/bin/python -c 'import embodied.environment as e; print("embodied", e.describe()["embodied"]["version"] + ";", e.summary_line())'))"

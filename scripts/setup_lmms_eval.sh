@@ -25,7 +25,16 @@ site=$(.venv-lmms/bin/python -c "import sysconfig; print(sysconfig.get_path('pur
 # zz: read after every other .pth of .venv-lmms; addsitedir also runs .venv's own .pth files
 echo "import site; site.addsitedir('$base_site')" > "$site/zz_embodied_venv.pth"
 
-pip=(.venv-lmms/bin/python -m pip install -q)
+# locks/lmms.txt: the exact versions of .venv-lmms's own packages that tests -m lmms_eval last passed with
+# (Linux x86_64, CPython 3.11; what it shares comes from .venv, locked by locks/main.txt), as pip
+# constraints; EMBODIED_UNLOCKED=1 resolves the ranges instead. Rewrite it with `python3 scripts/lock.py
+# freeze --venv .venv-lmms --path "$site" --out locks/lmms.txt` after those tests pass.
+lock=(-c locks/lmms.txt)
+here=$(.venv-lmms/bin/python -c 'import platform, sys; print(f"{sys.platform}-{platform.machine()}-{sys.version_info[0]}.{sys.version_info[1]}")')
+if [ "${EMBODIED_UNLOCKED:-0}" = 1 ] || [ "$here" != "linux-x86_64-3.11" ] || [ ! -f locks/lmms.txt ]; then
+  lock=(); echo "setup_lmms_eval: installing without locks/lmms.txt (unlocked, another platform, or no lock yet)"
+fi
+pip=(.venv-lmms/bin/python -m pip install -q "${lock[@]}")
 # filelock<4: lmms-eval 0.7.3's evaluator patches `filelock._api`, which filelock 4 (in .venv) no longer has
 "${pip[@]}" "$lmms_spec" "filelock<4"
 .venv-lmms/bin/python - <<'EOF'

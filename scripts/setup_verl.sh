@@ -17,7 +17,15 @@ torch_spec="${TORCH_SPEC:-torch==2.13.0}"
 verl_spec="${VERL_SPEC:-verl==0.9.1}"
 
 [ -x .venv-verl/bin/python ] || "$python_bin" -m venv .venv-verl
-pip=(.venv-verl/bin/python -m pip install -q)
+# locks/verl.txt: the exact versions tests -m verl last passed with (Linux x86_64, CPython 3.11), as pip
+# constraints; EMBODIED_UNLOCKED=1 resolves the ranges instead. `scripts/lock.py freeze --venv .venv-verl
+# --out locks/verl.txt` rewrites it.
+lock=(-c locks/verl.txt)
+here=$(.venv-verl/bin/python -c 'import platform, sys; print(f"{sys.platform}-{platform.machine()}-{sys.version_info[0]}.{sys.version_info[1]}")')
+if [ "${EMBODIED_UNLOCKED:-0}" = 1 ] || [ "$here" != "linux-x86_64-3.11" ] || [ ! -f locks/verl.txt ]; then
+  lock=(); echo "setup_verl: installing without locks/verl.txt (unlocked, another platform, or no lock yet)"
+fi
+pip=(.venv-verl/bin/python -m pip install -q "${lock[@]}")
 "${pip[@]}" --upgrade pip
 # torch first, on its own: where a CPU wheel is offered (a local wheel directory, as on the test machines,
 # or TORCH_INDEX=https://download.pytorch.org/whl/cpu) pip takes it, and verl then finds torch satisfied

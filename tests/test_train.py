@@ -1,5 +1,6 @@
 """Tiny real training runs: parameters move, losses stay finite, the CLI runs end to end."""
 
+import importlib.metadata
 import json
 
 import numpy as np
@@ -101,6 +102,15 @@ def test_quickstart_cli_end_to_end(tmp_path, monkeypatch, capsys):
     ):
         assert (out / name).is_file(), name
     assert (tmp_path / "data/generated/arrow_of_time/manifest.json").is_file()
+    # results name what made them: versions, commit, and whether they were the lock's (issue 65)
+    from embodied.environment import LOCK, compare, installed, read_lock
+
+    ev = json.loads((out / "eval_grpo.json").read_text())["environment"]
+    assert summary["environment"] == ev == json.loads((out / "environment.json").read_text())
+    assert ev["packages"]["transformers"] == importlib.metadata.version("transformers")
+    assert {"torch", "transformers", "peft", "accelerate", "mujoco"} <= set(ev["packages"])
+    assert ev["embodied"]["commit"] and ev["lock"]["file"] == "locks/main.txt"
+    assert ev["lock"]["matched"] == compare(read_lock(LOCK), installed())["matched"]
 
 
 def test_param_groups_scale_only_the_vision_tower(tiny_path):

@@ -84,12 +84,16 @@ class Usage:
     """Requests that never reached the server (connection refused, host not found)."""
     failed: int = 0
     retries: int = 0
-    prompt_tokens: int = 0
-    """Prompt tokens of every answer used (cached answers included), as the server reported them."""
-    completion_tokens: int = 0
-    sent_prompt_tokens: int = 0
-    """Prompt tokens of the answers fetched this run: what this run was billed."""
-    sent_completion_tokens: int = 0
+    prompt_tokens: int | None = None
+    """Prompt tokens of every answer used (cached answers included), as the server reported them; None (not
+    reported) when no answer carried a `usage` (a streamed answer carries one only at the end of its stream,
+    asked for with `stream_options.include_usage`: `transformers serve` 5.25 sends none without it)."""
+    completion_tokens: int | None = None
+    sent_prompt_tokens: int | None = None
+    """Prompt tokens of the answers fetched this run: what this run was billed (None: not reported)."""
+    sent_completion_tokens: int | None = None
+    unreported: int = 0
+    """Answers fetched this run without a token `usage`: left out of the token counters above."""
     request_seconds: float = 0.0
     """Summed wall time of the requests sent (they overlap when `concurrency` > 1)."""
     read: dict[str, int] = field(default_factory=dict)
@@ -295,15 +299,15 @@ class EndpointClient:
 
     def _count_tokens(self, response: dict, sent: bool) -> None:
         u = response.get("usage") or {}
+        reported = {k: int(u[k]) for k in ("prompt_tokens", "completion_tokens") if u.get(k) is not None}
+        prefix = "sent_" if sent else ""
         with self._lock:
+            for k, v in reported.items():  # a counter no answer reported stays None: "not reported", never 0
+                setattr(self.usage, prefix + k, (getattr(self.usage, prefix + k) or 0) + v)
             if sent:
-                self.usage.sent_prompt_tokens += int(u.get("prompt_tokens") or 0)
-                self.usage.sent_completion_tokens += int(u.get("completion_tokens") or 0)
+                self.usage.unreported += not reported
                 how = response.get("read", "json")
                 self.usage.read[how] = self.usage.read.get(how, 0) + 1
-            else:
-                self.usage.prompt_tokens += int(u.get("prompt_tokens") or 0)
-                self.usage.completion_tokens += int(u.get("completion_tokens") or 0)
 
     def _wire(self, body: dict) -> dict:
         """What goes on the wire for `body`: refused fields dropped, `stream` asked for, and sampling fields
@@ -311,6 +315,8 @@ class EndpointClient:
         wire = {k: v for k, v in body.items() if k not in self.refused}
         if self.stream:
             wire["stream"] = True
+            if "stream_options" not in self.refused:  # the OpenAI way to get a streamed answer's usage
+                wire["stream_options"] = {"include_usage": True}
         dropped = [k for k in SAMPLING_FIELDS if k in body and k in self.refused]
         if dropped and "generation_config" not in self.refused and float(body.get("temperature") or 0) > 0:
             config = {"do_sample": True, "temperature": float(body["temperature"])}
@@ -339,7 +345,7 @@ class EndpointClient:
             self.stream = False
             return True
         names = set(re.findall(r"'([A-Za-z_]+)'", detail)) if "field" in low else set()
-        named = names & (set(body) | {"stream", "generation_config"})  # sent, since refused ones are not
+        named = names & (set(body) | {"stream", "stream_options", "generation_config"})  # sent (refused: not)
         if not named:
             return False
         with self._lock:
