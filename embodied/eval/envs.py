@@ -53,10 +53,10 @@ def by_task(rows: Sequence[dict]) -> dict[str, list[dict]]:
 
 
 def check_sample_episodes(n: int) -> None:
-    """Fail at once on a negative `env.feedback.test_time_episodes` (`evaluate_env`'s ``sample_episodes``)."""
+    """Fail at once on a negative `env_feedback.test_time_episodes` (`evaluate_env`'s ``sample_episodes``)."""
     if not isinstance(n, int) or n < 0:
         raise ValueError(
-            f"env.feedback.test_time_episodes={n!r}: the test-time samples' episodes per task must be an "
+            f"env_feedback.test_time_episodes={n!r}: the test-time samples' episodes per task must be an "
             "integer >= 0 (0: every episode)"
         )
 

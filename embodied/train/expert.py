@@ -407,10 +407,11 @@ class Expert:
         """Round `r`: sample and keep, fine-tune on the kept answers, and the round's metrics."""
         t0 = time.perf_counter()
         sampled = self.sample_round(r)
-        t_sample, t1 = time.perf_counter() - t0, time.perf_counter()
+        t1 = time.perf_counter()
         tuned_on = self.fine_tune(r, sampled)
+        times = {"time/sample": t1 - t0, "time/sft": time.perf_counter() - t1}
         self.kept_total += len(sampled.kept)
-        self.row = self.round_metrics(sampled, tuned_on, {"time/sample": t_sample, "time/sft": t1})
+        self.row = self.round_metrics(sampled, tuned_on, times)
 
     def report(self, r: int, due: bool, step_s: float) -> dict:
         return self.row
@@ -478,8 +479,7 @@ class Expert:
         return tune_on
 
     def round_metrics(self, sampled: Round, tuned_on: list[Example], times: dict) -> dict:
-        """The round's row of `metrics.jsonl`; `times`: the seconds spent sampling, and when the
-        fine-tuning began."""
+        """The round's row of `metrics.jsonl`; `times`: the seconds spent sampling and fine-tuning."""
         cfg, n, kept = self.cfg, len(sampled.idx), sampled.kept
         metrics = {
             # the share of this round's prompts with a kept answer (at most 1); with turns, also the kept
@@ -487,8 +487,7 @@ class Expert:
             "expert/kept": len({_prompt_id(ex.record["id"]) for ex in kept}) / n,
             "expert/answers_scored": self.scored,
             "reward/total": float(np.mean(sampled.rewards)),
-            "time/sample": times["time/sample"],
-            "time/sft": time.perf_counter() - times["time/sft"],
+            **times,
             "time/elapsed": self.elapsed(),
         }
         if sampled.successes:
