@@ -33,7 +33,6 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -43,7 +42,6 @@ from embodied.envs.config import Turns
 from embodied.rl.episodes import again, sample_episodes
 from embodied.rl.rewards import mcq_rewards, rewards_for
 from embodied.rl.rollout import Rollout, Sampling, sample_groups, sampling_seed
-from embodied.train.checkpoint import load_checkpoint
 from embodied.train.config import ExpertConfig, SFTConfig
 from embodied.train.distributed import Processes
 from embodied.train.metrics import MetricsLog
@@ -381,27 +379,26 @@ class Expert:
         """Seconds the run has spent, those before a resume included."""
         return self.before_s + time.perf_counter() - self.t_built
 
-    def resume(self, path: Path) -> dict:
-        """Load an expert checkpoint (it must have been written with the same settings)."""
-        saved = load_checkpoint(path, self.model)
-        old = LATER_SETTINGS | saved["expert"]  # a setting added since had its default value then
+    def load(self, state: dict) -> None:
+        """The counters of an expert checkpoint (the runner loaded the weights), which must have been written
+        with the same settings and, with `replay`, on the same prompts."""
+        old = LATER_SETTINGS | state["expert"]  # a setting added since had its default value then
         if old != self.settings:
             changed = sorted(
                 k for k in self.settings.keys() | old.keys() if old.get(k) != self.settings.get(k)
             )
             raise ValueError(
-                f"checkpoint {path} was written with other expert settings ({', '.join(changed)}): resume "
-                "with the same expert.* (only expert.rounds may change), or start fresh without resume"
+                f"written with other expert settings ({', '.join(changed)}): resume with the same "
+                "expert.* (only expert.rounds may change), or start fresh without resume"
             )
-        self.scored, self.kept_total = saved["scored"], saved["kept"]
-        self.replayed = dict(saved.get("replay", {}))
+        self.scored, self.kept_total = state["scored"], state["kept"]
+        self.replayed = dict(state.get("replay", {}))
         if missing := [i for i in self.replayed if i not in self.by_id]:
             raise ValueError(
-                f"checkpoint {path} replays answers to {len(missing)} prompts not in this training set "
+                f"it replays answers to {len(missing)} prompts not in this training set "
                 f"(e.g. {missing[0]!r}): resume on the same data, or start fresh without resume"
             )
-        self.before_s, self.t_built = saved["elapsed"], time.perf_counter()
-        return saved
+        self.before_s, self.t_built = state["elapsed"], time.perf_counter()
 
     def step(self, r: int) -> None:
         """Round `r`: sample and keep, fine-tune on the kept answers, and the round's metrics."""

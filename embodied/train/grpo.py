@@ -298,14 +298,12 @@ class GRPO:
     def state(self) -> dict:
         return {"drawn": self.drawn, "empty_steps": self.empty_steps} | self.guard.state()
 
-    def resume(self, path) -> dict:
-        """Load a GRPO checkpoint into the model, optimizer, estimator modules, guard and counters; the batch
-        order skips the batches already drawn."""
-        saved = self.procs.load_checkpoint(path, self.run.model, self.optimizer, extra=self.modules)
-        self.drawn, self.empty_steps = saved["drawn"], saved["empty_steps"]
-        self.guard.load(saved)
-        self.order = skip_batches(self.order, saved["drawn"])
-        return saved
+    def load(self, state: dict) -> None:
+        """The guard and counters of a GRPO checkpoint (the runner loaded the weights, the optimizer and the
+        estimator's modules); the batch order skips the batches already drawn."""
+        self.drawn, self.empty_steps = state["drawn"], state["empty_steps"]
+        self.guard.load(state)
+        self.order = skip_batches(self.order, state["drawn"])
 
     def summary(self) -> dict:
         return {"skipped_steps": self.guard.total}
@@ -461,9 +459,10 @@ def check_run(cfg: GRPOConfig, run: Run, procs: Processes) -> None:
             "grpo.dynamic_sampling, grpo.advantage=gae or several processes (yet)"
         )
     if inert := inert_settings(cfg):
+        why = "the policy that sampled is the one updated: every importance ratio is exactly 1, no clip binds"
+        if cfg.target_kl is not None:
+            why += "; no later update is left for target_kl to stop"
         warnings.warn(
-            f"grpo.updates_per_rollout=1 with {', '.join(inert)}: these settings never act, since the "
-            "policy that sampled is the one updated (every importance ratio is exactly 1, so no clip binds) "
-            "and there is no later update for a target_kl to stop",
+            f"grpo.updates_per_rollout=1 with {', '.join(inert)}: these settings never act ({why})",
             stacklevel=4,
         )
