@@ -242,7 +242,7 @@ def test_two_turn_grpo_end_to_end(answering_policy, push_examples, tmp_path, mon
 
 
 def test_evaluate_env_reports_success_after_each_turn(answering_policy, push_examples):
-    from embodied.eval.envs import EnvEval, evaluate_env
+    from embodied.eval.env_loop import EnvEval, evaluate_env
 
     model, processor = answering_policy
     how = EnvEval(max_new_tokens=12, samples=2, k=[1, 2], turns=Turns(2), seed=0)
@@ -276,7 +276,7 @@ def test_evaluate_env_reports_success_after_each_turn(answering_policy, push_exa
 def test_correction_summary_scores_the_direction_of_the_second_answer(push_examples):
     """After a short strike the right second answer is harder; after an overshoot, softer; a repeat
     moves nothing. Hand-built greedy trajectories with push's numeric answers."""
-    from embodied.eval.envs import correction_summary
+    from embodied.eval.env_stats import correction_summary
 
     rec = push_examples[0].record
     ans = lambda j: f"<think></think><answer>{j}</answer>"  # noqa: E731
