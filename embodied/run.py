@@ -14,8 +14,9 @@ from embodied.data.build import ensure_dataset, generate_dataset
 from embodied.data.load import load_split
 from embodied.envs import answer_examples, is_interactive
 from embodied.envs.config import Turns
-from embodied.eval.loop import MCQEval, evaluate, format_result, markdown_table
+from embodied.eval.loop import MCQEval, evaluate
 from embodied.eval.signature import input_signature
+from embodied.eval.stats import format_result, markdown_table
 from embodied.experiments.config import schema_of
 from embodied.policy.fits import check_command
 from embodied.policy.model import count_parameters, load, save_policy
