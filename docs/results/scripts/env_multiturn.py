@@ -15,7 +15,7 @@ sampled turn 2 minus turn 1 and minus best-of-2 (`eval.env_stats.turn_summary`'s
 episodes). STARTS'
 `seed<S>/sim/model`, when present, is evaluated the same way (`--stages single`: the single-turn-trained
 policy asked twice). `--stages expert` runs multi-turn expert iteration (`expert:`,
-`train.expert.select_turns`) from the start instead of GRPO. `--stages start` on a STARTS folder whose
+`train.expert_targets.select_turns`) from the start instead of GRPO. `--stages start` on a STARTS folder whose
 `seed<S>/start/model` links to trained policies evaluates them (e.g. on a larger held-out set: `env.root`).
 With `env.turns=1` the stages train and evaluate single-turn (greedy success is `success@1`; e.g. `--stages
 expert` measures an `expert.*` setting from the same starts).
