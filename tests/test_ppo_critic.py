@@ -191,7 +191,7 @@ def test_ppo_run_logs_the_critic_every_step_and_warns_once_at_start(tiny_path, e
 
 
 def test_recipes_report_the_critic_at_the_end_of_each_run():
-    from embodied.experiments.recipes import critic_curves, critic_end, recipes_table
+    from embodied.experiments.recipes_report import critic_curves, critic_end, recipes_table
 
     logged = [
         {
