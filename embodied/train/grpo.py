@@ -443,8 +443,7 @@ def train_grpo(cfg: GRPOConfig, run: Run) -> dict:
     evaluates and writes checkpoints. `run.turns` (`Turns.of(cfg.env)`) with more than one turn plays
     multi-turn episodes (`embodied.rl.episodes`): a group is G whole trajectories. With `cfg.keep_best` the
     policy ends on its best held-out point."""
-    procs, cadence = run.procs or Processes(), Cadence.of(cfg)
-    cadence.check("grpo", procs.world, run.resume)
+    procs, cadence = run.procs or Processes(), Cadence.of(cfg)  # the runner checks the cadence
     log = MetricsLog(run.out_dir / "metrics.jsonl", "grpo")
     return Runner.build(GRPO.build(cfg, run, procs, log), run, cadence, procs, log).run_steps()
 
