@@ -9,6 +9,11 @@ kept elsewhere joins with `Registry.register`. Registration lives in one process
 process starts with `restore(carried())` (its pool's initializer): what the parent registered from a file is
 registered again there, the same for every kind.
 
+Why not explicit tables of module names, as mujoco_playground keeps (weighed in issue 68): a table would
+replace only the scanning (`Declared`, `read_module`, `scan`, `_declared`, ranks and dashes: about 90 of
+these lines) with a second place to edit per plugin; registering outside plugins and carrying them into
+spawned workers (`carried`, `restore`) is needed either way, and neither imports torch for `embodied --help`.
+
 This module stands at the bottom of the house: it imports nothing of `embodied`.
 """
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from embodied.eval.stats import by_family
+from embodied.video import encode_png
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
@@ -307,14 +308,6 @@ def video_frames(path: Path, limit: int = 240, ends_only: bool = False) -> list[
     return frames
 
 
-def _png(frame: np.ndarray) -> bytes:
-    from PIL import Image
-
-    buf = io.BytesIO()
-    Image.fromarray(frame).save(buf, format="PNG")
-    return buf.getvalue()
-
-
 def animated_strip(frames: list[np.ndarray], fps: float = 2.0) -> bytes:
     """An animated GIF of `frames` at `fps`, looping; the first frame shows when animation is off."""
     from PIL import Image
@@ -344,7 +337,7 @@ def examples_section(run: Path) -> str:
         if frames:
             gif = _img(animated_strip(frames), f"{row['id']} animated", "image/gif", "clip")
             pictures = (
-                gif + " " + _img(_png(frame_strip(np.stack(frames))), f"{row['id']} frames", cls="clip")
+                gif + " " + _img(encode_png(frame_strip(np.stack(frames))), f"{row['id']} frames", cls="clip")
             )
         truth = f"{_esc(row.get('answer', ''))} ({_esc(row.get('truth', ''))})"
         answers = [_answer(row.get(s, "")) for s in stages]
@@ -399,7 +392,7 @@ def videos_section(run: Path) -> str:
             table.append([_esc(path.name), "(unreadable)", ""])
             continue
         first, last = (
-            _img(_png(f), f"{path.stem} {w}") for f, w in ((frames[0], "first"), (frames[-1], "last"))
+            _img(encode_png(f), f"{path.stem} {w}") for f, w in ((frames[0], "first"), (frames[-1], "last"))
         )
         table.append([_esc(path.stem), first, last])
     return "<h2>Rollout videos</h2>\n" + _table(["video", "first frame", "outcome (last frame)"], table)

@@ -15,8 +15,9 @@ from embodied.data.load import load_split
 from embodied.environment import describe, stamped
 from embodied.envs import answer_examples, is_interactive
 from embodied.envs.config import Turns
-from embodied.eval.loop import MCQEval, evaluate, format_result, markdown_table
+from embodied.eval.loop import MCQEval, evaluate
 from embodied.eval.signature import input_signature
+from embodied.eval.stats import format_result, markdown_table
 from embodied.experiments.config import schema_of
 from embodied.policy.fits import check_command
 from embodied.policy.model import count_parameters, load, save_policy
@@ -167,7 +168,7 @@ def _write_unanswered(cfg: Config, out: Path, examples, cause: str) -> None:
     listed under `failed` with `cause`, so `embodied compare` and `report` show it as none answered."""
     from embodied.data.schema import kind
     from embodied.eval.endpoint import redact
-    from embodied.eval.envs import env_markdown, summarize_env
+    from embodied.eval.env_stats import env_markdown, summarize_env
     from embodied.eval.stats import prediction_stats
 
     e = cfg.eval
@@ -303,7 +304,8 @@ def _eval_env(cfg: Config, source, examples, skipped, out: Path, progress: bool)
     """`embodied eval` on interactive episodes: greedy answers executed in MuJoCo and, with `eval.samples`,
     best-of-N with the simulator as the verifier and majority vote for each N in `eval.k`; with
     `env.turns` > 1 each failed answer's outcome clip is shown back for another turn."""
-    from embodied.eval.envs import EnvEval, env_markdown, evaluate_env, evaluate_env_answers
+    from embodied.eval.env_loop import EnvEval, evaluate_env, evaluate_env_answers
+    from embodied.eval.env_stats import env_markdown
 
     e, t0 = cfg.eval, time.perf_counter()
     if e.baseline != "none" or not all(is_interactive(x.record) for x in examples):

@@ -157,6 +157,17 @@ def write_video(path: str | Path, frames: np.ndarray, fps: float) -> None:
         container.mux(stream.encode())
 
 
+def encode_png(frame: np.ndarray) -> bytes:
+    """A frame `(H, W, 3)` uint8 as lossless PNG bytes (a served request's image, a report's still)."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(frame).save(buf, format="PNG")
+    return buf.getvalue()
+
+
 @dataclass
 class VideoConfig:
     """How clips are turned into visual tokens."""

@@ -295,7 +295,7 @@ def test_qwen3_vl_plays_two_turn_episodes(tiny_models, tmp_path):
     from embodied.config import SFTConfig
     from embodied.data.load import Example
     from embodied.envs import push
-    from embodied.eval.envs import EnvEval, evaluate_env
+    from embodied.eval.env_loop import EnvEval, evaluate_env
     from embodied.rl.episodes import sample_episodes
     from embodied.rl.rewards import routed_rewards
     from embodied.rl.rollout import Sampling

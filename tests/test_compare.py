@@ -10,7 +10,7 @@ import pytest
 
 from embodied.cli import main
 from embodied.eval.compare import read_results, row_keys
-from embodied.eval.envs import summarize_env
+from embodied.eval.env_stats import summarize_env
 from embodied.eval.stats import prediction_stats
 
 

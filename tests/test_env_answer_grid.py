@@ -23,7 +23,8 @@ from embodied.envs import (
     task_answer_form,
 )
 from embodied.envs.reward import env_reward, unparseable_penalty
-from embodied.eval.envs import best_constant, vote_action
+from embodied.eval.env_baselines import best_constant
+from embodied.eval.env_stats import vote_action
 from embodied.questions import LETTERS, format_question
 
 
@@ -134,7 +135,7 @@ def test_answer_examples_and_vote_on_grid_records():
 def test_spread_of_grid_answers_counts_letters_not_actions():
     """On push's options, relative to each episode's demo, one letter is one answer (its impulses differ),
     and choosing the option nearest to the impulse physics calls for correlates with it."""
-    from embodied.eval.envs import action_spread
+    from embodied.eval.env_stats import action_spread
 
     records = {r["id"]: r for r in (answer_form(r | {"id": f"p{i}"}, "grid") for i, r in enumerate(
         _records(push, range(8))))}  # fmt: skip

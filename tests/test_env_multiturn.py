@@ -242,7 +242,7 @@ def test_two_turn_grpo_end_to_end(answering_policy, push_examples, tmp_path, mon
 
 
 def test_evaluate_env_reports_success_after_each_turn(answering_policy, push_examples):
-    from embodied.eval.envs import EnvEval, evaluate_env
+    from embodied.eval.env_loop import EnvEval, evaluate_env
 
     model, processor = answering_policy
     how = EnvEval(max_new_tokens=12, samples=2, k=[1, 2], turns=Turns(2), seed=0)
@@ -276,7 +276,7 @@ def test_evaluate_env_reports_success_after_each_turn(answering_policy, push_exa
 def test_correction_summary_scores_the_direction_of_the_second_answer(push_examples):
     """After a short strike the right second answer is harder; after an overshoot, softer; a repeat
     moves nothing. Hand-built greedy trajectories with push's numeric answers."""
-    from embodied.eval.envs import correction_summary
+    from embodied.eval.env_stats import correction_summary
 
     rec = push_examples[0].record
     ans = lambda j: f"<think></think><answer>{j}</answer>"  # noqa: E731
@@ -317,7 +317,8 @@ def test_expert_iteration_over_two_turns_keeps_the_answer_that_worked_after_a_mi
     import copy
 
     from embodied.config import ExpertConfig, SFTConfig
-    from embodied.train.expert import _prompt_id, select_turns, train_expert
+    from embodied.train.expert import train_expert
+    from embodied.train.expert_targets import prompt_id, select_turns
     from embodied.train.metrics import read_metrics
     from embodied.train.sft import train_sft
 
@@ -360,7 +361,7 @@ def test_expert_iteration_over_two_turns_keeps_the_answer_that_worked_after_a_mi
     # kept: the share of prompts with any kept answer; kept_examples: every turn's examples per prompt
     assert row["expert/kept_examples"] == pytest.approx(row["expert/kept_turn1"] + row["expert/kept_turn2"])
     assert row["expert/kept"] <= min(1.0, row["expert/kept_examples"])
-    assert _prompt_id("push-0003/turn2/4") == _prompt_id("push-0003/turn2") == "push-0003"
+    assert prompt_id("push-0003/turn2/4") == prompt_id("push-0003/turn2") == "push-0003"
     with pytest.raises(ValueError, match="env.turns > 1"):
         train_expert(ExpertConfig(retry_targets="group"), cfg, Run(model, processor, push_examples, tmp_path))
     with pytest.raises(ValueError, match="keep=success"):
@@ -393,7 +394,7 @@ def _hand_rollout(examples, rows, clips):
 def test_better_retry_targets_teach_the_nearest_answer_that_did_better(push_examples):
     """`expert.retry_targets=better`: after a failed run, the target is the group's answer nearest to the last
     failed one among those the simulator scored higher (success or not), once per distinct run."""
-    from embodied.train.expert import select_turns
+    from embodied.train.expert_targets import select_turns
 
     a = lambda j: f"<think></think><answer>{j}</answer>"  # noqa: E731
     short = lambda total: {"reward/success": 0.0, "reward/total": total, "reward/short": -1.0}  # noqa: E731
@@ -418,7 +419,7 @@ def test_better_retry_targets_teach_the_nearest_answer_that_did_better(push_exam
 def test_group_retry_targets_teach_a_retry_from_a_siblings_success(push_examples):
     """`expert.retry_targets=group`: after a run of failed answers that a trajectory did not recover from, the
     group's best success (any turn) is the target, once per distinct run; `own` keeps per-turn successes."""
-    from embodied.train.expert import select_turns
+    from embodied.train.expert_targets import select_turns
 
     ok = {"reward/success": 1.0, "reward/total": 1.2}
     miss = {"reward/success": 0.0, "reward/total": -0.2, "reward/short": -1.0}

@@ -12,7 +12,8 @@ from embodied.data.episodes import ensure_episodes, generate_episodes, matches
 from embodied.data.load import Example, load_examples
 from embodied.envs import push
 from embodied.envs.config import EnvConfig
-from embodied.eval.envs import EnvEval, evaluate_env, rollout_video
+from embodied.eval.env_loop import EnvEval, evaluate_env
+from embodied.eval.env_video import rollout_video
 from embodied.rl.rewards import routed_rewards
 from embodied.video import VideoConfig, read_video
 
@@ -190,7 +191,7 @@ def test_success_outscores_every_failure(episodes):
 
 
 def test_vote_action():
-    from embodied.eval.envs import vote_action
+    from embodied.eval.env_stats import vote_action
 
     assert vote_action("place", [0, 1, None, 1]) == 1
     assert vote_action("place", [3, 1]) == 3  # a tie goes to the answer sampled first
@@ -200,7 +201,7 @@ def test_vote_action():
 
 
 def test_test_time_compute_by_hand():
-    from embodied.eval.envs import test_time_compute
+    from embodied.eval.env_stats import test_time_compute
 
     rows = [
         {"task": "place", "sampled": [{"success": s} for s in (1, 0, 0, 0)], "vote@1": 1.0, "vote@4": 0.0},
@@ -215,7 +216,7 @@ def test_test_time_compute_by_hand():
 
 
 def test_action_spread_tells_a_constant_from_a_clip_reading_policy(episodes, tmp_path):
-    from embodied.eval.envs import action_spread
+    from embodied.eval.env_stats import action_spread
 
     cfg = EnvConfig(root=str(tmp_path / "env"), tasks=["push"], n_train=0, n_test=6)
     generate_episodes(cfg, progress=False)
@@ -237,7 +238,7 @@ def test_best_constant_matches_the_static_rule(episodes):
     """For place, MuJoCo's verdict per option is the centre-of-mass rule (static margins > 0)."""
     import numpy as np
 
-    from embodied.eval.envs import best_constant
+    from embodied.eval.env_baselines import best_constant
 
     recs = [e.record for e in episodes]
     out = best_constant(recs)

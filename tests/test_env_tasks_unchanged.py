@@ -9,7 +9,7 @@ import pytest
 
 from embodied.envs import answer_text, task
 from embodied.envs.reward import env_reward, unparseable_penalty
-from embodied.eval.envs import best_constant
+from embodied.eval.env_baselines import best_constant
 
 SEEDS = (0, 1, 2)
 PROBES = {

@@ -169,7 +169,9 @@ def test_registered_toy_is_a_task(toy, examples):
 
 
 def test_evaluation_and_best_constant(toy, examples, tiny_policy):
-    from embodied.eval.envs import EnvEval, best_constant, env_markdown, evaluate_env
+    from embodied.eval.env_baselines import best_constant
+    from embodied.eval.env_loop import EnvEval, evaluate_env
+    from embodied.eval.env_stats import env_markdown
     from embodied.video import VideoConfig
 
     model, processor = tiny_policy
@@ -204,7 +206,8 @@ def test_parity_on_both_backends(toy):
 
 def test_report(toy, examples, tiny_policy, tmp_path):
     from embodied.config import Config
-    from embodied.eval.envs import EnvEval, best_constant, evaluate_env
+    from embodied.eval.env_baselines import best_constant
+    from embodied.eval.env_loop import EnvEval, evaluate_env
     from embodied.experiments.env_report import write_env_report
     from embodied.video import VideoConfig
 

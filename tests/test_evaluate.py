@@ -173,7 +173,7 @@ def test_markdown_table_rows_and_columns():
 
 
 def test_forced_choice_answers_where_the_model_answers():
-    from embodied.eval.loop import choice_prefix
+    from embodied.eval.answerer import choice_prefix
 
     response = "<think>falls, then rests</think> <answer>B</answer>"
     assert choice_prefix(response) == "<think>falls, then rests</think> "

@@ -13,14 +13,8 @@ from embodied.config import ExpertConfig, SFTConfig
 from embodied.data.load import Example
 from embodied.envs.config import Turns
 from embodied.rl.rollout import Rollout
-from embodied.train.expert import (
-    answers_scored,
-    balanced,
-    round_prompts,
-    select,
-    task_successes,
-    train_expert,
-)
+from embodied.train.expert import answers_scored, round_prompts, train_expert
+from embodied.train.expert_targets import balanced, select, task_successes
 from embodied.train.state import Run
 
 

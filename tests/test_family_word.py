@@ -100,14 +100,14 @@ def test_a_ground_truth_exported_before_the_rename_scores_the_same():
 def test_the_committed_cosmos_summaries_still_render():
     """docs/results/cosmos_213c7b5.json was written with `per_task` and a curriculum of `tasks`: it stays as
     written, and the code that reads it still does; so does the current docs/results/cosmos.json."""
-    from embodied.experiments.cosmos import _per_family, markdown
+    from embodied.experiments.cosmos_report import markdown, per_family
 
     result = json.loads((ROOT / "docs/results/cosmos_213c7b5.json").read_text())
     assert "tasks" in result["curriculum"][0]
     text = markdown(result)
     assert "400 on arrow_of_time, then" in text
     sft = result["per_seed"]["0"]["main"]["sft"]
-    assert _per_family(sft) == sft["per_task"]
+    assert per_family(sft) == sft["per_task"]
     current = json.loads((ROOT / "docs/results/cosmos.json").read_text())
     assert "families" in current["curriculum"][0]
     assert "400 on arrow_of_time, then" in markdown(current) and "GRPO alone" in markdown(current)

@@ -1,5 +1,9 @@
-"""Size rules of the house (issue 61): no function over 80 lines, and the GRPO step's module within ~450
-lines (what used to be woven into it, PPO's critic, the runner, PAPO's gauges, has modules of its own)."""
+"""Size rules of the house: no function over 80 lines.
+
+The other rules that guard what matters live beside what they guard: no Qwen-only code outside
+`embodied/policy/architectures/` (`tests/test_architectures.py`) and imports that point down the layers of
+docs/architecture.md (`tests/test_imports.py`). A line cap on one module (grpo.py's, issue 61) rewarded
+squeezing code into fewer lines over splitting it by idea, and is gone (issue 68)."""
 
 from __future__ import annotations
 
@@ -29,8 +33,3 @@ def test_no_function_is_over_80_lines():
 
 def test_the_checker_sees_a_long_function():
     assert long_functions(limit=30)  # the house has functions of 31-80 lines: a blind checker fails
-
-
-def test_grpo_step_module_stays_small():
-    lines = len((ROOT / "train" / "grpo.py").read_text().splitlines())
-    assert lines <= 460, lines

@@ -20,7 +20,7 @@ from embodied.rl.critic import CriticWatch
 from embodied.rl.ppo import ValueHead
 from embodied.rl.rollout import sample_groups
 from embodied.train.config import PPOConfig
-from embodied.train.grpo import inert_clip_settings, sampling_args, train_grpo
+from embodied.train.grpo import inert_settings, sampling_args, train_grpo
 from embodied.train.metrics import read_metrics
 from embodied.train.state import Run
 from embodied.video import VideoConfig
@@ -156,16 +156,16 @@ def _preset(name: str, **kw) -> GRPOConfig:
 
 
 def test_clip_settings_that_cannot_act_with_one_update_per_rollout():
-    assert inert_clip_settings(GRPOConfig()) == []  # plain GRPO: the default clip is not a choice
-    assert inert_clip_settings(_preset("dapo")) == ["grpo.clip_eps_high=0.28"]
-    gspo = inert_clip_settings(_preset("gspo"))
+    assert inert_settings(GRPOConfig()) == []  # plain GRPO: the default clip is not a choice
+    assert inert_settings(_preset("dapo")) == ["grpo.clip_eps_high=0.28"]
+    gspo = inert_settings(_preset("gspo"))
     assert "grpo.ratio_level=sequence" in gspo and any(s.startswith("grpo.clip_eps=") for s in gspo)
-    assert inert_clip_settings(_preset("ppo", updates_per_rollout=1)) == ["grpo.ppo.value_clip=0.2"]
-    assert inert_clip_settings(_preset("ppo", updates_per_rollout=1, value_clip=0.0)) == []
-    assert inert_clip_settings(_preset("ppo")) == []  # 4 updates per rollout: the clips can act
-    assert inert_clip_settings(_preset("dapo", updates_per_rollout=2)) == []
+    assert inert_settings(_preset("ppo", updates_per_rollout=1)) == ["grpo.ppo.value_clip=0.2"]
+    assert inert_settings(_preset("ppo", updates_per_rollout=1, value_clip=0.0)) == []
+    assert inert_settings(_preset("ppo")) == []  # 4 updates per rollout: the clips can act
+    assert inert_settings(_preset("dapo", updates_per_rollout=2)) == []
     # one update per rollout: no later update for target_kl to stop
-    assert inert_clip_settings(_preset("grpo", target_kl=0.02)) == ["grpo.target_kl=0.02"]
+    assert inert_settings(_preset("grpo", target_kl=0.02)) == ["grpo.target_kl=0.02"]
 
 
 # one update: no stop
@@ -175,11 +175,11 @@ def test_ppo_run_logs_the_critic_every_step_and_warns_once_at_start(tiny_path, e
     torch.manual_seed(0)
     model, processor = load_policy(tiny_path)
     cfg = _ppo(steps=3, log_every=2, updates_per_rollout=1, value_warmup_steps=1, value_ev_patience=0)
-    with pytest.warns(UserWarning, match="clipping never acts") as caught:
+    with pytest.warns(UserWarning, match="these settings never act") as caught:
         train_grpo(
             cfg, Run(model, processor, examples[:8], tmp_path, progress=False, reward_fn=varied_reward)
         )
-    assert sum("clipping never acts" in str(w.message) for w in caught) == 1
+    assert sum("these settings never act" in str(w.message) for w in caught) == 1
     rows = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["stage"] == "grpo"]
     assert [r["step"] for r in rows] == [1, 2, 3]
     for r in rows:  # the critic at every step, the rest only at log steps (2) and the last (3)
@@ -191,7 +191,7 @@ def test_ppo_run_logs_the_critic_every_step_and_warns_once_at_start(tiny_path, e
 
 
 def test_recipes_report_the_critic_at_the_end_of_each_run():
-    from embodied.experiments.recipes import critic_curves, critic_end, recipes_table
+    from embodied.experiments.recipes_report import critic_curves, critic_end, recipes_table
 
     logged = [
         {

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from embodied.eval.envs import summarize_env
+from embodied.eval.env_stats import summarize_env
 from embodied.eval.stats import prediction_stats
 from embodied.report import build_report
 

@@ -24,7 +24,7 @@ A task is one module, and that module declares everything the rest of the code n
 
 Optional: ``CORRECTIONS``, ``{failure term: (action coordinate, sign)}``, the way an action should move
 after that failure (push: a short strike wants a larger impulse), which multi-turn evaluation uses to
-score the direction of a second answer (`embodied.eval.envs.correction_summary`); ``SCENE``, the MJCF
+score the direction of a second answer (`embodied.eval.env_stats.correction_summary`); ``SCENE``, the MJCF
 file of a task kept outside this package (shipped tasks keep theirs in ``sim/<NAME>/scene.xml``);
 ``answer_grid(record) -> (question, [(action, text), ...])``, the lettered
 options a numeric task offers under ``env.answer=grid`` (see :func:`answer_form`).

@@ -1,5 +1,5 @@
 """Where an evaluation's answers come from: a model loaded here (`LocalAnswerer`) or a served one
-(`embodied.eval.served.EndpointAnswerer`). The scoring (`embodied.eval.loop`, `embodied.eval.envs`,
+(`embodied.eval.served.EndpointAnswerer`). The scoring (`embodied.eval.loop`, `embodied.eval.env_loop`,
 `embodied.eval.stats`) is written once against this seam, so a served model is measured by the same code
 and the same numbers as a local one.
 

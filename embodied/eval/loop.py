@@ -22,37 +22,14 @@ from tqdm.auto import tqdm
 
 from embodied.data.load import Example
 from embodied.data.schema import kind
-from embodied.eval.answerer import Answerer, LocalAnswerer, choice_prefix, sampled_responses
+from embodied.eval.answerer import Answerer, LocalAnswerer
 from embodied.eval.baselines import VIDEO_BASELINES, baseline_views, question_rng
 from embodied.eval.endpoint import Failure
-from embodied.eval.stats import (
-    drop_sampled,
-    format_result,
-    majority_vote,
-    markdown_table,
-    pass_at_k,
-    prediction_stats,
-    resolve_k,
-    wilson_interval,
-)
+from embodied.eval.stats import drop_sampled, prediction_stats, resolve_k
 from embodied.policy.architectures import architecture_of
 from embodied.questions import LETTERS, chosen_option
 from embodied.rl.rollout import sampling_seed
 from embodied.video import Clip, VideoConfig
-
-__all__ = [
-    "MCQEval",
-    "choice_prefix",
-    "evaluate",
-    "evaluate_answers",
-    "format_result",
-    "majority_vote",
-    "markdown_table",
-    "pass_at_k",
-    "prediction_stats",
-    "sampled_responses",
-    "wilson_interval",
-]
 
 
 def _items(examples: Sequence[Example], baseline: str, seed: int) -> list[tuple[dict, Clip, int, int]]:

@@ -46,7 +46,7 @@ from embodied.eval.reading import END_MARKERS
 from embodied.questions import LETTERS, format_question
 from embodied.rl.episodes import Ask, Episodes, Turn, play_turns
 from embodied.rl.rollout import Sampling, sampling_seed
-from embodied.video import Clip, VideoConfig, frame_pixel_cap
+from embodied.video import Clip, VideoConfig, encode_png, frame_pixel_cap
 
 VIDEO_URLS = ("auto", "data", "file")
 """`eval.video_url`: how a video travels with `eval.media=video`: a `data:` URL, or the path of a file
@@ -60,11 +60,7 @@ TOP_LOGPROBS = 20
 
 def png_url(frame: np.ndarray) -> str:
     """A frame `(H, W, 3)` uint8 as a lossless PNG data URL."""
-    from PIL import Image
-
-    buf = io.BytesIO()
-    Image.fromarray(frame).save(buf, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+    return "data:image/png;base64," + base64.b64encode(encode_png(frame)).decode()
 
 
 def mp4_url(clip: Clip) -> str:

@@ -14,7 +14,7 @@ nothing about which answer is right; whatever beats chance or the best constant 
 reinforcement learning's. Every stage of every seed is evaluated on the held-out MCQ test split, on the
 held-out MCQ benchmark of every family (`env_feedback.benchmark`) and on held-out interactive episodes:
 success per task, how the answers spread over episodes and whether they follow the scene parameter that
-decides the outcome, against the best constant answer (`embodied.eval.envs.best_constant`). For
+decides the outcome, against the best constant answer (`embodied.eval.env_baselines.best_constant`). For
 `env_feedback.test_time_seeds` the arms are also evaluated with sampled answers: best-of-N with the
 simulator as the verifier and majority vote, against N and against seconds.
 
@@ -41,13 +41,9 @@ from embodied.data.episodes import ensure_episodes
 from embodied.data.load import load_examples
 from embodied.envs import answer_examples
 from embodied.envs.config import Turns
-from embodied.eval.envs import (
-    EnvEval,
-    best_constant,
-    check_sample_episodes,
-    evaluate_env,
-    rollout_video,
-)
+from embodied.eval.env_baselines import best_constant
+from embodied.eval.env_loop import EnvEval, check_sample_episodes, evaluate_env
+from embodied.eval.env_video import rollout_video
 from embodied.eval.loop import evaluate_free
 from embodied.experiments.env_report import write_env_report
 from embodied.experiments.reuse import process_data, provenance, reuse_or_run, run_jobs, start_and_arm_jobs

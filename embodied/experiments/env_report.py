@@ -173,7 +173,8 @@ def compute_markdown(rows: list[dict]) -> list[str]:
 
 def turns_markdown(rows: list[dict]) -> list[str]:
     """Multi-turn episodes (`env.turns` > 1): per seed, stage and task, the success after each greedy turn
-    and, where sampled, after each sampled turn beside single-turn best-of-k (`eval.envs.turn_summary`)."""
+    and, where sampled, after each sampled turn beside single-turn best-of-k
+    (`eval.env_stats.turn_summary`)."""
     lines = []
     cell = lambda c: f"{c['rate']:.3f} [{c['ci95'][0]:.2f}, {c['ci95'][1]:.2f}]"  # noqa: E731
     for r in rows:
@@ -208,8 +209,8 @@ def turns_markdown(rows: list[dict]) -> list[str]:
             "(k simulator calls per episode): 95% t interval over episodes. Calls: simulator calls per "
             "episode (an episode ends at a success or an unparseable answer). Right-way retries: after a "
             "greedy first answer that failed, the share of second answers that moved the way the failure "
-            "asks, averaged over the task's failure kinds (`eval.envs.correction_summary`; 0.5 for a policy "
-            "that always moves one way, 0 for one that repeats itself; - where the task declares no "
+            "asks, averaged over the task's failure kinds (`eval.env_stats.correction_summary`; 0.5 for a "
+            "policy that always moves one way, 0 for one that repeats itself; - where the task declares no "
             "CORRECTIONS).",
         ]
     return lines

@@ -22,7 +22,7 @@ What each hook does:
   reading); an episode's answer executed in MuJoCo by `embodied.envs.reward.env_reward` (its task's
   `parse_action`, `job` and `outcome`), in the harness's process, timed.
 * the aggregations: `embodied.eval.stats.prediction_stats` (accuracy, chance, unparseable, per tier) and
-  `embodied.eval.envs.summarize_env` (success, reward terms): the numbers `embodied eval` prints.
+  `embodied.eval.env_stats.summarize_env` (success, reward terms): the numbers `embodied eval` prints.
 
 Metric names avoid one another as substrings, because lmms-eval's group aggregation matches a group metric
 to every subtask metric containing its name: `accuracy_all` and `chance_all` overall, `accuracy_<tier>` and
@@ -207,11 +207,11 @@ def mcq_aggregation(metric: str, tier: str | None = None) -> Callable[[list[dict
 
 
 def episode_aggregation(metric: str) -> Callable[[list[dict]], float]:
-    """lmms-eval aggregation of executed episodes: `embodied.eval.envs.summarize_env`'s `success` or
+    """lmms-eval aggregation of executed episodes: `embodied.eval.env_stats.summarize_env`'s `success` or
     `unparseable`, the mean of a reward term (`reward/<term>`), or the hook's mean seconds (`seconds`)."""
 
     def aggregate(rows: list[dict]) -> float:
-        from embodied.eval.envs import summarize_env
+        from embodied.eval.env_stats import summarize_env
 
         if metric == "failed":
             return failed_share(rows)

@@ -95,20 +95,21 @@ def compute_advantages(rewards: torch.Tensor, estimator: str = "grpo", all_sum=N
 class Context:
     """What an estimator may use besides the rollout: the policy, the KL reference (None without KL), the
     tokens the loss sees (`mask`, `(B, T)`), the micro-batch size of no-grad passes, how to sum over
-    processes (None: one process) and `rows`, `(B,)` the trajectory of each row (every turn of a multi-turn
-    trajectory shares its advantage; `arange(B)` for single-turn rollouts)."""
+    processes (None: one process) and `owner`, `(B,)` the trajectory of each row, as `Rollout.owner` names it
+    (every turn of a multi-turn trajectory shares its advantage; None for single-turn rollouts, whose rows
+    are their own trajectories)."""
 
     model: torch.nn.Module
     ref: object | None
     mask: torch.Tensor
     micro_batch_size: int = 0
     all_sum: Callable[[torch.Tensor], torch.Tensor] | None = None
-    rows: torch.Tensor | None = None
+    owner: torch.Tensor | None = None
 
     def per_row(self, advantages: torch.Tensor) -> torch.Tensor:
         """`(N, G)` advantages of the trajectories -> `(B,)` one per row of the rollout."""
         flat = advantages.flatten()
-        return flat if self.rows is None else flat[self.rows]
+        return flat if self.owner is None else flat[self.owner]
 
 
 @dataclass

@@ -290,9 +290,10 @@ class ExpertConfig:
     that trajectory | group: also, after each distinct run of failed answers in the prompt's group, the
     group's best answer that succeeded at any turn (every answer is executed from the same reset, so it
     succeeds at any turn): a retry is taught from its siblings' successes, at no extra simulator call, where
-    the policy's own retries rarely succeed (`train.expert.select_turns`) | better: after each such run, the
-    group's answer nearest to the last failed one (by the task's `action_value`) among those the simulator
-    scored higher, success or not: the smallest move that did better, a correction rather than the answer."""
+    the policy's own retries rarely succeed (`train.expert_targets.select_turns`) | better: after each such
+    run, the group's answer nearest to the last failed one (by the task's `action_value`) among those the
+    simulator scored higher, success or not: the smallest move that did better, a correction rather than the
+    answer."""
     sft_steps: int = 50
     """Fine-tuning steps per round on that round's kept answers (fresh AdamW, warmup + cosine, as SFT)."""
     batch_size: int = 16
@@ -308,4 +309,4 @@ class ExpertConfig:
     """none: a round fine-tunes on its kept answers as they come | failures: on `sft_steps * batch_size`
     examples drawn from them so that each task's share follows its share of the round's failed samples
     (plus 0.1): on a pool of several tasks, one the policy has solved does not crowd out one it has not
-    (`train.expert.balanced`, logged as `expert/tuned_<task>`)."""
+    (`train.expert_targets.balanced`, logged as `expert/tuned_<task>`)."""

@@ -162,7 +162,8 @@ class Processes:
         optim, state = restore_state(path, scheduler)
         opts = StateDictOptions(full_state_dict=True, strict=False)  # tied weights are stored once
         set_model_state_dict(model, weights, options=opts)
-        set_optimizer_state_dict(model, optimizer, optim["optimizer"], options=opts)
+        if optimizer is not None:  # expert iteration's rounds bring their own optimizers
+            set_optimizer_state_dict(model, optimizer, optim["optimizer"], options=opts)
         return state
 
     def shard(self, items: list) -> list:

@@ -6,8 +6,9 @@ MuJoCo executes every sampled answer and the physical outcome decides which one 
 
 1. draw `prompts_per_round` training prompts and sample `samples` answers to each (`rl.rollout.sample_groups`,
    the same sampling and scoring as a GRPO step, each answer seeded by (run seed, round, prompt));
-2. per prompt keep at most one answer (`select`): the highest-reward one that succeeded (`keep=success`) or
-   the highest-reward one whenever the answers differ (`keep=best`); truncated answers are never kept;
+2. per prompt keep at most one answer (`select`, in `embodied.train.expert_targets` with the other pure
+   functions that choose targets): the highest-reward one that succeeded (`keep=success`) or the
+   highest-reward one whenever the answers differ (`keep=best`); truncated answers are never kept;
 3. fine-tune the current policy for `sft_steps` steps on the kept (prompt, answer) pairs (`train.sft`, a fresh
    optimizer per round; the answer text is the target).
 
@@ -29,34 +30,34 @@ equal simulator calls (docs/environments.md, "Expert iteration").
 from __future__ import annotations
 
 import dataclasses
-import re
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from embodied.data.load import Example
-from embodied.envs import parse, task
 from embodied.envs.config import Turns
-from embodied.rl.episodes import again, sample_episodes
+from embodied.rl.episodes import sample_episodes
 from embodied.rl.rewards import mcq_rewards, rewards_for
-from embodied.rl.rollout import Rollout, Sampling, sample_groups, sampling_seed
-from embodied.train.checkpoint import load_checkpoint
+from embodied.rl.rollout import Sampling, sample_groups, sampling_seed
 from embodied.train.config import ExpertConfig, SFTConfig
 from embodied.train.distributed import Processes
+from embodied.train.expert_targets import (
+    KEEP,
+    RETRY_TARGETS,
+    balanced,
+    prompt_id,
+    select,
+    select_turns,
+    task_name,
+    task_successes,
+)
 from embodied.train.metrics import MetricsLog
 from embodied.train.runner import Cadence, Runner
 from embodied.train.sft import train_sft
 from embodied.train.state import Run
 
-KEEP = ("success", "best")
-RETRY_TARGETS = ("own", "group", "better")
 BALANCE = ("none", "failures")
-BALANCE_FLOOR = 0.1
-"""`expert.balance=failures`: a task's weight is its share of failed samples this round plus this floor, so a
-task the policy has solved keeps a little of every round's fine-tuning."""
 LATER_SETTINGS = {
     "balance": "none",
     "retry_targets": "own",
@@ -66,166 +67,6 @@ LATER_SETTINGS = {
     "replay": False,
 }
 """Expert settings added after checkpoints were first written, with the value older runs used."""
-
-
-def succeeded(terms: dict[str, float]) -> bool:
-    """Whether an answer's reward terms say it succeeded: `reward/success` (interactive tasks), else
-    `reward/accuracy` (MCQs)."""
-    value = terms.get("reward/success", terms.get("reward/accuracy"))
-    if value is None:
-        raise KeyError(
-            f"expert.keep=success needs reward/success or reward/accuracy; terms are {sorted(terms)}"
-        )
-    return value >= 0.5
-
-
-def _has_success(terms: dict[str, float]) -> bool:
-    return "reward/success" in terms or "reward/accuracy" in terms
-
-
-def task_name(record: dict) -> str:
-    """What `expert/success_<task>` and `expert.balance` group by: an episode's task, an MCQ's family."""
-    return record.get("task") or record.get("family", "mcq")
-
-
-def balanced(examples: Sequence[Example], success: dict[str, list[float]], size: int, seed: int) -> list:
-    """`expert.balance=failures`: `size` fine-tuning examples drawn from `examples` so that each task's share
-    is proportional to its share of this round's samples that failed (`success`: task -> 0/1 per sampled
-    answer; a task not sampled this round counts as solved), plus `BALANCE_FLOOR`. A task's examples are
-    drawn in shuffled passes (every one before any repeats), seeded by `seed`. One task: `examples` as
-    they are."""
-    groups: dict[str, list] = {}
-    for ex in examples:
-        groups.setdefault(task_name(ex.record), []).append(ex)
-    if len(groups) < 2:
-        return list(examples)
-    weight = {t: 1.0 - float(np.mean(success.get(t) or [1.0])) + BALANCE_FLOOR for t in groups}
-    total, rng, out = sum(weight.values()), np.random.default_rng(seed), []
-    for t in sorted(groups):
-        n, group = max(1, round(size * weight[t] / total)), groups[t]
-        passes = np.concatenate([rng.permutation(len(group)) for _ in range(-(-n // len(group)))])
-        out += [group[i] for i in passes[:n]]
-    return out
-
-
-def task_successes(ro: Rollout) -> list[tuple[str, float]]:
-    """Per scored row of `ro` that says whether it succeeded, its prompt's task (`record["task"]`, an MCQ's
-    `family`) and 1.0 / 0.0: the training success per task that `expert/success_<task>` logs, so a round on
-    several tasks shows which one moves. A multi-turn row is its trajectory's prompt's (`ro.owner`)."""
-    G = ro.group_size
-    owners = ro.owner.tolist() if ro.owner is not None else range(len(ro.terms))
-    out = []
-    for row, owner in enumerate(owners):
-        if _has_success(ro.terms[row]):
-            out.append((task_name(ro.examples[owner // G].record), float(succeeded(ro.terms[row]))))
-    return out
-
-
-def select(ro: Rollout, keep: str) -> list[int | None]:
-    """Per prompt of `ro`, the row of the answer to keep, or None: the highest `reward/total` among its
-    untruncated answers that succeeded (`keep="success"`), or among all its untruncated answers when their
-    rewards are not all equal (`keep="best"`: an answer above its group's mean). Ties go to the first row."""
-    if keep not in KEEP:
-        raise ValueError(f"expert.keep={keep!r}; choose one of {list(KEEP)}")
-    G = ro.group_size
-    chosen: list[int | None] = []
-    for p in range(len(ro.examples)):
-        rows = [p * G + g for g in range(G) if not bool(ro.truncated[p * G + g])]
-        if keep == "success":
-            rows = [r for r in rows if succeeded(ro.terms[r])]
-        elif len({float(ro.rewards[p, r - p * G]) for r in range(p * G, p * G + G)}) < 2:
-            rows = []
-        chosen.append(max(rows, key=lambda r: (float(ro.rewards[p, r - p * G]), -r)) if rows else None)
-    return chosen
-
-
-def select_turns(ro: Rollout, words: bool = False, targets: str = "own") -> list[tuple[Example, str]]:
-    """Multi-turn rollouts (`rl.episodes.sample_episodes`): per prompt and turn, the highest-reward
-    untruncated answer that succeeded at that turn (ties to the first row), as `(example, answer)`. A turn-k
-    example is that trajectory's conversation: the clip and question, its k - 1 failed answers each with the
-    words and the clip of its outcome, so fine-tuning on it teaches the answer that worked after seeing them.
-    A turn-k record's id gets `/turn<k>` (one target per id).
-
-    `targets="group"` (`expert.retry_targets`) also keeps, for every distinct sequence of failed answers
-    that some trajectory of the prompt ran into without then succeeding itself, that conversation with the
-    group's best success (any turn) as its target, id `/turn<k>/<j>`: every answer is executed from the
-    episode's reset, so the sibling's answer succeeds after those failures too. `targets="better"` keeps the
-    same conversations with a nearer target: among the group's executed answers (any turn, untruncated)
-    that scored a higher `reward/total` than the last failed answer and are not one of the failed answers,
-    the nearest to it by the task's `action_value` (ties: the higher total), success or not. A retry is
-    then taught the smallest move that the simulator scored better, a correction of the failed answer,
-    where `group` teaches the right answer whatever the failure was."""
-    if targets not in RETRY_TARGETS:
-        raise ValueError(f"expert.retry_targets={targets!r}; choose one of {list(RETRY_TARGETS)}")
-    rows: dict[int, dict[int, int]] = {}  # trajectory -> turn -> row
-    for i, (t, k) in enumerate(zip(ro.owner.tolist(), ro.turn.tolist())):
-        rows.setdefault(t, {})[k] = i
-    ok = lambda i: not bool(ro.truncated[i]) and succeeded(ro.terms[i])  # noqa: E731
-    total = lambda i: float(ro.terms[i]["reward/total"])  # noqa: E731
-    best: dict[tuple[int, int], int] = {}  # (prompt, turn) -> row
-    for t, turns in rows.items():
-        for k, i in turns.items():
-            key = (t // ro.group_size, k)
-            if ok(i) and (key not in best or total(i) > total(best[key])):
-                best[key] = i
-
-    def conversation(ex: Example, t: int, k: int, suffix: str) -> Example:
-        history = tuple((ro.texts[rows[t][j]], again(ro.terms[rows[t][j]], words)) for j in range(1, k))
-        record = ex.record | {"id": f"{ex.record['id']}/turn{k}{suffix}"}
-        return Example(record, ex.clip, history, tuple(ro.clips[t][1:k]))
-
-    kept = []
-    for (p, k), i in sorted(best.items()):
-        ex, t = ro.examples[p], int(ro.owner[i])
-        kept.append((conversation(ex, t, k, "") if k > 1 else ex, ro.texts[i]))
-    if targets in ("group", "better"):
-        for p, ex in enumerate(ro.examples):
-            found = [i for (q, _), i in best.items() if q == p]
-            success = ro.texts[max(found, key=lambda i: (total(i), -i))] if found else None
-            members = [i for t in range(p * ro.group_size, (p + 1) * ro.group_size) for i in rows[t].values()]
-            taught = [(int(ro.owner[i]), k) for (q, k), i in best.items() if q == p and k > 1]
-            seen = {tuple(ro.texts[rows[t][j]] for j in range(1, k)) for t, k in taught}
-            for t in range(p * ro.group_size, (p + 1) * ro.group_size):
-                for k in sorted(rows[t])[1:]:  # a later turn: every earlier answer of t failed
-                    failed = tuple(ro.texts[rows[t][j]] for j in range(1, k))
-                    if failed in seen or ok(rows[t][k]) or any(ok(rows[t][j]) for j in range(1, k)):
-                        continue
-                    answer = (
-                        _nearer_better(ro, ex.record, members, rows[t][k - 1], set(failed))
-                        if targets == "better"
-                        else success
-                    )
-                    if answer is None:
-                        continue
-                    seen.add(failed)
-                    kept.append((conversation(ex, t, k, f"/{len(seen)}"), answer))
-    return kept
-
-
-def _nearer_better(ro: Rollout, record: dict, members: list[int], last: int, failed: set[str]) -> str | None:
-    """`select_turns(targets="better")`: among rows `members` of one prompt, the answer nearest to row
-    `last`'s (by the task's `action_value`) that scored a higher `reward/total`, is untruncated, parses and
-    is not in `failed`; ties to the higher total. None if there is none."""
-    value = task(record["task"]).action_value
-    action = parse(record, ro.texts[last])
-    if action is None:
-        return None
-    score = lambda i: float(ro.terms[i]["reward/total"])  # noqa: E731
-    options = {}
-    for i in members:
-        text = ro.texts[i]
-        if bool(ro.truncated[i]) or text in failed or score(i) <= score(last):
-            continue
-        other = parse(record, text)
-        if other is not None:
-            options[text] = (abs(value(other) - value(action)), -score(i))
-    return min(options, key=options.get) if options else None
-
-
-def _prompt_id(example_id: str) -> str:
-    """The training prompt's id of a kept example: a later turn's conversation adds `/turn<k>[/<j>]` at the
-    end (only that suffix is cut, so an id that holds "/turn" elsewhere keeps it)."""
-    return re.sub(r"/turn\d+(/\d+)?$", "", example_id)
 
 
 def round_sft(sft_cfg, steps: int, batch_size: int, lr: float):
@@ -381,36 +222,36 @@ class Expert:
         """Seconds the run has spent, those before a resume included."""
         return self.before_s + time.perf_counter() - self.t_built
 
-    def resume(self, path: Path) -> dict:
-        """Load an expert checkpoint (it must have been written with the same settings)."""
-        saved = load_checkpoint(path, self.model)
-        old = LATER_SETTINGS | saved["expert"]  # a setting added since had its default value then
+    def load(self, state: dict) -> None:
+        """The counters of an expert checkpoint (the runner loaded the weights), which must have been written
+        with the same settings and, with `replay`, on the same prompts."""
+        old = LATER_SETTINGS | state["expert"]  # a setting added since had its default value then
         if old != self.settings:
             changed = sorted(
                 k for k in self.settings.keys() | old.keys() if old.get(k) != self.settings.get(k)
             )
             raise ValueError(
-                f"checkpoint {path} was written with other expert settings ({', '.join(changed)}): resume "
-                "with the same expert.* (only expert.rounds may change), or start fresh without resume"
+                f"written with other expert settings ({', '.join(changed)}): resume with the same "
+                "expert.* (only expert.rounds may change), or start fresh without resume"
             )
-        self.scored, self.kept_total = saved["scored"], saved["kept"]
-        self.replayed = dict(saved.get("replay", {}))
+        self.scored, self.kept_total = state["scored"], state["kept"]
+        self.replayed = dict(state.get("replay", {}))
         if missing := [i for i in self.replayed if i not in self.by_id]:
             raise ValueError(
-                f"checkpoint {path} replays answers to {len(missing)} prompts not in this training set "
+                f"it replays answers to {len(missing)} prompts not in this training set "
                 f"(e.g. {missing[0]!r}): resume on the same data, or start fresh without resume"
             )
-        self.before_s, self.t_built = saved["elapsed"], time.perf_counter()
-        return saved
+        self.before_s, self.t_built = state["elapsed"], time.perf_counter()
 
     def step(self, r: int) -> None:
         """Round `r`: sample and keep, fine-tune on the kept answers, and the round's metrics."""
         t0 = time.perf_counter()
         sampled = self.sample_round(r)
-        t_sample, t1 = time.perf_counter() - t0, time.perf_counter()
+        t1 = time.perf_counter()
         tuned_on = self.fine_tune(r, sampled)
+        times = {"time/sample": t1 - t0, "time/sft": time.perf_counter() - t1}
         self.kept_total += len(sampled.kept)
-        self.row = self.round_metrics(sampled, tuned_on, {"time/sample": t_sample, "time/sft": t1})
+        self.row = self.round_metrics(sampled, tuned_on, times)
 
     def report(self, r: int, due: bool, step_s: float) -> dict:
         return self.row
@@ -478,17 +319,15 @@ class Expert:
         return tune_on
 
     def round_metrics(self, sampled: Round, tuned_on: list[Example], times: dict) -> dict:
-        """The round's row of `metrics.jsonl`; `times`: the seconds spent sampling, and when the
-        fine-tuning began."""
+        """The round's row of `metrics.jsonl`; `times`: the seconds spent sampling and fine-tuning."""
         cfg, n, kept = self.cfg, len(sampled.idx), sampled.kept
         metrics = {
             # the share of this round's prompts with a kept answer (at most 1); with turns, also the kept
             # examples per prompt: every turn and, with group or better targets, every failed run has one
-            "expert/kept": len({_prompt_id(ex.record["id"]) for ex in kept}) / n,
+            "expert/kept": len({prompt_id(ex.record["id"]) for ex in kept}) / n,
             "expert/answers_scored": self.scored,
             "reward/total": float(np.mean(sampled.rewards)),
-            "time/sample": times["time/sample"],
-            "time/sft": time.perf_counter() - times["time/sft"],
+            **times,
             "time/elapsed": self.elapsed(),
         }
         if sampled.successes:

@@ -16,6 +16,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import NamedTuple
 
 import torch
 
@@ -97,8 +98,8 @@ def check_config(cfg, world: int = 1) -> None:
         raise ValueError("; ".join(bad))
 
 
-def inert_clip_settings(cfg) -> list[str]:
-    """The clip settings of `cfg` that cannot act because `updates_per_rollout` is 1: the policy that
+def inert_settings(cfg) -> list[str]:
+    """The clip and stop settings of `cfg` that cannot act because `updates_per_rollout` is 1: the policy that
     sampled is the one updated, so every importance ratio is exactly 1 and a ratio clip never binds; with
     PPO's critic the values are likewise the rollout's own, so the value clip never binds either, and a
     `target_kl` has no later update to stop. Only settings a recipe chose are named (a non-default clip,
@@ -164,6 +165,16 @@ def make_optimizer(model, estimator: Estimator, cfg) -> torch.optim.Optimizer:
     return torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=0.0)
 
 
+class LastStep(NamedTuple):
+    """What `GRPO.step` leaves for `GRPO.report`: the step's rollout (None when every group drawn had equal
+    rewards), its update metrics, the sampling statistics (DAPO's rounds) and the rollout's seconds."""
+
+    rollout: Rollout | None = None
+    metrics: dict = {}
+    sampled: dict = {}
+    rollout_s: float = 0.0
+
+
 @dataclass
 class GRPO:
     """The GRPO step (`embodied.train.runner.Algorithm`): the policy as the loss sees it (`net`, wrapped
@@ -186,8 +197,7 @@ class GRPO:
     guard: NonFiniteGuard = dataclasses.field(default_factory=NonFiniteGuard)
     drawn: int = 0
     empty_steps: int = 0
-    last: tuple = (None, {}, {}, 0.0)
-    """The latest step's (rollout, update metrics, sampling statistics, rollout seconds)."""
+    last: LastStep = LastStep()
     stage, title, unit, schedule = "grpo", "GRPO", "step", None
 
     @classmethod
@@ -218,7 +228,7 @@ class GRPO:
             self.empty_steps += 1
         else:
             metrics = self.learn(ro, step)
-        self.last = (ro, metrics, sampled, t_rollout)
+        self.last = LastStep(ro, metrics, sampled, t_rollout)
 
     def draw(self) -> Rollout:
         """This process's share of the next `prompts_per_step` prompts, answered and scored: G answers per
@@ -288,14 +298,12 @@ class GRPO:
     def state(self) -> dict:
         return {"drawn": self.drawn, "empty_steps": self.empty_steps} | self.guard.state()
 
-    def resume(self, path) -> dict:
-        """Load a GRPO checkpoint into the model, optimizer, estimator modules, guard and counters; the batch
-        order skips the batches already drawn."""
-        saved = self.procs.load_checkpoint(path, self.run.model, self.optimizer, extra=self.modules)
-        self.drawn, self.empty_steps = saved["drawn"], saved["empty_steps"]
-        self.guard.load(saved)
-        self.order = skip_batches(self.order, saved["drawn"])
-        return saved
+    def load(self, state: dict) -> None:
+        """The guard and counters of a GRPO checkpoint (the runner loaded the weights, the optimizer and the
+        estimator's modules); the batch order skips the batches already drawn."""
+        self.drawn, self.empty_steps = state["drawn"], state["empty_steps"]
+        self.guard.load(state)
+        self.order = skip_batches(self.order, state["drawn"])
 
     def summary(self) -> dict:
         return {"skipped_steps": self.guard.total}
@@ -435,24 +443,25 @@ def train_grpo(cfg: GRPOConfig, run: Run) -> dict:
     evaluates and writes checkpoints. `run.turns` (`Turns.of(cfg.env)`) with more than one turn plays
     multi-turn episodes (`embodied.rl.episodes`): a group is G whole trajectories. With `cfg.keep_best` the
     policy ends on its best held-out point."""
-    procs, cadence = run.procs or Processes(), Cadence.of(cfg)
-    cadence.check("grpo", procs.world, run.resume)
+    procs, cadence = run.procs or Processes(), Cadence.of(cfg)  # the runner checks the cadence
     log = MetricsLog(run.out_dir / "metrics.jsonl", "grpo")
     return Runner.build(GRPO.build(cfg, run, procs, log), run, cadence, procs, log).run_steps()
 
 
 def check_run(cfg: GRPOConfig, run: Run, procs: Processes) -> None:
-    """Fail before any work on settings that cannot run together (`check_config` and the turns); warn on clip
-    settings that cannot act (`inert_clip_settings`)."""
+    """Fail before any work on settings that cannot run together (`check_config` and the turns); warn on
+    clip and stop settings that cannot act (`inert_settings`)."""
     check_config(cfg, procs.world)
     if run.turns.n > 1 and (cfg.dynamic_sampling or cfg.advantage == "gae" or procs.world > 1):
         raise ValueError(
             f"env.turns={run.turns.n} runs with the group estimators in one process: not with "
             "grpo.dynamic_sampling, grpo.advantage=gae or several processes (yet)"
         )
-    if inert := inert_clip_settings(cfg):
+    if inert := inert_settings(cfg):
+        why = "the policy that sampled is the one updated: every importance ratio is exactly 1, no clip binds"
+        if cfg.target_kl is not None:
+            why += "; no later update is left for target_kl to stop"
         warnings.warn(
-            f"grpo.updates_per_rollout=1 with {', '.join(inert)}: every importance ratio is exactly 1 "
-            "on-policy (the policy that sampled is the one updated), so clipping never acts",
+            f"grpo.updates_per_rollout=1 with {', '.join(inert)}: these settings never act ({why})",
             stacklevel=4,
         )

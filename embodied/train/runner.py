@@ -4,7 +4,9 @@ SFT, GRPO (and PPO) and expert iteration differ in what one step does; everythin
 same job and lives here once, as rsl_rl keeps one `OnPolicyRunner` beside its algorithms. A loop is an
 *algorithm step* (`Algorithm`): an object built complete by its loop's `build`, which does one step's work
 (`step`), says what to log (`report`), what a checkpoint saves besides the policy (`optimizer`, `schedule`,
-`modules`, `state`) and how to load one back (`resume`). `Runner.run_steps` reads top to bottom:
+`modules`, and its counters: `state`) and takes its counters back (`load`). The runner alone reads and
+writes checkpoint files, both ways, as rsl_rl's runner does: an algorithm never opens one.
+`Runner.run_steps` reads top to bottom:
 
     each step: work -> validation (`eval_every`) -> stop? -> log (`log_every`) -> checkpoint
 
@@ -58,8 +60,10 @@ class Algorithm(Protocol):
     def state(self) -> dict:
         """The counters a checkpoint saves (JSON)."""
 
-    def resume(self, path: Path) -> dict:
-        """Load the checkpoint at `path` into the policy and this step's pieces; returns its counters."""
+    def load(self, state: dict) -> None:
+        """Take back the counters of a checkpoint (`state` as `state()` gave them, with its `step`), the
+        policy, optimizer, schedule and modules already loaded by the runner; a ValueError refuses a
+        checkpoint this run cannot continue."""
 
     def summary(self) -> dict:
         """The run's summary, beside the runner's steps and seconds."""
@@ -124,7 +128,11 @@ class Runner:
         ckpt_dir = run.out_dir / "checkpoints" / algo.stage
         start, before = 1, 0.0
         if path := resolve_resume(run.resume, ckpt_dir):
-            saved = algo.resume(path)
+            saved = procs.load_checkpoint(path, run.model, algo.optimizer, algo.schedule, algo.modules)
+            try:
+                algo.load(saved)
+            except ValueError as e:  # name the folder: under resume=auto the user did not
+                raise ValueError(f"checkpoint {path}: {e}") from None
             start, before = saved["step"] + 1, saved.get("elapsed", 0.0)
             log.truncate(saved["step"])
             print(f"resuming {algo.title} from {path} ({algo.unit} {saved['step']})")

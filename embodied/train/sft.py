@@ -201,15 +201,12 @@ class SFT:
         """The counters a checkpoint saves."""
         return {"loss_sum": self.loss_sum, "tokens": self.tokens} | self.guard.state()
 
-    def resume(self, path) -> dict:
-        """Load an SFT checkpoint into the model, a fresh optimizer and schedule, the guard and counters; the
-        batch order skips the batches already trained on."""
-        self.optimizer, self.schedule = _fresh_optimizer(self.run.model, self.cfg, self.cycle)
-        state = self.procs.load_checkpoint(path, self.run.model, self.optimizer, self.schedule)
+    def load(self, state: dict) -> None:
+        """The guard and counters of an SFT checkpoint (the runner loaded the weights, the optimizer and the
+        schedule into `build`'s fresh pair); the batch order skips the batches already trained on."""
         self.loss_sum, self.tokens = state["loss_sum"], state["tokens"]
         self.guard.load(state)
         self.order = skip_batches(self.order, state["step"])
-        return state
 
     def step(self, step: int) -> None:
         """One optimizer step on the next batch (a fresh optimizer at the start of each cycle)."""

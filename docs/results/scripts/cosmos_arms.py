@@ -13,8 +13,10 @@ import argparse
 import json
 from pathlib import Path
 
-from embodied.experiments.cosmos import _family_mean, _per_family, _per_tier
-from embodied.experiments.cosmos import _stat as cosmos_stat
+from embodied.experiments.cosmos_report import family_mean as _family_mean
+from embodied.experiments.cosmos_report import per_family as _per_family
+from embodied.experiments.cosmos_report import per_tier as _per_tier
+from embodied.experiments.cosmos_report import seed_stat as cosmos_stat
 
 
 def _stat(values: list[float]) -> dict:

@@ -20,7 +20,7 @@ from pathlib import Path
 from embodied.config import load_config
 from embodied.data.load import load_records
 from embodied.envs import answer_form
-from embodied.eval.envs import action_spread
+from embodied.eval.env_stats import action_spread
 from embodied.experiments.config import EnvFeedbackRun
 from embodied.experiments.env_report import write_env_report
 

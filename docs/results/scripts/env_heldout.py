@@ -7,8 +7,9 @@ The held-out episodes are the default's own stream (`env.seed`, `configs/experim
 underneath, then the overrides) at `--n` episodes per task, generated into `--root` if it does not hold them
 already. Per-record seeds are prefix-stable (`data.schema.split_seeds`), so the first `env.n_test` (60) of
 them are the default's held-out episodes and the rest are new. Each MODEL (a saved policy folder, e.g.
-`runs/env_feedback/seed0/expert/model`) is evaluated greedily, as the experiment does (`eval.envs.
-evaluate_env`), and the best constant is chosen on the same episodes (`eval.envs.best_constant`). The JSON
+`runs/env_feedback/seed0/expert/model`) is evaluated greedily, as the experiment does
+(`eval.env_loop.evaluate_env`), and the best constant is chosen on the same episodes
+(`eval.env_baselines.best_constant`). The JSON
 holds, per model, its weights hash and per-task success with Wilson intervals, and whether each interval lies
 wholly above the best constant's.
 """
@@ -26,7 +27,8 @@ from embodied.config import load_config
 from embodied.data.episodes import ensure_episodes
 from embodied.data.load import load_examples
 from embodied.envs import answer_examples
-from embodied.eval.envs import EnvEval, best_constant, evaluate_env
+from embodied.eval.env_baselines import best_constant
+from embodied.eval.env_loop import EnvEval, evaluate_env
 from embodied.experiments.config import EnvFeedbackRun
 from embodied.experiments.reuse import folder_weights_hash
 from embodied.policy.model import load_policy

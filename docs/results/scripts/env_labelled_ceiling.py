@@ -30,7 +30,8 @@ from embodied.config import load_config
 from embodied.data.load import load_examples
 from embodied.envs import answer_examples, answer_text, grid_action, task
 from embodied.envs.reward import env_reward
-from embodied.eval.envs import EnvEval, best_constant, evaluate_env
+from embodied.eval.env_baselines import best_constant
+from embodied.eval.env_loop import EnvEval, evaluate_env
 from embodied.experiments.config import EnvFeedbackRun
 from embodied.experiments.reuse import code_hash, folder_weights_hash
 from embodied.policy.model import load_policy

@@ -11,11 +11,11 @@ STARTS holds `seed<S>/start/model` (the format-only starts of an env-feedback ru
 and evaluated on the held-out episodes: greedy turns (success after each turn, Wilson intervals over
 episodes), `env_feedback.test_time_samples` sampled trajectories per episode, and single-turn best-of-k from
 as many single-turn samples (pass@k, t intervals over episodes), with the paired differences per seed:
-sampled turn 2 minus turn 1 and minus best-of-2 (`eval.envs.turn_summary`'s `paired`, t intervals over
+sampled turn 2 minus turn 1 and minus best-of-2 (`eval.env_stats.turn_summary`'s `paired`, t intervals over
 episodes). STARTS'
 `seed<S>/sim/model`, when present, is evaluated the same way (`--stages single`: the single-turn-trained
 policy asked twice). `--stages expert` runs multi-turn expert iteration (`expert:`,
-`train.expert.select_turns`) from the start instead of GRPO. `--stages start` on a STARTS folder whose
+`train.expert_targets.select_turns`) from the start instead of GRPO. `--stages start` on a STARTS folder whose
 `seed<S>/start/model` links to trained policies evaluates them (e.g. on a larger held-out set: `env.root`).
 With `env.turns=1` the stages train and evaluate single-turn (greedy success is `success@1`; e.g. `--stages
 expert` measures an `expert.*` setting from the same starts).
@@ -36,7 +36,7 @@ from embodied.config import load_config
 from embodied.data.load import load_examples
 from embodied.envs import answer_examples
 from embodied.envs.config import Turns
-from embodied.eval.envs import EnvEval, evaluate_env
+from embodied.eval.env_loop import EnvEval, evaluate_env
 from embodied.eval.stats import seed_interval
 from embodied.experiments.config import EnvFeedbackRun
 from embodied.policy.model import load_policy, save_policy

@@ -9,9 +9,9 @@ length, held at the reset). Turn 1 is the same in both; only what turn 2 sees di
 Each DIR holds `seed<S>/start/predictions.json`. Per seed, with 95% t intervals over episodes (paired):
 
 - greedy and sampled success within two turns, outcome minus frozen;
-- the direction of the greedy correction (`eval.envs.correction_summary`): after a first strike that fell
-  short (overshot), the share of second answers with a larger (smaller) impulse; `balanced` is the mean of
-  the two shares: a policy that ignores the outcome and always moves one way scores 0.5.
+- the direction of the greedy correction (`eval.env_stats.correction_summary`): after a first strike that
+  fell short (overshot), the share of second answers with a larger (smaller) impulse; `balanced` is the mean
+  of the two shares: a policy that ignores the outcome and always moves one way scores 0.5.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import numpy as np
 
 from embodied.data.load import load_records
 from embodied.envs import answer_form, is_interactive
-from embodied.eval.envs import correction_summary
+from embodied.eval.env_stats import correction_summary
 from embodied.eval.stats import seed_interval
 
 
