@@ -54,7 +54,9 @@ def frozen(venv: Path, path: str | None = None) -> dict[str, str]:
     return {canonical(r["name"]): r["version"] for r in rows if canonical(r["name"]) != SELF}
 
 
-def write_lock(pins: dict[str, str], out: Path, venv_python: Path, what: str) -> None:
+def write_lock(
+    pins: dict[str, str], out: Path, venv_python: Path, what: str, path: str | None = None
+) -> None:
     py = subprocess.run(
         [
             str(venv_python),
@@ -75,7 +77,7 @@ def write_lock(pins: dict[str, str], out: Path, venv_python: Path, what: str) ->
             "Rewrite it with `python3 scripts/lock.py newest` (README, Tests)."
             if out.resolve() == MAIN_LOCK
             else "Rewrite it, after its tests pass, with `python3 scripts/lock.py freeze --venv "
-            f"{venv_python.parent.parent.name} --out locks/{out.name}`."
+            f"{venv_python.parent.parent.name}{' --path SITE' if path else ''} --out locks/{out.name}`."
         ),
     ]
     out = out.resolve()
@@ -200,7 +202,7 @@ def main() -> int:
     n.add_argument("pytest_args", nargs="*", help="after --: extra pytest arguments (default: none)")
     a = p.parse_args()
     if a.cmd == "freeze":
-        write_lock(frozen(a.venv, a.path), a.out, a.venv / "bin" / "python", a.what)
+        write_lock(frozen(a.venv, a.path), a.out, a.venv / "bin" / "python", a.what, a.path)
         return 0
     if a.cmd == "check":
         status = compare(read_lock(a.lock), frozen(a.venv, a.path))

@@ -61,7 +61,7 @@ class Server:
         self.proc = subprocess.Popen(
             [*cmd, "--device", "cpu"], stdout=self.log.open("a"), stderr=subprocess.STDOUT, env=env
         )
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 300  # a loaded 2-core machine takes minutes to import and load
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, f"transformers serve exited: {self.log.read_text()[-2000:]}"
             try:
