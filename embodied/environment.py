@@ -71,10 +71,17 @@ def installed() -> dict[str, str]:
     return out
 
 
+def public(version: str) -> str:
+    """A version without its local label (`2.13.0+cpu` -> `2.13.0`): the part a registry serves, and what a
+    lock pins (`==2.13.0` accepts a local `+cpu` build; `==2.13.0+cpu` accepts nothing a registry has)."""
+    return version.split("+", 1)[0]
+
+
 def compare(pins: dict[str, str], have: dict[str, str]) -> dict:
     """How installed versions `have` stand against the lock's `pins`: `matched` when every installed package
     is pinned at its installed version (a pinned package left uninstalled is fine: an extra not asked for)."""
-    differs = [f"{n} {v} (lock {pins[n]})" for n, v in sorted(have.items()) if n in pins and pins[n] != v]
+    off = {n: v for n, v in have.items() if n in pins and public(pins[n]) != public(v)}
+    differs = [f"{n} {v} (lock {pins[n]})" for n, v in sorted(off.items())]
     unlocked = [f"{n} {v}" for n, v in sorted(have.items()) if n not in pins]
     return {"matched": not differs and not unlocked, "differs": differs, "unlocked": unlocked}
 
@@ -101,9 +108,8 @@ def commit() -> dict:
         return {"commit": None, "dirty": None}
     try:
         head = git("rev-parse", "HEAD")
-        dirty = bool(
-            git("status", "--porcelain", "--untracked-files=no", "--", "embodied", "sim", "pyproject.toml")
-        )
+        paths = ("embodied", "sim", "pyproject.toml")  # the code a result depends on (untracked plugins too)
+        dirty = bool(git("status", "--porcelain", "--untracked-files=normal", "--", *paths))
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None}
     return {"commit": head, "dirty": dirty}

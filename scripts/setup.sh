@@ -42,6 +42,8 @@ if [ "${EMBODIED_UNLOCKED:-0}" = 1 ]; then
 elif [ "$here" != "linux-x86_64-3.11" ]; then
   lock=(); echo "setup: warning: locks/main.txt is for linux-x86_64-3.11, this is $here: installing pyproject.toml's ranges" >&2
 fi
+# unlocked, an existing .venv moves to the newest releases too (installed packages would count as satisfied)
+[ ${#lock[@]} -gt 0 ] || lock=(--upgrade --upgrade-strategy eager)
 pip=(.venv/bin/python -m pip install -q "${lock[@]}")
 "${pip[@]}" --upgrade pip
 if [ -n "$extras" ]; then
@@ -49,8 +51,9 @@ if [ -n "$extras" ]; then
 else
   "${pip[@]}" -e .
 fi
-if [ ${#lock[@]} -gt 0 ] && ! python3 scripts/lock.py check --venv .venv >/tmp/embodied-lock-check.txt 2>&1; then
-  # packages a locked install did not ask for (left in an older .venv, or installed by hand) are listed
-  echo "setup: warning: .venv holds versions outside locks/main.txt:" >&2; grep -v "^lock: .venv" /tmp/embodied-lock-check.txt >&2 || true
+if [ "${lock[0]}" = -c ] && ! check=$(.venv/bin/python scripts/lock.py check --venv .venv 2>&1); then
+  # packages a locked install did not ask for: left in an older .venv, or installed by hand
+  echo "setup: .venv holds versions outside locks/main.txt:" >&2; echo "$check" >&2
+  if [ -n "${CI:-}" ]; then echo "setup: CI installs the lock exactly; failing" >&2; exit 1; fi
 fi
 echo "setup: done ($(.venv/bin/python -c 'import embodied.environment as e; print("embodied", e.describe()["embodied"]["version"] + ";", e.summary_line())'))"

@@ -34,7 +34,7 @@ here=$(.venv-lmms/bin/python -c 'import platform, sys; print(f"{sys.platform}-{p
 if [ "${EMBODIED_UNLOCKED:-0}" = 1 ] || [ "$here" != "linux-x86_64-3.11" ] || [ ! -f locks/lmms.txt ]; then
   lock=(); echo "setup_lmms_eval: installing without locks/lmms.txt (unlocked, another platform, or no lock yet)"
 fi
-pip=(.venv-lmms/bin/python -m pip install -q "${lock[@]}")
+pip=(.venv-lmms/bin/python -m pip install -q ${lock[@]+"${lock[@]}"})  # bash 3.2 calls an empty array unbound
 # filelock<4: lmms-eval 0.7.3's evaluator patches `filelock._api`, which filelock 4 (in .venv) no longer has
 "${pip[@]}" "$lmms_spec" "filelock<4"
 .venv-lmms/bin/python - <<'EOF'

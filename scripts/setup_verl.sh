@@ -25,7 +25,7 @@ here=$(.venv-verl/bin/python -c 'import platform, sys; print(f"{sys.platform}-{p
 if [ "${EMBODIED_UNLOCKED:-0}" = 1 ] || [ "$here" != "linux-x86_64-3.11" ] || [ ! -f locks/verl.txt ]; then
   lock=(); echo "setup_verl: installing without locks/verl.txt (unlocked, another platform, or no lock yet)"
 fi
-pip=(.venv-verl/bin/python -m pip install -q "${lock[@]}")
+pip=(.venv-verl/bin/python -m pip install -q ${lock[@]+"${lock[@]}"})  # bash 3.2 calls an empty array unbound
 "${pip[@]}" --upgrade pip
 # torch first, on its own: where a CPU wheel is offered (a local wheel directory, as on the test machines,
 # or TORCH_INDEX=https://download.pytorch.org/whl/cpu) pip takes it, and verl then finds torch satisfied

@@ -438,6 +438,9 @@ class _Broken(http.server.BaseHTTPRequestHandler):
             "nostream": (400, refuse, "application/json")
             if asked.get("stream")
             else (200, json.dumps(fine).encode(), "application/json"),
+            "nooptions": (400, b'{"detail": "stream_options is not supported"}', "application/json")
+            if "stream_options" in asked
+            else (200, json.dumps(fine).encode(), "application/json"),
         }[self.mode]
         self.send_response(status)
         self.send_header("Content-Type", kind)
@@ -542,6 +545,20 @@ def test_a_server_that_does_not_stream_is_read_without_streaming(broken, data, t
     assert _Broken.hits == (2 if mode == "json" else 3) and answerer.settings()["read"] == (
         "stream" if mode == "json" else "json"
     )
+
+
+def test_a_server_refusing_stream_options_keeps_streaming_without_it(broken, data, tmp_path):
+    """The usage option refused with a 400 that names it (and not as an unexpected field): dropped like any
+    refused field, one extra request, and streaming stays asked for."""
+    from embodied.data.load import load_split
+
+    _Broken.mode, _Broken.hits = "nooptions", 0
+    examples = load_split(data[0], "test", VideoConfig(), limit=2)
+    client = EndpointClient(broken, "m", tmp_path / "cache", concurrency=1, retries=0)
+    answerer = EndpointAnswerer(client, VideoConfig())
+    result = evaluate_answers(answerer, examples, QUIET)
+    assert result["n"] == 2 and client.usage.refused_fields == ["stream_options"] and _Broken.hits == 3
+    assert client.stream and answerer.settings()["read"] == "stream"
 
 
 def test_streamed_pieces_are_rebuilt_in_arrival_order():

@@ -51,7 +51,7 @@ def test_the_record_names_versions_commit_and_the_repositorys_lock():
     assert env is describe()  # read once per process
     assert env["packages"]["torch"] and env["packages"]["transformers"] and env["packages"]["mujoco"]
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
-    assert env["embodied"]["commit"] == head.stdout.strip()
+    assert env["embodied"]["commit"] == (head.stdout.strip() or None)  # None outside a checkout
     assert env["lock"]["file"] == "locks/main.txt" and len(env["lock"]["sha256"]) == 16
     assert lock_status(Path("/nonexistent/main.txt"))["file"] is None
 
@@ -60,22 +60,48 @@ def test_the_lock_pins_what_pyproject_asks_for_and_names_its_platform():
     pins = read_lock(LOCK)
     for name in ("torch", "torchvision", "transformers", "peft", "accelerate", "mujoco", "pytest", "pip"):
         assert name in pins, name
-    assert pins["torch"] == "2.14.1"  # pyproject pins torch==2.14.1: a lock disagreeing would not install
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert f'"torch=={pins["torch"]}"' in pyproject  # pyproject pins torch: a lock disagreeing cannot install
     assert "linux x86_64" in LOCK.read_text().splitlines()[1]
 
 
-def test_newest_names_what_moved_and_the_failed_tests_of_a_junit_report(tmp_path):
+def test_newest_names_what_moved_and_reads_the_failed_tests_from_pytest_itself(tmp_path):
+    """What moved, old -> new; and the failing node ids as pytest records them: a parametrized id, a method
+    of a class and a module that fails to import (a collection error, what a breaking release often is)."""
     lock = _lock_script()
     got = lock.moved({"a": "1", "b": "2", "c": "3"}, {"a": "1", "b": "2.1", "d": "4"})
     assert got == {"changed": [["b", "2", "2.1"]], "added": [["d", None, "4"]], "removed": [["c", "3", None]]}
-    junit = tmp_path / "suite.xml"
-    junit.write_text(
-        '<testsuites><testsuite><testcase classname="tests.test_x" name="test_ok"/>'
-        '<testcase classname="tests.test_x" name="test_bad"><failure message="x"/></testcase>'
-        '<testcase classname="tests.test_y" name="test_err[p]"><error message="y"/></testcase>'
-        "</testsuite></testsuites>"
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_a.py").write_text(
+        "import pytest\n\ndef test_ok():\n    pass\n\n"
+        "@pytest.mark.parametrize('x', [1, 2])\ndef test_param(x):\n    assert x == 1\n\n"
+        "class TestK:\n    def test_m(self):\n        assert False\n"
     )
-    assert lock.failures(junit) == ["tests/test_x.py::test_bad", "tests/test_y.py::test_err[p]"]
+    (suite / "test_b.py").write_text("import no_such_module_here  # noqa\n")
+    venv = Path(sys.executable).parent.parent
+    code, failed = lock.pytest(venv, ["-q", str(suite)], tmp_path / "cache")
+    assert code == 2  # a collection error stops the run: exit 2, and it is still named
+    assert failed == ["test_b.py"]  # node ids as pytest gives them (relative to its rootdir, here the folder)
+    code, failed = lock.pytest(venv, ["-q", str(suite / "test_a.py")], tmp_path / "cache2")
+    assert code == 1 and failed == ["test_a.py::TestK::test_m", "test_a.py::test_param[2]"]
+
+
+def test_a_local_build_label_is_not_a_difference():
+    # this machine's wheel folder holds torch 2.13.0+cpu; a registry serves 2.13.0: the lock pins that
+    assert compare({"torch": "2.13.0"}, {"torch": "2.13.0+cpu"})["matched"]
+    assert not compare({"torch": "2.13.0"}, {"torch": "2.14.1+cpu"})["matched"]
+
+
+def test_readme_quotes_the_locks_versions():
+    import re
+
+    text = (REPO / "README.md").read_text()
+    quoted = text[text.index("Both install the **lock**") :].split("\n\n", 1)[0]
+    pins = read_lock(LOCK)
+    assert f"every package ({len(pins)})" in quoted
+    for name, version in re.findall(r"([a-z][a-z-]+) (\d+\.\d+\.\d+)", quoted):
+        assert pins[name] == version, (name, version, pins[name])
 
 
 def test_lock_check_agrees_with_the_record_for_this_interpreter():

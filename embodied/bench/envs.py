@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from embodied.environment import stamped
 from embodied.envs import parse, task
 from embodied.envs.backend import BACKENDS, backend_device, simulate_jobs
 from embodied.envs.parity import episodes
@@ -216,7 +217,7 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
         cfg.bench.env_episodes,
         cfg.seed,
         env.difficulty,
-        on_cell=lambda r: partial.write_text(json.dumps(r, indent=2)),
+        on_cell=lambda r: partial.write_text(json.dumps(stamped(r), indent=2)),
     )
     if progress:
         print(summary(result))

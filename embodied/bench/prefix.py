@@ -43,6 +43,7 @@ from embodied.bench.grpo_vs_trl import seconds_summary
 from embodied.bench.step import TIMING_REWARD, peak_memory, reset_peak, timing_reward, visual_items
 from embodied.bench.timers import Timers, install
 from embodied.data.load import Example
+from embodied.environment import stamped
 from embodied.policy.model import encode_prompts, end_of_turn, load, repeat_batch
 from embodied.questions import LETTERS, arrow_of_time
 from embodied.rl.rollout import Rollout
@@ -293,7 +294,7 @@ def _alternate(t, ros: dict, variants: list[str], b, result: dict, out: Path, sa
                 row[v] = timed_update(t, ros[v], step, micro[v], timers)
                 say(f"  {f'round {r}' if r >= 0 else 'warm-up'} {v}: {row[v]['s']:.2f} s", flush=True)
                 if r >= 0:  # a run cut off keeps what it measured
-                    partial.write_text(json.dumps(result | {"rounds": [*rounds, row]}, indent=1))
+                    partial.write_text(json.dumps(stamped(result | {"rounds": [*rounds, row]}), indent=1))
             (rounds if r >= 0 else result.setdefault("warmup", [])).append(row)
     finally:
         timers.restore()

@@ -34,6 +34,7 @@ from embodied.bench.flops import device_peak, model_shape, rollout_forward, sft_
 from embodied.bench.grpo_vs_trl import as_images, seconds_summary, simulate_examples, trl_block, trl_dataset
 from embodied.bench.timers import Timers, install
 from embodied.data.load import Example
+from embodied.environment import stamped
 from embodied.policy.fits import check_command
 from embodied.policy.model import load
 from embodied.policy.random_weights import is_random
@@ -410,7 +411,9 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
         result[name] = fn(cfg, examples, out / name, peak)
         if progress:
             print(f"bench step: {name} done in {time.perf_counter() - t:.1f} s", flush=True)
-        (out / "bench_step_partial.json").write_text(json.dumps(result, indent=2))  # a cut-off run keeps it
+        (out / "bench_step_partial.json").write_text(
+            json.dumps(stamped(result), indent=2)
+        )  # a cut-off run keeps it
     result["wall_s"] = round(time.perf_counter() - t0, 1)
     return result
 

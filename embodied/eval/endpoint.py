@@ -341,10 +341,12 @@ class EndpointClient:
         if code not in (400, 422):
             return False
         low = detail.lower()
-        if self.stream and "stream" in low and "unexpected" not in low:
+        # `stream` the word, not `stream_options`: a server refusing the usage option still streams
+        if self.stream and re.search(r"\bstream\b", low) and "unexpected" not in low:
             self.stream = False
             return True
         names = set(re.findall(r"'([A-Za-z_]+)'", detail)) if "field" in low else set()
+        names |= {"stream_options"} & set(re.findall(r"[a-z_]+", low))  # the client's own option, named bare
         named = names & (set(body) | {"stream", "stream_options", "generation_config"})  # sent (refused: not)
         if not named:
             return False

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from embodied.environment import stamped
 from embodied.questions import asks_orders
 
 ROWS = ("base", "sft", "sft_grpo", "sft_grpo_credit", "more_sft", "grpo_only", "blind", "single_frame")
@@ -35,7 +36,7 @@ ROW_NAMES = {
 def write_outputs(cfg, out: Path, base: dict, probe: dict, per_seed: dict, wall_s: float | None) -> dict:
     """The table from the jobs' rows (a row that a seed lacks is left out): `cosmos.json`, `.md`, `.png`."""
     result = summarise(base, per_seed, cfg) | {"probe": probe, "wall_s": wall_s}
-    (out / "cosmos.json").write_text(json.dumps(result | {"per_seed": per_seed}, indent=1))
+    (out / "cosmos.json").write_text(json.dumps(stamped(result | {"per_seed": per_seed}), indent=1))
     (out / "cosmos.md").write_text(markdown(result))
     plot(result, out / "cosmos.png")
     print(markdown(result))

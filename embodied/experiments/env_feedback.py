@@ -39,6 +39,7 @@ import torch
 from embodied.data.build import ensure_dataset
 from embodied.data.episodes import ensure_episodes
 from embodied.data.load import load_examples
+from embodied.environment import stamped
 from embodied.envs import answer_examples
 from embodied.envs.config import Turns
 from embodied.eval.env_baselines import best_constant
@@ -306,6 +307,6 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
     summary["threads"] = torch.get_num_threads()
     summary["policy"] = cfg.policy.path
     summary["provenance"] = provenance(cfg.policy)  # the code and start weights every stage was keyed on
-    (out / "results.json").write_text(json.dumps(summary, indent=2, default=float))
+    (out / "results.json").write_text(json.dumps(stamped(summary), indent=2, default=float))
     print(f"results: {out / 'results.md'}; plots: {out / 'results.png'}; videos: {out / 'videos'}")
     return summary

@@ -30,6 +30,7 @@ import json
 import time
 from pathlib import Path
 
+from embodied.environment import stamped
 from embodied.experiments.recipes_report import (
     critic_curves,
     critic_end,
@@ -265,7 +266,7 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
         "threads": cfg.threads,
         "workers": rc.workers,
     }
-    (out / "recipes.json").write_text(json.dumps(result, indent=1))
+    (out / "recipes.json").write_text(json.dumps(stamped(result), indent=1))
     (out / "recipes.md").write_text(recipes_table(result))
     plot_recipes(rows, out / "recipes.png", rc.target)
     print(recipes_table(result))

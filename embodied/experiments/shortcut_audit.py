@@ -15,6 +15,7 @@ from pathlib import Path
 
 from embodied.config import Config
 from embodied.data.load import load_examples
+from embodied.environment import stamped
 from embodied.eval.baselines import VIDEO_BASELINES, model_free_eval
 from embodied.eval.loop import MCQEval, evaluate
 from embodied.eval.stats import markdown_table, resolve_k, wilson_interval
@@ -72,7 +73,7 @@ def run(cfg: Config, out: Path, progress: bool = True) -> dict:
             res = evaluate(model, processor, examples, cfg.video, how)
         res["skipped_videos"] = skipped
         tag = e.split if name == "none" else f"{e.split}_{name}"
-        (out / f"eval_{tag}.json").write_text(json.dumps(res, indent=2))
+        (out / f"eval_{tag}.json").write_text(json.dumps(stamped(res), indent=2))
         (out / f"eval_{tag}.md").write_text(markdown_table(res, f"{cfg.policy.path} {name} on {e.split}"))
         results[name] = res
     title = f"Shortcut audit: {cfg.policy.path} on {cfg.data.root}/{e.split}"

@@ -27,6 +27,7 @@ import json
 import time
 from pathlib import Path
 
+from embodied.environment import stamped
 from embodied.experiments.reuse import reuse_or_run
 from embodied.experiments.zero_label_report import plot, summarise, zero_label_table
 
@@ -133,7 +134,7 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
         "runs": rows,
         "wall_s": round(time.perf_counter() - t0, 1),
     }
-    (out / "zero_label.json").write_text(json.dumps(result, indent=2))
+    (out / "zero_label.json").write_text(json.dumps(stamped(result), indent=2))
     (out / "zero_label.md").write_text(zero_label_table(result))
     plot(rows, out / "zero_label.png", zc.target)
     print(zero_label_table(result))

@@ -30,6 +30,7 @@ import numpy as np
 
 from embodied.data.engine import Source, make_all
 from embodied.data.load import Example
+from embodied.environment import stamped
 from embodied.questions.caption import (
     COLOUR_WORDS,
     OBJECTS_QUESTION,
@@ -370,7 +371,7 @@ def pretrain_policy(
         },
         "threads": torch.get_num_threads(),
     }
-    (out / "embodied_pretrain.json").write_text(json.dumps(summary, indent=2))
+    (out / "embodied_pretrain.json").write_text(json.dumps(stamped(summary), indent=2))
     return summary | {"model": str(out)}
 
 
