@@ -17,8 +17,10 @@ from embodied.envs.config import Turns
 from embodied.eval.loop import MCQEval, evaluate, format_result, markdown_table
 from embodied.eval.signature import input_signature
 from embodied.experiments.config import schema_of
+from embodied.policy.config import RolloutConfig
 from embodied.policy.fits import check_command
 from embodied.policy.model import count_parameters, load, save_policy
+from embodied.policy.sampling import make_engine, sync_engine
 from embodied.registry import registry_of
 from embodied.report import write_report
 from embodied.train.common import seed_everything
@@ -31,6 +33,10 @@ def _run_dir(cfg: Config, command: str) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(to_yaml(cfg))
     return out
+
+
+ROLLOUT_COMMANDS = ("grpo", "expert", "eval", "quickstart", "experiment/env_feedback")
+"""The commands whose answers come from `rollout.engine`."""
 
 
 def refuse_unread(cfg: Config, command: str) -> None:
@@ -47,6 +53,11 @@ def refuse_unread(cfg: Config, command: str) -> None:
                 f"{schema.__name__}): drop it from the command line or the config file"
             )
     Turns.of(cfg.env)  # every env.turns setting is checked (embodied.envs.config.check_turns)
+    if cfg.rollout != RolloutConfig() and command not in ROLLOUT_COMMANDS:
+        raise ValueError(
+            f"rollout.engine={cfg.rollout.engine}: `embodied {command.replace('/', ' ')}` samples no "
+            f"rollouts (read by {', '.join(ROLLOUT_COMMANDS)})"
+        )
     if (
         cfg.env.turns > 1
         and command not in ("grpo", "expert", "eval")
@@ -265,7 +276,8 @@ def _eval_mcq(cfg: Config, source, examples, progress: bool) -> dict:
     how, t0 = MCQEval.of(cfg, progress=progress), time.perf_counter()
     if isinstance(source, tuple):
         model, processor = source
-        return _signed(cfg, source, examples, evaluate(model, processor, examples, cfg.video, how))
+        engine = make_engine(cfg.rollout, model, processor)
+        return _signed(cfg, source, examples, evaluate(model, processor, examples, cfg.video, how, engine))
     result = evaluate_answers(source, examples, how)
     result["settings"]["max_new_tokens"] = how.max_new_tokens
     result["endpoint"] = _endpoint_record(source, time.perf_counter() - t0, result)
@@ -347,6 +359,8 @@ def _train(cfg: Config, stage: str, progress: bool) -> dict:
     procs = Processes(cfg.mixed_precision, cpu=cfg.policy.device == "cpu", strategy=cfg.distributed)
     out = _setup(cfg, stage)
     model, processor = load(cfg.policy, stage)
+    if stage == "grpo":  # the engine that samples the rollouts, synced after every optimizer step
+        extra["engine"] = make_engine(cfg.rollout, model, processor)
     train = answer_examples(load_split(cfg.data.root, "train", cfg.video, progress), cfg.env.answer)
     refuse_turns_on_questions(cfg, train, "train")
     val = (  # only a stage that validates needs the split (episode datasets have none)
@@ -409,8 +423,9 @@ def expert(cfg: Config, progress: bool = True) -> dict:
     model, processor = load(cfg.policy, "expert")
     train = answer_examples(load_split(cfg.data.root, "train", cfg.video, progress), cfg.env.answer)
     refuse_turns_on_questions(cfg, train, "train")
+    engine = make_engine(cfg.rollout, model, processor)
     run = Run(model, processor, train, out, progress=progress, resume=cfg.resume, config_yaml=to_yaml(cfg))
-    info = train_expert_config(cfg, run)
+    info = train_expert_config(cfg, dataclasses.replace(run, engine=engine))
     save_policy(model, processor, out / "model")
     plot_curves(read_metrics(out / "metrics.jsonl"), out / "curves.png")
     write_report(out)
@@ -492,6 +507,7 @@ def quickstart(cfg: Config, progress: bool = True) -> dict:
     ensure_dataset(cfg.data, progress)
     t = lap("generate", t)
     model, processor = load(cfg.policy, "quickstart")
+    engine = make_engine(cfg.rollout, model, processor)
     skipped: list[str] = []
     train = load_split(cfg.data.root, "train", cfg.video, progress, skipped=skipped)
     val = load_split(cfg.data.root, "val", cfg.video, progress)
@@ -504,7 +520,8 @@ def quickstart(cfg: Config, progress: bool = True) -> dict:
         nonlocal t
         e = cfg.eval  # not MCQEval.of: the quickstart has never read eval's baseline, samples or media
         how = MCQEval(e.batch_size, e.max_new_tokens, e.choice, progress, desc=f"eval {stage}")
-        res = evaluate(model, processor, test, cfg.video, how)
+        sync_engine(engine, model)  # this stage's weights (keep-best may have gone back to earlier ones)
+        res = evaluate(model, processor, test, cfg.video, how, engine)
         results[stage] = res
         res["signature"] = input_signature(test, cfg.video, "video", cfg.data.root, "test")  # for compare
         _write_eval(out, stage, res)
@@ -522,7 +539,8 @@ def quickstart(cfg: Config, progress: bool = True) -> dict:
     every = cfg.grpo.eval_every or cfg.quickstart.grpo_eval_every  # held-out points through GRPO
     keep_best = bool(every) and (cfg.grpo.keep_best or cfg.quickstart.keep_best)
     grpo_cfg = dataclasses.replace(cfg.grpo, eval_every=every, keep_best=keep_best)
-    grpo_run = train_grpo(grpo_cfg, run)
+    sync_engine(engine, model)  # the SFT stage's weights
+    grpo_run = train_grpo(grpo_cfg, dataclasses.replace(run, engine=engine))
     t = lap("grpo", t)
     run_eval("grpo")
     save_policy(model, processor, out / "grpo_model")

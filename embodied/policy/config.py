@@ -50,3 +50,16 @@ class PolicyConfig:
     expansion, `embodied/policy/expand.py`): each a copy of an existing layer with its output projections
     zeroed, so the deeper model starts computing exactly what the loaded one did. 0 = off. A saved
     checkpoint is an ordinary folder of the deeper model (load it with 0)."""
+
+
+ENGINES = ("hf",)
+"""`rollout.engine`'s choices (`embodied.policy.sampling`)."""
+
+
+@dataclass
+class RolloutConfig:
+    """Which engine samples the answers that GRPO and expert iteration learn from and that `embodied eval`
+    scores (`embodied/policy/sampling.py`; docs/training.md, "Rollout engines")."""
+
+    engine: str = "hf"
+    """hf: Hugging Face `generate` on the trained model itself (nothing to sync)."""

@@ -14,15 +14,8 @@ import numpy as np
 import torch
 
 from embodied.data.load import Example
-from embodied.policy.model import (
-    completion_logprobs,
-    decode,
-    encode_prompts,
-    eos_token_ids,
-    generate,
-    repeat_batch,
-    select_rows,
-)
+from embodied.policy.model import completion_logprobs, encode_prompts, repeat_batch, select_rows
+from embodied.policy.sampling import Draw, Engine, group_prompts, hf_engine
 from embodied.rl.rewards import RewardFn, Shaping, score
 from embodied.video import VideoConfig
 
@@ -81,6 +74,11 @@ class Rollout:
     """Multi-turn: per trajectory, the episode's clip, then the outcome clip of each later turn."""
     stats: dict = field(default_factory=dict)
     """Multi-turn: per-step statistics of the trajectories (`turns/success@k`, ...), logged as metrics."""
+    engine_logprobs: torch.Tensor | None = None
+    """`(P * G, T)` the sampling engine's own log-probs of `ids` (0 past `mask`); None: the engine was the
+    trained model (`rollout.engine=hf`), so the trainer's log-probs are the sampler's."""
+    version: int = 0
+    """The policy version (optimizer steps synced into the engine) the rollout was sampled at."""
 
     @property
     def group_size(self) -> int:
@@ -128,6 +126,7 @@ def sample_groups(
     sampling: Sampling,
     seeds: Sequence[int] | None = None,
     keep_prefix: bool = False,
+    engine: Engine | None = None,
 ) -> Rollout:
     """Sample `sampling.group_size` answers per example, at most `sampling.max_new_tokens` each, and score
     them (`Sampling`).
@@ -135,27 +134,27 @@ def sample_groups(
     With `seeds` (one per example), answer g to example i is drawn with `sampling_seed(seeds[i], g)`: a
     function of that seed and the prompt alone, so splitting prompts across processes changes nothing.
     `keep_prefix`: the sampler's pass over the prompts runs with gradients and stays on the rollout's batch
-    for an update with the same weights to take (`embodied.policy.groups`).
+    for an update with the same weights to take (`embodied.policy.groups`). `engine` samples (None: Hugging
+    Face on `model`, `embodied.policy.sampling`); its log-probs and policy version travel with the rollout.
     """
-    G, max_new_tokens, shaping = sampling.group_size, sampling.max_new_tokens, sampling.shaping
+    G, shaping = sampling.group_size, sampling.shaping
     device = next(model.parameters()).device
     records = [e.record for e in examples]
-    prompts = encode_prompts(processor, records, [e.clip for e in examples], video, device)
-    batch = repeat_batch(prompts, G)
-    batch.keep_prefix = keep_prefix
+    prompts = group_prompts(processor, records, [e.clip for e in examples], video, device, G)
+    prompts.batch.keep_prefix = keep_prefix
     temps = member_temperatures(sampling.temperature, list(sampling.temperatures), len(examples), G)
     temps = temps.to(device)
     model.eval()
     rows = None if seeds is None else [sampling_seed(s, g) for s in seeds for g in range(G)]
-    ids, mask = generate(model, processor, batch, max_new_tokens, temps, seeds=rows)
-    texts = decode(processor, ids, mask)
-    ended = torch.isin(ids, torch.tensor(eos_token_ids(model, processor), device=ids.device)).any(1)
-    truncated = ~ended
+    out = hf_engine(model, processor, engine).sample(prompts, Draw(sampling.max_new_tokens, temps, rows))
+    ids, mask, texts, truncated = out.ids, out.mask, out.texts, out.truncated
     terms = score(reward_fn, texts, [records[i // G] for i in range(len(texts))], sampling.timeout_s)
     if shaping is not None:
         shaping(terms, mask.sum(1).cpu(), truncated.cpu())
     rewards = torch.tensor([t["reward/total"] for t in terms], device=device).view(len(examples), G)
-    return Rollout(list(examples), batch, ids, mask, temps, texts, terms, rewards, truncated)
+    ro = Rollout(list(examples), prompts.batch, ids, mask, temps, texts, terms, rewards, truncated)
+    ro.engine_logprobs, ro.version = out.logprobs, out.version
+    return ro
 
 
 def merge(parts: Sequence[Rollout], keep: Sequence[Sequence[int]], processor, video: VideoConfig) -> Rollout:

@@ -40,6 +40,7 @@ import numpy as np
 from embodied.data.load import Example
 from embodied.envs import parse, task
 from embodied.envs.config import Turns
+from embodied.policy.sampling import sync_engine
 from embodied.rl.episodes import again, sample_episodes
 from embodied.rl.rewards import mcq_rewards, rewards_for
 from embodied.rl.rollout import Rollout, Sampling, sample_groups, sampling_seed
@@ -401,6 +402,7 @@ class Expert:
                 f"(e.g. {missing[0]!r}): resume on the same data, or start fresh without resume"
             )
         self.before_s, self.t_built = saved["elapsed"], time.perf_counter()
+        sync_engine(self.run.engine, self.model)  # the checkpoint's weights, not the start's
         return saved
 
     def step(self, r: int) -> None:
@@ -411,6 +413,7 @@ class Expert:
         tuned_on = self.fine_tune(r, sampled)
         self.kept_total += len(sampled.kept)
         self.row = self.round_metrics(sampled, tuned_on, {"time/sample": t_sample, "time/sft": t1})
+        self.row |= sync_engine(self.run.engine, self.model)  # the next round samples the tuned weights
 
     def report(self, r: int, due: bool, step_s: float) -> dict:
         return self.row
@@ -439,12 +442,12 @@ class Expert:
             examples, seeds = [run.train[i] for i in chunk], [sampling_seed(run.seed, r, i) for i in chunk]
             policy = (run.model, run.processor, examples, run.video, run.reward_fn)
             if run.turns.n > 1:  # G trajectories per prompt; every turn's answer is executed
-                ro = sample_episodes(*policy, run.turns, self.sampling, seeds)
+                ro = sample_episodes(*policy, run.turns, self.sampling, seeds, run.engine)
                 chosen = select_turns(ro, run.turns.words, cfg.retry_targets)
                 for name, value in ro.stats.items():
                     out.turn_stats.setdefault(name, []).append((value, len(chunk)))
             else:
-                ro = sample_groups(*policy, self.sampling, seeds)
+                ro = sample_groups(*policy, self.sampling, seeds, engine=run.engine)
                 chosen = [
                     (ro.examples[p], ro.texts[i]) for p, i in enumerate(select(ro, cfg.keep)) if i is not None
                 ]

@@ -20,6 +20,7 @@ from operator import attrgetter
 import torch
 
 from embodied.policy.model import completion_logprobs, select_rows
+from embodied.policy.sampling import sync_engine
 from embodied.rl.advantages import ESTIMATORS, Context, Estimate, Estimator
 from embodied.rl.critic import check_ppo  # importing it registers grpo.advantage=gae
 from embodied.rl.episodes import sample_episodes
@@ -217,7 +218,7 @@ class GRPO:
         if ro is None:  # nothing to learn from this step
             self.empty_steps += 1
         else:
-            metrics = self.learn(ro, step)
+            metrics = self.learn(ro, step) | sync_engine(self.run.engine, self.run.model)  # next rollout
         self.last = (ro, metrics, sampled, t_rollout)
 
     def draw(self) -> Rollout:
@@ -230,8 +231,8 @@ class GRPO:
         seeds = [sampling_seed(run.seed, self.drawn, i) for i in idx]
         policy = (run.model, run.processor, [run.train[i] for i in idx], run.video, self.reward_fn)
         if run.turns.n > 1:
-            return sample_episodes(*policy, run.turns, self.sampling, seeds)
-        return sample_groups(*policy, self.sampling, seeds, self.keep_prefix)
+            return sample_episodes(*policy, run.turns, self.sampling, seeds, run.engine)
+        return sample_groups(*policy, self.sampling, seeds, self.keep_prefix, run.engine)
 
     def learn(self, ro: Rollout, step: int) -> dict:
         """The estimator's advantages, then `updates_per_rollout` optimizer steps against the sampling
@@ -295,6 +296,7 @@ class GRPO:
         self.drawn, self.empty_steps = saved["drawn"], saved["empty_steps"]
         self.guard.load(saved)
         self.order = skip_batches(self.order, saved["drawn"])
+        sync_engine(self.run.engine, self.run.model)  # the checkpoint's weights, not the start's
         return saved
 
     def summary(self) -> dict:
