@@ -18,9 +18,10 @@ from embodied.eval.loop import MCQEval, evaluate, format_result, markdown_table
 from embodied.eval.signature import input_signature
 from embodied.experiments.config import schema_of
 from embodied.policy.config import RolloutConfig
+from embodied.policy.engines import make_engine
 from embodied.policy.fits import check_command
 from embodied.policy.model import count_parameters, load, save_policy
-from embodied.policy.sampling import make_engine, sync_engine
+from embodied.policy.sampling import sync_engine
 from embodied.registry import registry_of
 from embodied.report import write_report
 from embodied.train.common import seed_everything
@@ -128,6 +129,9 @@ def eval(cfg: Config, progress: bool = True) -> dict:  # noqa: A001 - the comman
     resolve_k(e.samples, e.k)  # a bad eval.k fails before the model and the videos load
     if e.endpoint:  # a URL with user:password@ stops here, before a config, a log or a title holds it
         from embodied.eval.endpoint import check_url
+
+        if cfg.rollout.engine != "hf":
+            raise ValueError(f"rollout.engine={cfg.rollout.engine} with eval.endpoint: the server answers")
 
         check_url(e.endpoint)
     out = _setup(cfg, "eval")
@@ -276,7 +280,7 @@ def _eval_mcq(cfg: Config, source, examples, progress: bool) -> dict:
     how, t0 = MCQEval.of(cfg, progress=progress), time.perf_counter()
     if isinstance(source, tuple):
         model, processor = source
-        engine = make_engine(cfg.rollout, model, processor)
+        engine = make_engine(cfg, model, processor)
         return _signed(cfg, source, examples, evaluate(model, processor, examples, cfg.video, how, engine))
     result = evaluate_answers(source, examples, how)
     result["settings"]["max_new_tokens"] = how.max_new_tokens
@@ -313,6 +317,8 @@ def _eval_env(cfg: Config, source, examples, skipped, out: Path, progress: bool)
             "without eval.baseline; put MCQs and episodes in separate datasets"
         )
     how = EnvEval.of(cfg)  # eval.*, env.backend, env.format_weight, env.turns... and the seed
+    if cfg.rollout.engine != "hf":
+        raise ValueError(f"rollout.engine={cfg.rollout.engine}: interactive episodes are evaluated with hf")
     if isinstance(source, tuple):
         model, processor = source
         result = evaluate_env(model, processor, examples, cfg.video, how, progress)
@@ -360,7 +366,7 @@ def _train(cfg: Config, stage: str, progress: bool) -> dict:
     out = _setup(cfg, stage)
     model, processor = load(cfg.policy, stage)
     if stage == "grpo":  # the engine that samples the rollouts, synced after every optimizer step
-        extra["engine"] = make_engine(cfg.rollout, model, processor)
+        extra["engine"] = make_engine(cfg, model, processor)
     train = answer_examples(load_split(cfg.data.root, "train", cfg.video, progress), cfg.env.answer)
     refuse_turns_on_questions(cfg, train, "train")
     val = (  # only a stage that validates needs the split (episode datasets have none)
@@ -423,7 +429,7 @@ def expert(cfg: Config, progress: bool = True) -> dict:
     model, processor = load(cfg.policy, "expert")
     train = answer_examples(load_split(cfg.data.root, "train", cfg.video, progress), cfg.env.answer)
     refuse_turns_on_questions(cfg, train, "train")
-    engine = make_engine(cfg.rollout, model, processor)
+    engine = make_engine(cfg, model, processor)
     run = Run(model, processor, train, out, progress=progress, resume=cfg.resume, config_yaml=to_yaml(cfg))
     info = train_expert_config(cfg, dataclasses.replace(run, engine=engine))
     save_policy(model, processor, out / "model")
@@ -507,7 +513,7 @@ def quickstart(cfg: Config, progress: bool = True) -> dict:
     ensure_dataset(cfg.data, progress)
     t = lap("generate", t)
     model, processor = load(cfg.policy, "quickstart")
-    engine = make_engine(cfg.rollout, model, processor)
+    engine = make_engine(cfg, model, processor)
     skipped: list[str] = []
     train = load_split(cfg.data.root, "train", cfg.video, progress, skipped=skipped)
     val = load_split(cfg.data.root, "val", cfg.video, progress)
@@ -539,7 +545,6 @@ def quickstart(cfg: Config, progress: bool = True) -> dict:
     every = cfg.grpo.eval_every or cfg.quickstart.grpo_eval_every  # held-out points through GRPO
     keep_best = bool(every) and (cfg.grpo.keep_best or cfg.quickstart.keep_best)
     grpo_cfg = dataclasses.replace(cfg.grpo, eval_every=every, keep_best=keep_best)
-    sync_engine(engine, model)  # the SFT stage's weights
     grpo_run = train_grpo(grpo_cfg, dataclasses.replace(run, engine=engine))
     t = lap("grpo", t)
     run_eval("grpo")

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from embodied.config import Config
-from embodied.policy.config import RolloutConfig
+from embodied.policy.engines import make_engine
 from embodied.policy.model import decode, encode_prompts, generate, repeat_batch
-from embodied.policy.sampling import Draw, HFEngine, Prompts, group_prompts, make_engine, repeat_prompts
+from embodied.policy.sampling import Draw, HFEngine, Prompts, group_prompts, repeat_prompts
 from embodied.rl.rewards import mcq_rewards
 from embodied.rl.rollout import Sampling, sample_groups, sampling_seed
 from embodied.video import VideoConfig
@@ -56,10 +56,17 @@ def test_repeat_prompts_repeats_every_row_field(tiny_policy, examples):
 def test_engine_settings_are_refused_in_one_line():
     from embodied.run import refuse_unread
 
-    assert make_engine(RolloutConfig(), None, None) is None  # hf: the model itself samples
-    with pytest.raises(ValueError, match=r"rollout.engine='sglang'; choose one of"):
-        make_engine(RolloutConfig(engine="sglang"), None, None)
     cfg = Config()
+    assert make_engine(cfg, None, None) is None  # hf: the model itself samples
+    cfg.rollout.engine = "sglang"
+    with pytest.raises(ValueError, match=r"rollout.engine='sglang'; choose one of"):
+        make_engine(cfg, None, None)
     cfg.rollout.engine = "vllm"
     with pytest.raises(ValueError, match=r"`embodied sft` samples no rollouts"):
         refuse_unread(cfg, "sft")
+    cfg.policy.lora_rank = 8  # refused before vLLM is imported: this environment need not hold it
+    with pytest.raises(ValueError, match=r"rollout.engine=vllm cannot run with policy.lora_rank > 0"):
+        make_engine(cfg, None, None)
+    cfg.policy.lora_rank, cfg.env.retry_min_p = 0, 0.1
+    with pytest.raises(ValueError, match=r"cannot run with env.retry_min_p > 0"):
+        make_engine(cfg, None, None)

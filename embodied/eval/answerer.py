@@ -133,7 +133,7 @@ class LocalAnswerer:
             shown = [as_images(r, c) for r, c in zip(records, clips)] if self.images else list(records)
             device = next(self.model.parameters()).device
             batch = encode_prompts(self.processor, shown, clips, self.video, device)
-            prompts = Prompts(batch, shown, [[c] for c in clips], images=self.images)
+            prompts = Prompts(batch, shown, [[c] for c in clips], images=self.images, video=self.video)
             self._last = (key, prompts)
         return self._last[1]
 

@@ -51,8 +51,8 @@ from embodied.eval.envs import (
 from embodied.eval.loop import evaluate_free
 from embodied.experiments.env_report import write_env_report
 from embodied.experiments.reuse import process_data, provenance, reuse_or_run, run_jobs, start_and_arm_jobs
+from embodied.policy.engines import make_engine
 from embodied.policy.model import load, load_policy, save_policy
-from embodied.policy.sampling import make_engine
 from embodied.rl.rewards import rewards_for
 from embodied.train.common import seed_everything
 from embodied.train.expert import train_expert_config
@@ -178,7 +178,7 @@ def run_arm(cfg, data: dict, out: Path, arm: str, progress: bool) -> dict:
     start_dir, arm_dir = out / f"seed{cfg.seed}" / "start", out / f"seed{cfg.seed}" / arm
     t = time.perf_counter()
     model, processor = load_policy(start_dir / "model", cfg.policy.dtype, cfg.policy.device)
-    engine = make_engine(cfg.rollout, model, processor)  # samples the arm's rollouts (rollout.engine)
+    engine = make_engine(cfg, model, processor)  # samples the arm's rollouts (rollout.engine)
     arm_dir.mkdir(parents=True, exist_ok=True)
     (arm_dir / "metrics.jsonl").unlink(missing_ok=True)
     train = _train_set(arm, data, cfg.seed)

@@ -23,7 +23,6 @@ from typing import Any, Protocol
 
 import torch
 
-from embodied.policy.config import ENGINES
 from embodied.policy.model import decode, encode_prompts, eos_token_ids, generate, repeat_batch
 from embodied.video import Clip, VideoConfig
 
@@ -56,6 +55,8 @@ class Prompts:
     """Per row: each earlier turn's `(answer, words of the turn after it)`; None: a first turn."""
     images: bool = False
     """The clips are shown as separate images (`eval.media=images`), not as one video."""
+    video: VideoConfig | None = None
+    """How the clips were sized for `batch` (None: the defaults)."""
 
 
 @dataclass
@@ -136,8 +137,8 @@ def repeat_prompts(prompts: Prompts, group: int) -> Prompts:
     def each(rows: list | None) -> list | None:
         return None if rows is None else [x for x in rows for _ in range(group)]
 
-    batch = repeat_batch(prompts.batch, group)
-    return Prompts(batch, each(prompts.records), each(prompts.clips), each(prompts.history), prompts.images)
+    batch, rows = repeat_batch(prompts.batch, group), (prompts.records, prompts.clips, prompts.history)
+    return Prompts(batch, *(each(x) for x in rows), prompts.images, prompts.video)
 
 
 def group_prompts(
@@ -145,17 +146,4 @@ def group_prompts(
 ) -> Prompts:
     """The prompts of `records` shown with `clips`, encoded once each and repeated `group` times in a row."""
     batch = encode_prompts(processor, records, clips, video, device)
-    return repeat_prompts(Prompts(batch, list(records), [[c] for c in clips]), group)
-
-
-def check_engine(name: str) -> None:
-    """Refuse an unknown `rollout.engine` in one line."""
-    if name not in ENGINES:
-        raise ValueError(f"rollout.engine={name!r}; choose one of {list(ENGINES)} (docs/training.md)")
-
-
-def make_engine(rollout, model, processor) -> Engine | None:
-    """The engine `rollout` (`RolloutConfig`) names, built on `model`'s current weights; None for `hf`
-    (every call site then runs Hugging Face `generate` on the model itself)."""
-    check_engine(rollout.engine)
-    return None
+    return repeat_prompts(Prompts(batch, list(records), [[c] for c in clips], video=video), group)

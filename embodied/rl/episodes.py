@@ -239,7 +239,7 @@ class Generate:
             return group_prompts(self.processor, ask.records[::G], first, self.video, self.device, G)
         args = (ask.records, ask.clips, ask.history, self.video, self.device)
         batch = encode_conversations(self.processor, *args)
-        return Prompts(batch, list(ask.records), list(ask.clips), list(ask.history))
+        return Prompts(batch, list(ask.records), list(ask.clips), list(ask.history), video=self.video)
 
 
 @dataclass

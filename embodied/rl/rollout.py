@@ -14,7 +14,13 @@ import numpy as np
 import torch
 
 from embodied.data.load import Example
-from embodied.policy.model import completion_logprobs, encode_prompts, repeat_batch, select_rows
+from embodied.policy.model import (
+    completion_logprobs,
+    encode_prompts,
+    repeat_batch,
+    select_rows,
+    vision_token_ids,
+)
 from embodied.policy.sampling import Draw, Engine, group_prompts, hf_engine
 from embodied.rl.rewards import RewardFn, Shaping, score
 from embodied.video import VideoConfig
@@ -33,13 +39,14 @@ def micro_batches(rows: int, size: int, lengths: Sequence[int] | None = None) ->
 
 
 @torch.no_grad()
-def rollout_logprobs(model, ro: Rollout, micro_batch_size: int = 0, value_head=None):
+def rollout_logprobs(model, ro: Rollout, micro_batch_size: int = 0, value_head=None, suppress=()):
     """`(P * G, T)` log-probs of the rollout's tokens under `model`, in micro-batches, without grad; with
-    `value_head`, `(log-probs, values)` from the same pass (values float32)."""
+    `value_head`, `(log-probs, values)` from the same pass (values float32); `suppress`: token ids left out
+    of the softmax (`completion_logprobs`)."""
     parts = []
     for idx in micro_batches(ro.ids.shape[0], micro_batch_size):
         sub, ids, mask, temp = select_rows(ro.batch, idx), ro.ids[idx], ro.mask[idx], ro.temperature[idx]
-        out = completion_logprobs(model, sub, ids, mask, temp, value_head=value_head)
+        out = completion_logprobs(model, sub, ids, mask, temp, value_head=value_head, suppress=suppress)
         parts.append(out if value_head is not None else (out,))
     cols = [torch.cat(c) for c in zip(*parts)]
     return cols[0] if value_head is None else (cols[0], cols[1].float())
@@ -157,6 +164,32 @@ def sample_groups(
     return ro
 
 
+def engine_drift(trainer: torch.Tensor, engine: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """How far the sampling engine's log-probs `engine` `(B, T)` are from the trainer's `trainer` `(B, T)` on
+    the same tokens at the same weights, over the completion tokens (`mask`): the mean and max of
+    |engine - trainer| and the mean importance ratio exp(trainer - engine), 1 for a faithful engine (TRL
+    #5312's stale engine read about 3e-7)."""
+    m = mask.bool()
+    gap = trainer[m].double() - engine[m].double()
+    if not gap.numel():
+        return {}
+    return {
+        "rollout/logprob_diff": float(gap.abs().mean()),
+        "rollout/logprob_diff_max": float(gap.abs().max()),
+        "rollout/importance_ratio": float(gap.exp().mean()),
+    }
+
+
+def engine_metrics(model, processor, ro: Rollout, micro_batch_size: int = 0) -> dict[str, float]:
+    """`engine_drift` of a rollout sampled by an engine with its own log-probs (`rollout.engine=vllm`),
+    against `model`'s for the distribution it drew from (the vision placeholders, never sampled, left out),
+    before any update on it; {} for the Hugging Face engine (the trainer sampled)."""
+    if ro.engine_logprobs is None:
+        return {}
+    trainer = rollout_logprobs(model, ro, micro_batch_size, suppress=vision_token_ids(processor))
+    return engine_drift(trainer, ro.engine_logprobs, ro.mask) | {"rollout/policy_version": float(ro.version)}
+
+
 def merge(parts: Sequence[Rollout], keep: Sequence[Sequence[int]], processor, video: VideoConfig) -> Rollout:
     """One rollout from the groups `keep[i]` of `parts[i]`; prompts are re-encoded, completions re-padded."""
     G = parts[0].group_size
@@ -178,7 +211,12 @@ def merge(parts: Sequence[Rollout], keep: Sequence[Sequence[int]], processor, vi
     records, clips = [e.record for e in examples], [e.clip for e in examples]
     batch = repeat_batch(encode_prompts(processor, records, clips, video, device), G)
     cat = torch.cat
-    return Rollout(examples, batch, cat(ids), cat(mask), cat(temps), texts, terms, cat(rewards), cat(trunc))
+    out = Rollout(examples, batch, cat(ids), cat(mask), cat(temps), texts, terms, cat(rewards), cat(trunc))
+    if all(p.engine_logprobs is not None for p in parts):  # the sampler's log-probs, padded like the ids
+        lps = [p.engine_logprobs[[q * G + g for q in k for g in range(G)]] for p, k in zip(parts, keep)]
+        out.engine_logprobs = cat([torch.nn.functional.pad(x, (0, width - x.shape[1])) for x in lps])
+        out.version = parts[-1].version
+    return out
 
 
 def dynamic_sample(

@@ -42,6 +42,7 @@ from embodied.rl.rollout import (
     Rollout,
     Sampling,
     dynamic_sample,
+    engine_metrics,
     keeps_prefix,
     micro_batches,
     rollout_logprobs,
@@ -99,12 +100,11 @@ def check_config(cfg, world: int = 1) -> None:
 
 
 def inert_clip_settings(cfg) -> list[str]:
-    """The clip settings of `cfg` that cannot act because `updates_per_rollout` is 1: the policy that
-    sampled is the one updated, so every importance ratio is exactly 1 and a ratio clip never binds; with
-    PPO's critic the values are likewise the rollout's own, so the value clip never binds either, and a
-    `target_kl` has no later update to stop. Only settings a recipe chose are named (a non-default clip,
-    clip-higher, dual clip, GSPO's sequence ratio, PPO's value clip, target_kl), so a plain GRPO run stays
-    quiet. Empty when `updates_per_rollout` > 1."""
+    """Clip settings of `cfg` that cannot act with one update per rollout: the loss's old log-probs are the
+    trainer's own at the sampled weights (under `rollout.engine=vllm` too: the engine's are only logged, as
+    `rollout/importance_ratio`), so every ratio is exactly 1 and no ratio clip binds; nor does PPO's value
+    clip, and `target_kl` has no later update to stop. Only settings a recipe chose are named (non-default
+    clip, clip-higher, dual clip, GSPO's sequence ratio, value clip, target_kl). Empty when mu > 1."""
     if cfg.updates_per_rollout > 1:
         return []
     default = {f.name: f.default for f in dataclasses.fields(cfg)}["clip_eps"]
@@ -238,8 +238,8 @@ class GRPO:
         """The estimator's advantages, then `updates_per_rollout` optimizer steps against the sampling
         policy's log-probs (masks and token picks drawn from `(seed, step)`; with `target_kl`, fewer once the
         policy drifted that far); the last update's metrics, the drift gauges and the estimator's."""
-        cfg, model, estimator = self.cfg, self.run.model, self.estimator
-        gen = _generator(self.run.seed, step, 1)
+        cfg, model, estimator, proc = self.cfg, self.run.model, self.estimator, self.run.processor
+        gen, drift = _generator(self.run.seed, step, 1), engine_metrics(model, proc, ro, cfg.micro_batch_size)
         model.train()
         all_sum = self.procs.sum if self.procs.world > 1 else None
         ctx = Context(model, self.ref, loss_mask(ro, cfg), cfg.micro_batch_size, all_sum, ro.owner)
@@ -266,7 +266,7 @@ class GRPO:
             metrics["drift/clip_fraction_mean"] = sum(c for _, c in gauges) / len(gauges)
         after = estimator.after_update(ro, ctx, est, step)
         model.eval()
-        return metrics | est.metrics | after
+        return metrics | est.metrics | after | drift
 
     def report(self, step: int, due: bool, step_s: float) -> dict:
         """Every `log_every` steps (and the last) the step's metrics (`step_metrics`); the estimator's
