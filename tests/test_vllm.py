@@ -149,6 +149,35 @@ def test_a_skipped_sync_fails_the_checks(engine, base, examples, tmp_path):
     assert ours == theirs and gap < TOLERANCE, gap
 
 
+def test_a_later_turns_conversation_through_the_engine_equals_hugging_face(engine, base):
+    """Multi-turn: turn 2's prompt is the conversation with the episode's clip and the first answer's
+    outcome clip, two videos in one prompt; the engine takes the trainer's ids and answers as Hugging Face."""
+    from embodied.data.load import Example
+    from embodied.envs import push
+    from embodied.envs.config import Turns
+    from embodied.rl.episodes import play
+    from embodied.rl.rewards import routed_rewards
+    from embodied.video import Clip
+
+    model, processor = base
+    engine.sync(model)
+    episodes = []
+    for seed in (3, 4):
+        record, frames = push.make_episode(seed, "easy", 56, 56, 4, 2.0)
+        episodes.append(Example(record | {"id": f"push-{seed}", "video": f"{seed}.mp4"}, Clip(frames, 2.0)))
+    short = "<think></think><answer>0.05</answer>"  # too small an impulse: turn 1 fails, turn 2 follows
+    first = ([short] * 2, [{"reward/total": -1.0, "reward/success": 0.0}] * 2)
+    video, sampling = VideoConfig(), Sampling(max_new_tokens=12)
+    args = (model, processor, episodes, video, routed_rewards(), Turns(2), sampling)
+    ours, theirs = play(*args, first=first, engine=engine), play(*args, first=first)
+    assert len(ours.turns) == 2 and ours.turns[1].batch["video_grid_thw"].shape[0] == 4  # 2 videos a row
+    assert ours.turns[1].texts == theirs.turns[1].texts
+
+
+# The command-line tests below build engines of their own, for the same tiny base: each reuses the module's
+# live engine (`vllm_engine._LIVE`; vLLM's parallel groups are process-wide) and syncs its own weights.
+
+
 def test_embodied_eval_through_the_engine_gives_hugging_faces_greedy_predictions(tmp_path):
     """`embodied eval rollout.engine=vllm` on the tiny base: the greedy prediction of every question equals
     the Hugging Face engine's, and its sampled answers (pass@k) come through the engine too."""
@@ -200,28 +229,3 @@ def test_quickstart_through_the_engine_logs_its_syncs_and_drift(tmp_path, monkey
     assert len(versions) == 2 and versions[1] == versions[0] + 1  # a sync after step 1
     assert all(r["time/sync"] > 0 and r["rollout/logprob_diff_max"] < TOLERANCE for r in grpo)
     assert (out / "grpo_model" / "model.safetensors").is_file() and (out / "summary.json").is_file()
-
-
-def test_a_later_turns_conversation_through_the_engine_equals_hugging_face(engine, base):
-    """Multi-turn: turn 2's prompt is the conversation with the episode's clip and the first answer's
-    outcome clip, two videos in one prompt; the engine takes the trainer's ids and answers as Hugging Face."""
-    from embodied.data.load import Example
-    from embodied.envs import push
-    from embodied.envs.config import Turns
-    from embodied.rl.episodes import play
-    from embodied.rl.rewards import routed_rewards
-    from embodied.video import Clip
-
-    model, processor = base
-    engine.sync(model)
-    episodes = []
-    for seed in (3, 4):
-        record, frames = push.make_episode(seed, "easy", 56, 56, 4, 2.0)
-        episodes.append(Example(record | {"id": f"push-{seed}", "video": f"{seed}.mp4"}, Clip(frames, 2.0)))
-    short = "<think></think><answer>0.05</answer>"  # too small an impulse: turn 1 fails, turn 2 follows
-    first = ([short] * 2, [{"reward/total": -1.0, "reward/success": 0.0}] * 2)
-    video, sampling = VideoConfig(), Sampling(max_new_tokens=12)
-    args = (model, processor, episodes, video, routed_rewards(), Turns(2), sampling)
-    ours, theirs = play(*args, first=first, engine=engine), play(*args, first=first)
-    assert len(ours.turns) == 2 and ours.turns[1].batch["video_grid_thw"].shape[0] == 4  # 2 videos a row
-    assert ours.turns[1].texts == theirs.turns[1].texts

@@ -34,6 +34,12 @@ from embodied.policy.model import (
 from embodied.policy.sampling import Draw, Prompts, Samples
 from embodied.video import VideoConfig
 
+_LIVE: dict[tuple, tuple] = {}
+"""This process's vLLM engines, by model config, tokenizer size, dtype and length, with their folders.
+vLLM's parallel groups are process-wide: a second engine torn down in the same process leaves the first one
+unusable ("pipeline model parallel group is not initialized"), so a later `VLLMEngine` of the same model
+(the env-feedback arms, a quickstart's stages, tests) reuses the live engine and syncs its weights."""
+
 MAX_TEMPERATURE = 2.0
 """The hottest temperature vLLM samples at (`SamplingParams` refuses more)."""
 
@@ -62,11 +68,16 @@ class VLLMEngine:
         banned = set(vision_token_ids(processor))
         self.allowed = [i for i in range(vocab) if i not in banned]  # the placeholders are never sampled
         self.folded = [processor.tokenizer.convert_tokens_to_ids(t) for t in _placeholders(processor)]
-        self._folder = tempfile.TemporaryDirectory(prefix="embodied-vllm-")
-        save_policy(model, processor, Path(self._folder.name) / "m")  # config, tokenizer, start weights
         dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+        key = (model.config.to_json_string(), len(processor.tokenizer), dtype, max_model_len)
+        if key in _LIVE:  # this process's engine for this model: sent the new weights, not started again
+            self.llm = _LIVE[key][0]
+            self.sync(model)
+            return
+        folder = tempfile.TemporaryDirectory(prefix="embodied-vllm-")
+        save_policy(model, processor, Path(folder.name) / "m")  # config, tokenizer, start weights
         self.llm = LLM(
-            model=str(Path(self._folder.name) / "m"),
+            model=str(Path(folder.name) / "m"),
             dtype=dtype,
             max_model_len=max_model_len,
             enable_prefix_caching=True,
@@ -75,6 +86,7 @@ class VLLMEngine:
             limit_mm_per_prompt={"video": 8, "image": 32},
             seed=0,
         )
+        _LIVE[key] = (self.llm, folder)
 
     def sync(self, model) -> dict[str, float]:
         """Every weight of `model` (the tied head included: a state dict names it) reloaded in place, then
