@@ -174,6 +174,31 @@ def test_a_later_turns_conversation_through_the_engine_equals_hugging_face(engin
     assert ours.turns[1].texts == theirs.turns[1].texts
 
 
+def test_expert_iteration_samples_through_the_engine_and_syncs_after_each_round(
+    engine, base, examples, tmp_path
+):
+    """`embodied expert` with the engine: each round's answers come from it (kept by a reward with spread:
+    the parity of the answer's length) and the round's fine-tuning is synced before the next round samples."""
+    from embodied.train.config import ExpertConfig, SFTConfig
+    from embodied.train.expert import train_expert
+
+    def parity(texts, records):
+        return [{"reward/total": float(len(t) % 2), "reward/accuracy": float(len(t) % 2)} for t in texts]
+
+    model = copy.deepcopy(base[0])
+    engine.sync(model)
+    cfg = ExpertConfig(
+        rounds=2, prompts_per_round=4, samples=4, sft_steps=3, batch_size=4, lr=1e-3, keep="best"
+    )
+    run = Run(model, base[1], examples, tmp_path, progress=False, reward_fn=parity, engine=engine)
+    info = train_expert(cfg, SFTConfig(warmup_steps=0), run, max_new_tokens=160)  # whole captions end
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert info["answers_scored"] == 2 * 4 * 4 and info["kept"] > 0
+    assert [r["step"] for r in rows if r.get("time/sync", 0) > 0] == [1, 2]
+    ours, theirs, gap = agreement(engine, model, base[1], examples[:4])
+    assert ours == theirs and gap < TOLERANCE, gap
+
+
 # The command-line tests below build engines of their own, for the same tiny base: each reuses the module's
 # live engine (`vllm_engine._LIVE`; vLLM's parallel groups are process-wide) and syncs its own weights.
 
