@@ -80,6 +80,10 @@ class VLLMEngine:
             model=str(Path(folder.name) / "m"),
             dtype=dtype,
             max_model_len=max_model_len,
+            # whole prompts only: a chunked prefill's discarded token rewinds its request's generator, which
+            # a CPU generator cannot ("CPU Generator does not use offset": a seeded batch of 128 crashed)
+            enable_chunked_prefill=False,
+            max_num_batched_tokens=max_model_len,
             enable_prefix_caching=True,
             skip_mm_profiling=True,  # profiling a maximum-size video at start-up takes minutes on a CPU
             logprobs_mode="processed_logprobs",  # after allowed_token_ids and temperature, as sampled
