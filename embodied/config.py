@@ -22,7 +22,7 @@ from embodied.data.schema import DataConfig
 from embodied.envs.config import EnvConfig
 from embodied.eval.config import EvalConfig
 from embodied.integrations.export import ExportConfig
-from embodied.policy.config import PolicyConfig
+from embodied.policy.config import PolicyConfig, RolloutConfig
 from embodied.train.config import ExpertConfig, GRPOConfig, SFTConfig
 from embodied.train.pretrain import PretrainConfig
 from embodied.train.tracking import LogConfig
@@ -72,6 +72,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     video: VideoConfig = field(default_factory=VideoConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     expert: ExpertConfig = field(default_factory=ExpertConfig)

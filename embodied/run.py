@@ -19,8 +19,11 @@ from embodied.eval.loop import MCQEval, evaluate
 from embodied.eval.signature import input_signature
 from embodied.eval.stats import format_result, markdown_table
 from embodied.experiments.config import schema_of
+from embodied.policy.config import RolloutConfig
+from embodied.policy.engines import make_engine
 from embodied.policy.fits import check_command
 from embodied.policy.model import count_parameters, load, save_policy
+from embodied.policy.sampling import sync_engine
 from embodied.registry import registry_of
 from embodied.report import write_report
 from embodied.train.common import seed_everything
@@ -34,6 +37,10 @@ def _run_dir(cfg: Config, command: str) -> Path:
     (out / "config.yaml").write_text(to_yaml(cfg))
     (out / "environment.json").write_text(json.dumps(describe(), indent=2))  # what made this run's files
     return out
+
+
+ROLLOUT_COMMANDS = ("grpo", "expert", "eval", "quickstart", "experiment/env_feedback")
+"""The commands whose answers come from `rollout.engine`."""
 
 
 def refuse_unread(cfg: Config, command: str) -> None:
@@ -50,6 +57,11 @@ def refuse_unread(cfg: Config, command: str) -> None:
                 f"{schema.__name__}): drop it from the command line or the config file"
             )
     Turns.of(cfg.env)  # every env.turns setting is checked (embodied.envs.config.check_turns)
+    if cfg.rollout != RolloutConfig() and command not in ROLLOUT_COMMANDS:
+        raise ValueError(
+            f"rollout.engine={cfg.rollout.engine}: `embodied {command.replace('/', ' ')}` samples no "
+            f"rollouts (read by {', '.join(ROLLOUT_COMMANDS)})"
+        )
     if (
         cfg.env.turns > 1
         and command not in ("grpo", "expert", "eval")
@@ -120,6 +132,9 @@ def eval(cfg: Config, progress: bool = True) -> dict:  # noqa: A001 - the comman
     resolve_k(e.samples, e.k)  # a bad eval.k fails before the model and the videos load
     if e.endpoint:  # a URL with user:password@ stops here, before a config, a log or a title holds it
         from embodied.eval.endpoint import check_url
+
+        if cfg.rollout.engine != "hf":
+            raise ValueError(f"rollout.engine={cfg.rollout.engine} with eval.endpoint: the server answers")
 
         check_url(e.endpoint)
     out = _setup(cfg, "eval")
@@ -268,7 +283,8 @@ def _eval_mcq(cfg: Config, source, examples, progress: bool) -> dict:
     how, t0 = MCQEval.of(cfg, progress=progress), time.perf_counter()
     if isinstance(source, tuple):
         model, processor = source
-        return _signed(cfg, source, examples, evaluate(model, processor, examples, cfg.video, how))
+        engine = make_engine(cfg, model, processor)
+        return _signed(cfg, source, examples, evaluate(model, processor, examples, cfg.video, how, engine))
     result = evaluate_answers(source, examples, how)
     result["settings"]["max_new_tokens"] = how.max_new_tokens
     result["endpoint"] = _endpoint_record(source, time.perf_counter() - t0, result)
@@ -314,6 +330,8 @@ def _eval_env(cfg: Config, source, examples, skipped, out: Path, progress: bool)
             "without eval.baseline; put MCQs and episodes in separate datasets"
         )
     how = EnvEval.of(cfg)  # eval.*, env.backend, env.format_weight, env.turns... and the seed
+    if cfg.rollout.engine != "hf":
+        raise ValueError(f"rollout.engine={cfg.rollout.engine}: interactive episodes are evaluated with hf")
     if isinstance(source, tuple):
         model, processor = source
         result = evaluate_env(model, processor, examples, cfg.video, how, progress)
@@ -360,6 +378,8 @@ def _train(cfg: Config, stage: str, progress: bool) -> dict:
     procs = Processes(cfg.mixed_precision, cpu=cfg.policy.device == "cpu", strategy=cfg.distributed)
     out = _setup(cfg, stage)
     model, processor = load(cfg.policy, stage)
+    if stage == "grpo":  # the engine that samples the rollouts, synced after every optimizer step
+        extra["engine"] = make_engine(cfg, model, processor)
     train = answer_examples(load_split(cfg.data.root, "train", cfg.video, progress), cfg.env.answer)
     refuse_turns_on_questions(cfg, train, "train")
     val = (  # only a stage that validates needs the split (episode datasets have none)
@@ -422,8 +442,9 @@ def expert(cfg: Config, progress: bool = True) -> dict:
     model, processor = load(cfg.policy, "expert")
     train = answer_examples(load_split(cfg.data.root, "train", cfg.video, progress), cfg.env.answer)
     refuse_turns_on_questions(cfg, train, "train")
+    engine = make_engine(cfg, model, processor)
     run = Run(model, processor, train, out, progress=progress, resume=cfg.resume, config_yaml=to_yaml(cfg))
-    info = train_expert_config(cfg, run)
+    info = train_expert_config(cfg, dataclasses.replace(run, engine=engine))
     save_policy(model, processor, out / "model")
     plot_curves(read_metrics(out / "metrics.jsonl"), out / "curves.png")
     write_report(out)
@@ -505,6 +526,7 @@ def quickstart(cfg: Config, progress: bool = True) -> dict:
     ensure_dataset(cfg.data, progress)
     t = lap("generate", t)
     model, processor = load(cfg.policy, "quickstart")
+    engine = make_engine(cfg, model, processor)
     skipped: list[str] = []
     train = load_split(cfg.data.root, "train", cfg.video, progress, skipped=skipped)
     val = load_split(cfg.data.root, "val", cfg.video, progress)
@@ -517,7 +539,8 @@ def quickstart(cfg: Config, progress: bool = True) -> dict:
         nonlocal t
         e = cfg.eval  # not MCQEval.of: the quickstart has never read eval's baseline, samples or media
         how = MCQEval(e.batch_size, e.max_new_tokens, e.choice, progress, desc=f"eval {stage}")
-        res = evaluate(model, processor, test, cfg.video, how)
+        sync_engine(engine, model)  # this stage's weights (keep-best may have gone back to earlier ones)
+        res = evaluate(model, processor, test, cfg.video, how, engine)
         results[stage] = res
         res["signature"] = input_signature(test, cfg.video, "video", cfg.data.root, "test")  # for compare
         _write_eval(out, stage, res)
@@ -535,7 +558,7 @@ def quickstart(cfg: Config, progress: bool = True) -> dict:
     every = cfg.grpo.eval_every or cfg.quickstart.grpo_eval_every  # held-out points through GRPO
     keep_best = bool(every) and (cfg.grpo.keep_best or cfg.quickstart.keep_best)
     grpo_cfg = dataclasses.replace(cfg.grpo, eval_every=every, keep_best=keep_best)
-    grpo_run = train_grpo(grpo_cfg, run)
+    grpo_run = train_grpo(grpo_cfg, dataclasses.replace(run, engine=engine))
     t = lap("grpo", t)
     run_eval("grpo")
     save_policy(model, processor, out / "grpo_model")

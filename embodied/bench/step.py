@@ -116,7 +116,7 @@ GRPO_TAPS = [
     ),
 ]
 GRPO_TIMERS = [
-    ("embodied.rl.rollout", "generate", "generate"),
+    ("embodied.policy.sampling", "HFEngine.sample", "generate"),
     ("embodied.train.grpo", "sample_groups", "rollout"),
     ("embodied.train.grpo", "GRPO.learn", "update"),
 ]

@@ -98,7 +98,8 @@ TARGETS = [
     ("embodied.run", "save_policy", "save"),
     ("embodied.train.grpo", "sample_groups", "rollout"),
     ("embodied.rl.rollout", "encode_prompts", "encode"),
-    ("embodied.rl.rollout", "generate", "sample"),
+    ("embodied.policy.sampling", "encode_prompts", "encode"),  # a rollout's prompts (`group_prompts`)
+    ("embodied.policy.sampling", "HFEngine.sample", "sample"),  # every Hugging Face generation
     ("embodied.rl.rollout", "score", "reward"),
     ("embodied.train.grpo", "update", "update"),
     ("embodied.train.sft", "encode_prompts", "encode"),
@@ -125,7 +126,6 @@ TARGETS = [
     ("transformers.models.qwen3_5.modeling_qwen3_5", "Qwen3_5TextModel.forward", "text"),
     ("embodied.train.grpo", "completion_logprobs", "logprobs"),
     ("embodied.train.sft", "completion_logprobs", "logprobs"),
-    ("embodied.eval.loop", "generate", "sample"),
 ]
 
 GENERATION_TARGETS = [

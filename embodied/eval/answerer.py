@@ -23,14 +23,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from embodied.policy.model import (
-    completion_logprobs,
-    decode,
-    encode_completions,
-    encode_prompts,
-    generate,
-    repeat_batch,
-)
+from embodied.policy.model import completion_logprobs, encode_completions, encode_prompts, repeat_batch
+from embodied.policy.sampling import Draw, Engine, Prompts, hf_engine, repeat_prompts
 from embodied.questions import LETTERS
 from embodied.video import Clip, VideoConfig
 
@@ -106,49 +100,55 @@ def choice_scores(model, processor, batch, records: Sequence[dict], responses: S
 
 
 @torch.no_grad()
-def sampled_responses(
-    model, processor, batch, n: int, max_new_tokens: int, temperature: float
-) -> list[list[str]]:
-    """`n` responses per prompt of `batch`, sampled at `temperature`: `(B, n)` texts."""
-    grouped = repeat_batch(batch, n)
-    ids, mask = generate(model, processor, grouped, max_new_tokens, temperature, do_sample=True)
-    texts = decode(processor, ids, mask)
+def sampled_responses(engine: Engine, prompts: Prompts, n: int, max_new_tokens: int, temperature: float):
+    """`n` responses per prompt of `prompts`, sampled by `engine` at `temperature`: `(B, n)` texts."""
+    texts = engine.sample(repeat_prompts(prompts, n), Draw(max_new_tokens, temperature)).texts
     return [texts[i : i + n] for i in range(0, len(texts), n)]
 
 
 class LocalAnswerer:
-    """A model loaded in this process. Sampling draws from torch's global generator, as the evaluation
-    always has (its callers seed it), so `seeds` are not used; the prompt batch of the last `greedy` call
-    is reused by `sample` and `choice` on the same records (encoding it once)."""
+    """A model loaded in this process, answered by `engine` (`rollout.engine`; None: Hugging Face `generate`
+    on the model). Sampling draws from torch's global generator, as the evaluation always has (its callers
+    seed it), so `seeds` are not used; the prompts of the last `greedy` call are reused by `sample` and
+    `choice` on the same records (encoding them once). Forced choice is scored by the model itself."""
 
-    def __init__(self, model, processor, video: VideoConfig, max_new_tokens: int = 48, media: str = "auto"):
+    def __init__(
+        self,
+        model,
+        processor,
+        video: VideoConfig,
+        max_new_tokens: int = 48,
+        media: str = "auto",
+        engine: Engine | None = None,
+    ):
         check_media(media)
         self.model, self.processor, self.video = model, processor, video
         self.max_new_tokens, self.images = max_new_tokens, media == "images"
-        self._last: tuple[list, object] | None = None
+        self.engine = hf_engine(model, processor, engine)
+        self._last: tuple[list, Prompts] | None = None
 
-    def _batch(self, records: Sequence[dict], clips: Sequence[Clip]):
+    def _prompts(self, records: Sequence[dict], clips: Sequence[Clip]) -> Prompts:
         key = [(id(r), id(c)) for r, c in zip(records, clips)]  # both live for the whole evaluation
         if self._last is None or self._last[0] != key:
             shown = [as_images(r, c) for r, c in zip(records, clips)] if self.images else list(records)
             device = next(self.model.parameters()).device
-            self._last = (key, encode_prompts(self.processor, shown, clips, self.video, device))
+            batch = encode_prompts(self.processor, shown, clips, self.video, device)
+            prompts = Prompts(batch, shown, [[c] for c in clips], images=self.images, video=self.video)
+            self._last = (key, prompts)
         return self._last[1]
 
     @torch.no_grad()
     def greedy(self, records: Sequence[dict], clips: Sequence[Clip]) -> list[str]:
-        batch = self._batch(records, clips)
-        ids, mask = generate(self.model, self.processor, batch, self.max_new_tokens, do_sample=False)
-        return decode(self.processor, ids, mask)
+        return self.engine.sample(self._prompts(records, clips), Draw(self.max_new_tokens)).texts
 
     def sample(
         self, records, clips, n: int, temperature: float, seeds: Sequence[int] = ()
     ) -> list[list[str]]:
-        batch = self._batch(records, clips)
-        return sampled_responses(self.model, self.processor, batch, n, self.max_new_tokens, temperature)
+        prompts = self._prompts(records, clips)
+        return sampled_responses(self.engine, prompts, n, self.max_new_tokens, temperature)
 
     def choice(self, records, clips, responses) -> list:
-        batch = self._batch(records, clips)
+        batch = self._prompts(records, clips).batch
         return list(choice_scores(self.model, self.processor, batch, records, responses).cpu())
 
     def play(
@@ -170,7 +170,9 @@ class LocalAnswerer:
                 "eval.media=images shows no video, and multi-turn episodes (env.turns > 1) need one"
             )
         args = (self.model, self.processor, examples, self.video, reward_fn, turns)
-        return play(*args, Sampling(group_size, self.max_new_tokens), temperature, seeds, first)
+        sampling = Sampling(group_size, self.max_new_tokens)
+        return play(*args, sampling, temperature, seeds, first, engine=self.engine)
 
     def settings(self) -> dict:
-        return {"media": "images" if self.images else "video"}
+        engine = {} if self.engine.name == "hf" else {"engine": self.engine.name}  # hf: as before engines
+        return {"media": "images" if self.images else "video"} | engine

@@ -105,9 +105,11 @@ def evaluate(
     examples: Sequence[Example],
     video: VideoConfig,
     how: MCQEval = MCQEval(),
+    engine=None,
 ) -> dict:
     """Evaluate `examples` with a local model (greedy answers, plus `how.samples` sampled ones per question),
-    as `how` (`MCQEval`) says.
+    as `how` (`MCQEval`) says; `engine` (`embodied.policy.sampling`, synced with `model`) answers, None:
+    Hugging Face `generate` on `model`.
 
     Returns a JSON-ready dict: the overall figures, `per_family`, `per_family_tier`, `settings`, and every
     prediction row (`id`, `answer`, `predicted`, `response`, `choice`, ...; one row per view of a question).
@@ -118,7 +120,7 @@ def evaluate(
     model.eval()
     # forced choice repeats rows: grids needed
     how = dataclasses.replace(how, choice=how.choice and architecture_of(processor).splits_rows)
-    answerer = LocalAnswerer(model, processor, video, how.max_new_tokens, how.media)
+    answerer = LocalAnswerer(model, processor, video, how.max_new_tokens, how.media, engine)
     try:
         result = evaluate_answers(answerer, examples, how)
     finally:

@@ -48,6 +48,7 @@ from embodied.eval.env_video import rollout_video
 from embodied.eval.loop import evaluate_free
 from embodied.experiments.env_report import write_env_report
 from embodied.experiments.reuse import process_data, provenance, reuse_or_run, run_jobs, start_and_arm_jobs
+from embodied.policy.engines import make_engine
 from embodied.policy.model import load, load_policy, save_policy
 from embodied.rl.rewards import rewards_for
 from embodied.train.common import seed_everything
@@ -174,17 +175,19 @@ def run_arm(cfg, data: dict, out: Path, arm: str, progress: bool) -> dict:
     start_dir, arm_dir = out / f"seed{cfg.seed}" / "start", out / f"seed{cfg.seed}" / arm
     t = time.perf_counter()
     model, processor = load_policy(start_dir / "model", cfg.policy.dtype, cfg.policy.device)
+    engine = make_engine(cfg, model, processor)  # samples the arm's rollouts (rollout.engine)
     arm_dir.mkdir(parents=True, exist_ok=True)
     (arm_dir / "metrics.jsonl").unlink(missing_ok=True)
     train = _train_set(arm, data, cfg.seed)
     if arm == "expert":  # best-of-N verified by the simulator, then fine-tuned on: no GRPO update
-        info = train_expert_config(cfg, Run(model, processor, train, arm_dir, progress=progress))
+        run = Run(model, processor, train, arm_dir, progress=progress, engine=engine)
+        info = train_expert_config(cfg, run)
         answers = info["answers_scored"]
     else:
         grpo = dataclasses.replace(cfg.grpo, checkpoint_every=0)
         turns = Turns.of(cfg.env)  # env.turns: multi-turn episodes
         run = Run.of(cfg, model, processor, train, arm_dir, progress=progress, reward_fn=rewards_for(cfg))
-        train_grpo(grpo, dataclasses.replace(run, turns=turns))
+        train_grpo(grpo, dataclasses.replace(run, turns=turns, engine=engine))
         answers = cfg.grpo.steps * cfg.grpo.prompts_per_step * cfg.grpo.group_size
     wall = time.perf_counter() - t
     save_policy(model, processor, arm_dir / "model")  # for `embodied eval policy.path=...`

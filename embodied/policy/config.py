@@ -50,3 +50,22 @@ class PolicyConfig:
     expansion, `embodied/policy/expand.py`): each a copy of an existing layer with its output projections
     zeroed, so the deeper model starts computing exactly what the loaded one did. 0 = off. A saved
     checkpoint is an ordinary folder of the deeper model (load it with 0)."""
+
+
+ENGINES = ("hf", "vllm")
+"""`rollout.engine`'s choices (`embodied.policy.sampling`)."""
+
+
+@dataclass
+class RolloutConfig:
+    """Which engine samples the answers that GRPO and expert iteration learn from and that `embodied eval`
+    scores (`embodied/policy/sampling.py`; docs/training.md, "Rollout engines")."""
+
+    engine: str = "hf"
+    """hf: Hugging Face `generate` on the trained model itself (nothing to sync) | vllm: an offline vLLM
+    engine in this process, sent the policy's weights after every optimizer step (needs `.venv-vllm`, made by
+    scripts/setup_vllm.sh; `embodied/policy/vllm_engine.py`)."""
+    max_model_len: int = 4096
+    """vllm: the longest prompt plus completion, in tokens, that the engine holds."""
+    kv_cache_gb: float = 1.0
+    """vllm on a CPU: GiB of memory for the KV cache (`VLLM_CPU_KVCACHE_SPACE`, whole GiB, at least 1)."""

@@ -642,6 +642,7 @@ def completion_logprobs(
     with_entropy: bool = False,
     entropy_grad: bool = False,
     value_head: torch.nn.Module | None = None,
+    suppress: Sequence[int] = (),
 ):
     """Per-token log-probs `(B, T)` of completion `ids` after the prompts of `batch`.
 
@@ -654,6 +655,9 @@ def completion_logprobs(
     the values `(B, T)` come last in the returned tuple: `values[:, t]` is read from the very hidden state
     whose logits predict token t, so it is V(prompt + completion[:t]), the state before token t. This always
     runs the full pass (the shared-prefix pass of a grouped batch keeps no hidden states).
+
+    `suppress`: token ids the samplers never draw (`vision_token_ids`), left out of the softmax: the
+    log-probs of the distribution a sample was actually drawn from, as an engine reports them.
     """
     checkpointing = model.training and getattr(model, "is_activation_checkpointing", False)
     # checkpointed layers drop the KV cache the shared prefix needs; DDP must see the whole forward
@@ -668,6 +672,8 @@ def completion_logprobs(
     else:
         logits, _ = _full_forward(model, batch, ids, mask)
     logits = logits.float()
+    if suppress:
+        logits = logits.index_fill(-1, torch.tensor(list(suppress), device=logits.device), -torch.inf)
     assert logits.shape[:2] == ids.shape
     if isinstance(temperature, torch.Tensor):
         temperature = temperature.to(logits).view(-1, 1, 1)

@@ -42,15 +42,8 @@ import torch
 
 from embodied.envs import action_seconds, is_interactive, parse, render_action
 from embodied.envs.config import ONE_TURN, TURN_CLIPS, TURN_REWARDS, Turns
-from embodied.policy.model import (
-    concat_batches,
-    decode,
-    encode_conversations,
-    encode_prompts,
-    eos_token_ids,
-    generate,
-    repeat_batch,
-)
+from embodied.policy.model import concat_batches, encode_conversations
+from embodied.policy.sampling import Draw, Engine, Prompts, group_prompts, hf_engine
 from embodied.rl.rewards import RewardFn, score
 from embodied.rl.rollout import Rollout, Sampling, member_temperatures, sampling_seed
 from embodied.video import Clip, VideoConfig
@@ -124,6 +117,10 @@ class Turn:
     mask: torch.Tensor | None = None
     temperature: torch.Tensor | None = None
     truncated: torch.Tensor | None = None
+    engine_logprobs: torch.Tensor | None = None
+    """The sampling engine's own log-probs of `ids` (None: the engine is the trained model)."""
+    version: int = 0
+    """The policy version the turn was sampled at."""
 
 
 @dataclass
@@ -212,39 +209,37 @@ class AnswerSource(Protocol):
 
 
 class Generate:
-    """`play_turns`' answer source for a model in this process: `generate` at each row's temperature and seed
-    (greedy without temperatures), turn 1's prompts encoded once per example and repeated G times, a later
-    turn's as each trajectory's conversation (`encode_conversations`)."""
+    """`play_turns`' answer source for a model in this process: its engine (`embodied.policy.sampling`; None:
+    Hugging Face `generate` on `model`) at each row's temperature and seed (greedy without temperatures),
+    turn 1's prompts encoded once per example and repeated G times, a later turn's as each trajectory's
+    conversation (`encode_conversations`)."""
 
-    def __init__(self, model, processor, video: VideoConfig):
+    def __init__(self, model, processor, video: VideoConfig, engine: Engine | None = None):
         self.model, self.processor, self.video = model, processor, video
         self.device = next(model.parameters()).device
-        self.eos = torch.tensor(eos_token_ids(model, processor), device=self.device)
+        self.engine = hf_engine(model, processor, engine)
 
     def answer(self, ask: Ask) -> Turn:
-        batch, n = self.encode(ask), ask.max_new_tokens
+        prompts, n = self.encode(ask), ask.max_new_tokens
         if ask.temperature is None:
-            ids, mask = generate(self.model, self.processor, batch, n, do_sample=False)
+            out = self.engine.sample(prompts, Draw(n))
             temps = torch.ones(len(ask.trajectories), device=self.device)
         else:
             temps = ask.temperature.to(self.device)
-            ids, mask = generate(
-                self.model, self.processor, batch, n, temps, seeds=ask.seeds, min_p=ask.min_p
-            )
-        texts = decode(self.processor, ids, mask)
-        truncated = ~torch.isin(ids, self.eos).any(1)
-        return Turn(list(ask.trajectories), texts, [], batch, ids, mask, temps, truncated)
+            out = self.engine.sample(prompts, Draw(n, temps, ask.seeds, ask.min_p))
+        rows = (list(ask.trajectories), out.texts, [], prompts.batch, out.ids, out.mask, temps, out.truncated)
+        return Turn(*rows, out.logprobs, out.version)
 
-    def encode(self, ask: Ask):
+    def encode(self, ask: Ask) -> Prompts:
         """Turn 1: the episodes' prompts, each repeated G times; a later turn: each trajectory's
         conversation."""
         G = ask.group_size
         if ask.k == 1:
             first = [c[0] for c in ask.clips[::G]]
-            batch = encode_prompts(self.processor, ask.records[::G], first, self.video, self.device)
-            return repeat_batch(batch, G)
+            return group_prompts(self.processor, ask.records[::G], first, self.video, self.device, G)
         args = (ask.records, ask.clips, ask.history, self.video, self.device)
-        return encode_conversations(self.processor, *args)
+        batch = encode_conversations(self.processor, *args)
+        return Prompts(batch, list(ask.records), list(ask.clips), list(ask.history), video=self.video)
 
 
 @dataclass
@@ -386,9 +381,10 @@ def play(
     temperature: torch.Tensor | None = None,
     seeds: Sequence[int] | None = None,
     first: tuple[list[str], list[dict]] | None = None,
+    engine: Engine | None = None,
 ) -> Episodes:
-    """`play_turns` on a model in this process (`Generate`)."""
-    source = Generate(model, processor, video)
+    """`play_turns` on a model in this process (`Generate`, through `engine`; None: Hugging Face)."""
+    source = Generate(model, processor, video, engine)
     return play_turns(source, examples, video, reward_fn, turns, sampling, temperature, seeds, first)
 
 
@@ -401,6 +397,7 @@ def sample_episodes(
     turns: Turns,
     sampling: Sampling,
     seeds: Sequence[int] | None = None,
+    engine: Engine | None = None,
 ) -> Rollout:
     """`rollout.sample_groups` for multi-turn episodes: `sampling.group_size` sampled trajectories per
     example, every turn a row (turn 1's rows first, prompt-major, then each later turn's), `rewards` the
@@ -411,7 +408,7 @@ def sample_episodes(
     G = sampling.group_size
     temps = member_temperatures(sampling.temperature, list(sampling.temperatures), len(examples), G)
     model.eval()
-    ep = play(model, processor, examples, video, reward_fn, turns, sampling, temps, seeds)
+    ep = play(model, processor, examples, video, reward_fn, turns, sampling, temps, seeds, engine=engine)
     return to_rollout(ep, processor, turns.n)
 
 
@@ -428,6 +425,9 @@ def to_rollout(ep: Episodes, processor, turns: int) -> Rollout:
     device = parts[0].ids.device
     owner = torch.tensor([t for p in parts for t in p.trajectories], device=device)
     turn = torch.tensor([k + 1 for k, p in enumerate(parts) for _ in p.trajectories], device=device)
+    engine_lp = None
+    if all(p.engine_logprobs is not None for p in parts):
+        engine_lp = torch.cat([right(p.engine_logprobs, 0) for p in parts])
     return Rollout(
         examples=ep.examples,
         batch=batch,
@@ -442,4 +442,6 @@ def to_rollout(ep: Episodes, processor, turns: int) -> Rollout:
         turn=turn,
         clips=ep.clips,
         stats=episode_stats(ep, turns),
+        engine_logprobs=engine_lp,
+        version=parts[0].version,
     )

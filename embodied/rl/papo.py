@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from embodied.policy.model import decode, generate, select_rows
+from embodied.policy.model import select_rows
+from embodied.policy.sampling import Draw, HFEngine, Prompts
 from embodied.rl.rewards import score
 from embodied.rl.rollout import Rollout
 
@@ -74,8 +75,10 @@ def masked_batch(batch: dict, processor, prob: float, consistent: bool, generato
 @torch.no_grad()
 def masked_input_accuracy(model, processor, ro: Rollout, cfg, reward_fn, gen) -> dict[str, float]:
     """Greedy answers to this step's prompts with real and with masked visual input, scored by `reward_fn`:
-    a policy that truly looks should lose accuracy when it cannot see."""
+    a policy that truly looks should lose accuracy when it cannot see. The trained model answers (the Hugging
+    Face engine), whatever `rollout.engine` samples: masked pixel values are the trainer's own batch."""
     G, p = ro.group_size, cfg.papo
+    engine = HFEngine(model, processor)
     prompts = select_rows(ro.batch, list(range(0, len(ro.examples) * G, G)))
     records = [e.record for e in ro.examples]
     out = {}
@@ -83,8 +86,8 @@ def masked_input_accuracy(model, processor, ro: Rollout, cfg, reward_fn, gen) ->
         ("real", prompts),
         ("masked", masked_batch(prompts, processor, p.mask_prob, p.consistent, gen)),
     ):
-        ids, mask = generate(model, processor, batch, cfg.max_new_tokens, do_sample=False)
-        terms = score(reward_fn, decode(processor, ids, mask), records, cfg.reward_timeout_s)
+        texts = engine.sample(Prompts(batch), Draw(cfg.max_new_tokens)).texts
+        terms = score(reward_fn, texts, records, cfg.reward_timeout_s)
         key = "reward/accuracy" if "reward/accuracy" in terms[0] else "reward/total"
         out[f"papo/accuracy_{name}"] = sum(t[key] for t in terms) / len(terms)
     return out

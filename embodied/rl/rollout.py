@@ -16,13 +16,12 @@ import torch
 from embodied.data.load import Example
 from embodied.policy.model import (
     completion_logprobs,
-    decode,
     encode_prompts,
-    eos_token_ids,
-    generate,
     repeat_batch,
     select_rows,
+    vision_token_ids,
 )
+from embodied.policy.sampling import Draw, Engine, group_prompts, hf_engine
 from embodied.rl.rewards import RewardFn, Shaping, score
 from embodied.video import VideoConfig
 
@@ -40,13 +39,14 @@ def micro_batches(rows: int, size: int, lengths: Sequence[int] | None = None) ->
 
 
 @torch.no_grad()
-def rollout_logprobs(model, ro: Rollout, micro_batch_size: int = 0, value_head=None):
+def rollout_logprobs(model, ro: Rollout, micro_batch_size: int = 0, value_head=None, suppress=()):
     """`(P * G, T)` log-probs of the rollout's tokens under `model`, in micro-batches, without grad; with
-    `value_head`, `(log-probs, values)` from the same pass (values float32)."""
+    `value_head`, `(log-probs, values)` from the same pass (values float32); `suppress`: token ids left out
+    of the softmax (`completion_logprobs`)."""
     parts = []
     for idx in micro_batches(ro.ids.shape[0], micro_batch_size):
         sub, ids, mask, temp = select_rows(ro.batch, idx), ro.ids[idx], ro.mask[idx], ro.temperature[idx]
-        out = completion_logprobs(model, sub, ids, mask, temp, value_head=value_head)
+        out = completion_logprobs(model, sub, ids, mask, temp, value_head=value_head, suppress=suppress)
         parts.append(out if value_head is not None else (out,))
     cols = [torch.cat(c) for c in zip(*parts)]
     return cols[0] if value_head is None else (cols[0], cols[1].float())
@@ -81,6 +81,11 @@ class Rollout:
     """Multi-turn: per trajectory, the episode's clip, then the outcome clip of each later turn."""
     stats: dict = field(default_factory=dict)
     """Multi-turn: per-step statistics of the trajectories (`turns/success@k`, ...), logged as metrics."""
+    engine_logprobs: torch.Tensor | None = None
+    """`(P * G, T)` the sampling engine's own log-probs of `ids` (0 past `mask`); None: the engine was the
+    trained model (`rollout.engine=hf`), so the trainer's log-probs are the sampler's."""
+    version: int = 0
+    """The policy version (optimizer steps synced into the engine) the rollout was sampled at."""
 
     @property
     def group_size(self) -> int:
@@ -128,6 +133,7 @@ def sample_groups(
     sampling: Sampling,
     seeds: Sequence[int] | None = None,
     keep_prefix: bool = False,
+    engine: Engine | None = None,
 ) -> Rollout:
     """Sample `sampling.group_size` answers per example, at most `sampling.max_new_tokens` each, and score
     them (`Sampling`).
@@ -135,27 +141,53 @@ def sample_groups(
     With `seeds` (one per example), answer g to example i is drawn with `sampling_seed(seeds[i], g)`: a
     function of that seed and the prompt alone, so splitting prompts across processes changes nothing.
     `keep_prefix`: the sampler's pass over the prompts runs with gradients and stays on the rollout's batch
-    for an update with the same weights to take (`embodied.policy.groups`).
+    for an update with the same weights to take (`embodied.policy.groups`). `engine` samples (None: Hugging
+    Face on `model`, `embodied.policy.sampling`); its log-probs and policy version travel with the rollout.
     """
-    G, max_new_tokens, shaping = sampling.group_size, sampling.max_new_tokens, sampling.shaping
+    G, shaping = sampling.group_size, sampling.shaping
     device = next(model.parameters()).device
     records = [e.record for e in examples]
-    prompts = encode_prompts(processor, records, [e.clip for e in examples], video, device)
-    batch = repeat_batch(prompts, G)
-    batch.keep_prefix = keep_prefix
+    prompts = group_prompts(processor, records, [e.clip for e in examples], video, device, G)
+    prompts.batch.keep_prefix = keep_prefix
     temps = member_temperatures(sampling.temperature, list(sampling.temperatures), len(examples), G)
     temps = temps.to(device)
     model.eval()
     rows = None if seeds is None else [sampling_seed(s, g) for s in seeds for g in range(G)]
-    ids, mask = generate(model, processor, batch, max_new_tokens, temps, seeds=rows)
-    texts = decode(processor, ids, mask)
-    ended = torch.isin(ids, torch.tensor(eos_token_ids(model, processor), device=ids.device)).any(1)
-    truncated = ~ended
+    out = hf_engine(model, processor, engine).sample(prompts, Draw(sampling.max_new_tokens, temps, rows))
+    ids, mask, texts, truncated = out.ids, out.mask, out.texts, out.truncated
     terms = score(reward_fn, texts, [records[i // G] for i in range(len(texts))], sampling.timeout_s)
     if shaping is not None:
         shaping(terms, mask.sum(1).cpu(), truncated.cpu())
     rewards = torch.tensor([t["reward/total"] for t in terms], device=device).view(len(examples), G)
-    return Rollout(list(examples), batch, ids, mask, temps, texts, terms, rewards, truncated)
+    ro = Rollout(list(examples), prompts.batch, ids, mask, temps, texts, terms, rewards, truncated)
+    ro.engine_logprobs, ro.version = out.logprobs, out.version
+    return ro
+
+
+def engine_drift(trainer: torch.Tensor, engine: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """How far the sampling engine's log-probs `engine` `(B, T)` are from the trainer's `trainer` `(B, T)` on
+    the same tokens at the same weights, over the completion tokens (`mask`): the mean and max of
+    |engine - trainer| and the mean importance ratio exp(trainer - engine), 1 for a faithful engine (TRL
+    #5312's stale engine read about 3e-7)."""
+    m = mask.bool()
+    gap = trainer[m].double() - engine[m].double()
+    if not gap.numel():
+        return {}
+    return {
+        "rollout/logprob_diff": float(gap.abs().mean()),
+        "rollout/logprob_diff_max": float(gap.abs().max()),
+        "rollout/importance_ratio": float(gap.exp().mean()),
+    }
+
+
+def engine_metrics(model, processor, ro: Rollout, micro_batch_size: int = 0) -> dict[str, float]:
+    """`engine_drift` of a rollout sampled by an engine with its own log-probs (`rollout.engine=vllm`),
+    against `model`'s for the distribution it drew from (the vision placeholders, never sampled, left out),
+    before any update on it; {} for the Hugging Face engine (the trainer sampled)."""
+    if ro.engine_logprobs is None:
+        return {}
+    trainer = rollout_logprobs(model, ro, micro_batch_size, suppress=vision_token_ids(processor))
+    return engine_drift(trainer, ro.engine_logprobs, ro.mask) | {"rollout/policy_version": float(ro.version)}
 
 
 def merge(parts: Sequence[Rollout], keep: Sequence[Sequence[int]], processor, video: VideoConfig) -> Rollout:
@@ -179,7 +211,12 @@ def merge(parts: Sequence[Rollout], keep: Sequence[Sequence[int]], processor, vi
     records, clips = [e.record for e in examples], [e.clip for e in examples]
     batch = repeat_batch(encode_prompts(processor, records, clips, video, device), G)
     cat = torch.cat
-    return Rollout(examples, batch, cat(ids), cat(mask), cat(temps), texts, terms, cat(rewards), cat(trunc))
+    out = Rollout(examples, batch, cat(ids), cat(mask), cat(temps), texts, terms, cat(rewards), cat(trunc))
+    if all(p.engine_logprobs is not None for p in parts):  # the sampler's log-probs, padded like the ids
+        lps = [p.engine_logprobs[[q * G + g for q in k for g in range(G)]] for p, k in zip(parts, keep)]
+        out.engine_logprobs = cat([torch.nn.functional.pad(x, (0, width - x.shape[1])) for x in lps])
+        out.version = parts[-1].version
+    return out
 
 
 def dynamic_sample(

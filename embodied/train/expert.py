@@ -37,6 +37,7 @@ import numpy as np
 
 from embodied.data.load import Example
 from embodied.envs.config import Turns
+from embodied.policy.sampling import sync_engine
 from embodied.rl.episodes import sample_episodes
 from embodied.rl.rewards import mcq_rewards, rewards_for
 from embodied.rl.rollout import Sampling, sample_groups, sampling_seed
@@ -242,6 +243,7 @@ class Expert:
                 f"(e.g. {missing[0]!r}): resume on the same data, or start fresh without resume"
             )
         self.before_s, self.t_built = state["elapsed"], time.perf_counter()
+        sync_engine(self.run.engine, self.model)  # the checkpoint's weights, not the start's
 
     def step(self, r: int) -> None:
         """Round `r`: sample and keep, fine-tune on the kept answers, and the round's metrics."""
@@ -252,6 +254,7 @@ class Expert:
         times = {"time/sample": t1 - t0, "time/sft": time.perf_counter() - t1}
         self.kept_total += len(sampled.kept)
         self.row = self.round_metrics(sampled, tuned_on, times)
+        self.row |= sync_engine(self.run.engine, self.model)  # the next round samples the tuned weights
 
     def report(self, r: int, due: bool, step_s: float) -> dict:
         return self.row
@@ -280,12 +283,12 @@ class Expert:
             examples, seeds = [run.train[i] for i in chunk], [sampling_seed(run.seed, r, i) for i in chunk]
             policy = (run.model, run.processor, examples, run.video, run.reward_fn)
             if run.turns.n > 1:  # G trajectories per prompt; every turn's answer is executed
-                ro = sample_episodes(*policy, run.turns, self.sampling, seeds)
+                ro = sample_episodes(*policy, run.turns, self.sampling, seeds, run.engine)
                 chosen = select_turns(ro, run.turns.words, cfg.retry_targets)
                 for name, value in ro.stats.items():
                     out.turn_stats.setdefault(name, []).append((value, len(chunk)))
             else:
-                ro = sample_groups(*policy, self.sampling, seeds)
+                ro = sample_groups(*policy, self.sampling, seeds, engine=run.engine)
                 chosen = [
                     (ro.examples[p], ro.texts[i]) for p, i in enumerate(select(ro, cfg.keep)) if i is not None
                 ]

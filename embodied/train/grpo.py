@@ -21,6 +21,7 @@ from typing import NamedTuple
 import torch
 
 from embodied.policy.model import completion_logprobs, select_rows
+from embodied.policy.sampling import sync_engine
 from embodied.rl.advantages import ESTIMATORS, Context, Estimate, Estimator
 from embodied.rl.critic import check_ppo  # importing it registers grpo.advantage=gae
 from embodied.rl.episodes import sample_episodes
@@ -42,6 +43,7 @@ from embodied.rl.rollout import (
     Rollout,
     Sampling,
     dynamic_sample,
+    engine_metrics,
     keeps_prefix,
     micro_batches,
     rollout_logprobs,
@@ -99,10 +101,11 @@ def check_config(cfg, world: int = 1) -> None:
 
 
 def inert_settings(cfg) -> list[str]:
-    """The clip and stop settings of `cfg` that cannot act because `updates_per_rollout` is 1: the policy that
-    sampled is the one updated, so every importance ratio is exactly 1 and a ratio clip never binds; with
-    PPO's critic the values are likewise the rollout's own, so the value clip never binds either, and a
-    `target_kl` has no later update to stop. Only settings a recipe chose are named (a non-default clip,
+    """The clip and stop settings of `cfg` that cannot act because `updates_per_rollout` is 1: the loss's old
+    log-probs are the trainer's own at the sampled weights (under `rollout.engine=vllm` too: the engine's are
+    only logged, as `rollout/importance_ratio`), so every importance ratio is exactly 1 and a ratio clip never
+    binds; with PPO's critic the values are likewise the rollout's own, so the value clip never binds either,
+    and a `target_kl` has no later update to stop. Only settings a recipe chose are named (a non-default clip,
     clip-higher, dual clip, GSPO's sequence ratio, PPO's value clip, target_kl), so a plain GRPO run stays
     quiet. Empty when `updates_per_rollout` > 1."""
     if cfg.updates_per_rollout > 1:
@@ -227,7 +230,7 @@ class GRPO:
         if ro is None:  # nothing to learn from this step
             self.empty_steps += 1
         else:
-            metrics = self.learn(ro, step)
+            metrics = self.learn(ro, step) | sync_engine(self.run.engine, self.run.model)  # next rollout
         self.last = LastStep(ro, metrics, sampled, t_rollout)
 
     def draw(self) -> Rollout:
@@ -240,15 +243,15 @@ class GRPO:
         seeds = [sampling_seed(run.seed, self.drawn, i) for i in idx]
         policy = (run.model, run.processor, [run.train[i] for i in idx], run.video, self.reward_fn)
         if run.turns.n > 1:
-            return sample_episodes(*policy, run.turns, self.sampling, seeds)
-        return sample_groups(*policy, self.sampling, seeds, self.keep_prefix)
+            return sample_episodes(*policy, run.turns, self.sampling, seeds, run.engine)
+        return sample_groups(*policy, self.sampling, seeds, self.keep_prefix, run.engine)
 
     def learn(self, ro: Rollout, step: int) -> dict:
         """The estimator's advantages, then `updates_per_rollout` optimizer steps against the sampling
         policy's log-probs (masks and token picks drawn from `(seed, step)`; with `target_kl`, fewer once the
         policy drifted that far); the last update's metrics, the drift gauges and the estimator's."""
-        cfg, model, estimator = self.cfg, self.run.model, self.estimator
-        gen = _generator(self.run.seed, step, 1)
+        cfg, model, estimator, proc = self.cfg, self.run.model, self.estimator, self.run.processor
+        gen, drift = _generator(self.run.seed, step, 1), engine_metrics(model, proc, ro, cfg.micro_batch_size)
         model.train()
         all_sum = self.procs.sum if self.procs.world > 1 else None
         ctx = Context(model, self.ref, loss_mask(ro, cfg), cfg.micro_batch_size, all_sum, ro.owner)
@@ -275,7 +278,7 @@ class GRPO:
             metrics["drift/clip_fraction_mean"] = sum(c for _, c in gauges) / len(gauges)
         after = estimator.after_update(ro, ctx, est, step)
         model.eval()
-        return metrics | est.metrics | after
+        return metrics | est.metrics | after | drift
 
     def report(self, step: int, due: bool, step_s: float) -> dict:
         """Every `log_every` steps (and the last) the step's metrics (`step_metrics`); the estimator's
@@ -300,10 +303,12 @@ class GRPO:
 
     def load(self, state: dict) -> None:
         """The guard and counters of a GRPO checkpoint (the runner loaded the weights, the optimizer and the
-        estimator's modules); the batch order skips the batches already drawn."""
+        estimator's modules); the batch order skips the batches already drawn; the engine gets the
+        checkpoint's weights, not the start's."""
         self.drawn, self.empty_steps = state["drawn"], state["empty_steps"]
         self.guard.load(state)
         self.order = skip_batches(self.order, state["drawn"])
+        sync_engine(self.run.engine, self.run.model)
 
     def summary(self) -> dict:
         return {"skipped_steps": self.guard.total}

@@ -218,7 +218,8 @@ def caption_accuracy(model, processor, examples, video, batch_size: int = 64) ->
     """Greedy captions of `examples` against the truth: object count, colour/shape list, height words."""
     import torch
 
-    from embodied.policy.model import decode, encode_prompts, generate
+    from embodied.policy.model import encode_prompts
+    from embodied.policy.sampling import Draw, HFEngine, Prompts
 
     counts = {"count": 0, "objects": 0, "heights": 0, "heights_total": 0, "exact": 0}
     device = next(model.parameters()).device
@@ -226,8 +227,8 @@ def caption_accuracy(model, processor, examples, video, batch_size: int = 64) ->
         chunk = examples[i : i + batch_size]
         batch = encode_prompts(processor, [e.record for e in chunk], [e.clip for e in chunk], video, device)
         with torch.no_grad():
-            ids, mask = generate(model, processor, batch, 160, do_sample=False)
-        for e, text in zip(chunk, decode(processor, ids, mask)):
+            texts = HFEngine(model, processor).sample(Prompts(batch), Draw(160)).texts
+        for e, text in zip(chunk, texts):
             truth = e.record["target"]
             head_t, *frames_t = truth.rstrip(".").split(". ")
             head_p, *frames_p = text.rstrip(".").split(". ")
@@ -261,7 +262,8 @@ def scene_caption_accuracy(model, processor, examples, video, batch_size: int = 
 
     import torch
 
-    from embodied.policy.model import decode, encode_prompts, generate
+    from embodied.policy.model import encode_prompts
+    from embodied.policy.sampling import Draw, HFEngine, Prompts
 
     n = {"objects": 0, "groups": 0, "squares": 0, "states": 0, "states_total": 0, "total": 0, "exact": 0}
     n |= {"colour_sets": 0, "shape_sets": 0, "colour_words": 0}
@@ -271,8 +273,8 @@ def scene_caption_accuracy(model, processor, examples, video, batch_size: int = 
         chunk = examples[i : i + batch_size]
         batch = encode_prompts(processor, [e.record for e in chunk], [e.clip for e in chunk], video, device)
         with torch.no_grad():
-            ids, mask = generate(model, processor, batch, 320, do_sample=False)
-        for e, text in zip(chunk, decode(processor, ids, mask)):
+            texts = HFEngine(model, processor).sample(Prompts(batch), Draw(320)).texts
+        for e, text in zip(chunk, texts):
             head_t, *frames_t = e.record["target"].rstrip(".").split(". ")
             head_p, *frames_p = text.strip().rstrip(".").split(". ")
             n["objects"] += head_p == head_t

@@ -47,6 +47,9 @@ class Run:
     """The processes of a multi-process run (None: one process)."""
     turns: Turns = ONE_TURN
     """How interactive episodes are played (`Turns.of(cfg.env)`; GRPO and expert iteration)."""
+    engine: Any = None
+    """The rollout engine that samples the loop's answers (`embodied.policy.sampling`, `rollout.engine`),
+    synced with `model` after every optimizer step; None: Hugging Face `generate` on `model` itself."""
 
     def __post_init__(self):
         self.out_dir = Path(self.out_dir)
