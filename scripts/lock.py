@@ -192,10 +192,13 @@ def _newest(args, lock: dict[str, str], venv: Path, work: Path, report: dict) ->
         print("newest: nothing moved; the lock holds the newest releases within pyproject.toml's ranges")
     code, failed = pytest(venv, list(args.pytest_args), work / "cache_suite")
     report |= {"suite_exit": code, "failed": failed, "pytest_args": list(args.pytest_args)}
-    if code == 0 and not args.pytest_args:
+    rewrite = code == 0 and not args.pytest_args and any(change.values())
+    if rewrite:
         write_lock(
             new, MAIN_LOCK, venv / "bin" / "python", "the main environment (.venv: scripts/setup.sh dev)"
         )
+    elif code == 0 and not args.pytest_args:
+        print("newest: green, and the lock already holds these versions: left as it was (its sha256 too)")
     elif code == 0:
         print("newest: green, but on a narrowed suite (pytest arguments given): the lock is left as it was")
     else:
@@ -205,7 +208,7 @@ def _newest(args, lock: dict[str, str], venv: Path, work: Path, report: dict) ->
             print(
                 f"newest: FAILED {test}: {report['blame'].get(test, 'no single moved package explains it')}"
             )
-    report["lock_rewritten"] = code == 0 and not args.pytest_args
+    report["lock_rewritten"] = rewrite
     return 0 if code == 0 else 1
 
 
