@@ -20,8 +20,8 @@ builds it, with the `policy` section's precision, LoRA and checkpointing. `bench
 each variant come first, then `bench.rounds` rounds that run every variant once, the order alternated, so
 the ratio is measured under the same load. Wall-clock timers (`embodied.bench.timers`) split each update
 into vision, language-model forward, backward and optimizer, and count the shared-prefix passes that ran.
-The sampler's kept prompt pass (`keep_prefix`) is not used: the update recomputes the prompt, so its cost
-is all inside the timed update.
+The sampler's kept prompt pass (`GRPO.step`'s `PromptPass`) is not used: `learn` is given none, so the update
+recomputes the prompt and its cost is all inside the timed update.
 """
 
 from __future__ import annotations
@@ -54,8 +54,9 @@ VARIANTS = ("shared", "plain")
 (every row its own clip, prompt and completion)."""
 
 TIMED = [
-    ("embodied.train.grpo", "update", "update"),
-    ("embodied.train.grpo", "completion_logprobs", "logprobs"),
+    ("embodied.train.grpo", "GRPO.update", "update"),
+    ("embodied.train.grpo", "completion_outputs", "logprobs"),  # the policy's pass (and PAPO's masked one)
+    ("embodied.train.grpo", "completion_logprobs", "logprobs"),  # the reference's
     ("embodied.policy.model", "shared_prefix_logits", "shared_prefix"),
     ("embodied.policy.model", "_full_forward", "full_forward"),
     ("torch.autograd", "backward", "backward"),
