@@ -4,7 +4,9 @@
   transformers modules): every other module asks the model's architecture;
 - imports point down the layer order of docs/architecture.md, with no loops and no private names (the
   parsing and the drawing are `scripts/house.py`'s, which prints the house);
-- no function of `embodied` is over 80 lines.
+- no function of `embodied` is over 80 lines;
+- an algorithm's step is its own methods: no module-level function takes an algorithm (`GRPO`, `SFT`,
+  `Expert`, any `embodied.train.runner.Algorithm`) as an annotated argument.
 
 A line cap on one module (grpo.py's, issue 61) rewarded squeezing code into fewer lines over splitting it by
 idea, and is gone (issue 68)."""
@@ -170,3 +172,58 @@ def test_no_function_is_over_80_lines():
 
 def test_the_checker_sees_a_long_function():
     assert long_functions(limit=30)  # the house has functions of 31-80 lines: a blind checker fails
+
+
+# --- an algorithm's work is its methods --------------------------------------------------------------------
+
+
+def algorithm_classes() -> set[str]:
+    """The classes of `embodied/train/` that are algorithm steps (`step`, `report`, `state` and `load`), and
+    the `Algorithm` protocol itself."""
+    out = {"Algorithm"}
+    for path in sorted((ROOT / "train").glob("*.py")):
+        for node in ast.parse(path.read_text(), str(path)).body:
+            if isinstance(node, ast.ClassDef):
+                methods = {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
+                if {"step", "report", "state", "load"} <= methods:
+                    out.add(node.name)
+    return out
+
+
+def _names(annotation: ast.expr | None) -> set[str]:
+    """The names an annotation mentions (`GRPO`, `train.grpo.GRPO`, `"GRPO | None"`)."""
+    out: set[str] = set()
+    for n in ast.walk(annotation) if annotation is not None else ():
+        if isinstance(n, ast.Name):
+            out.add(n.id)
+        elif isinstance(n, ast.Attribute):
+            out.add(n.attr)
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str):
+            out |= set(re.findall(r"\w+", n.value))
+    return out
+
+
+def functions_taking(classes: set[str], root: Path = ROOT) -> list[str]:
+    """`path:function(parameter)` for every module-level function of `root` with a parameter annotated as
+    one of `classes`."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.parse(path.read_text(), str(path)).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs]:
+                    if _names(arg.annotation) & classes:
+                        out.append(f"{path.relative_to(root)}:{node.name}({arg.arg})")
+    return out
+
+
+def test_no_module_function_takes_an_algorithm():
+    assert {"GRPO", "SFT", "Expert"} <= algorithm_classes()
+    assert functions_taking(algorithm_classes()) == []
+
+
+def test_the_checker_sees_a_function_taking_an_algorithm(tmp_path):
+    (tmp_path / "m.py").write_text(
+        "def update(t: GRPO, ro):\n    pass\n\nclass A:\n    def f(self, t: GRPO): ...\n"
+    )
+    assert functions_taking({"GRPO"}, tmp_path) == ["m.py:update(t)"]
