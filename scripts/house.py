@@ -5,7 +5,7 @@ the imports that point up the layer order of docs/architecture.md, and the loops
     python scripts/house.py --root OTHER/embodied --layers docs/architecture.md
 
 Every module of `embodied` is parsed, imports inside functions and `if TYPE_CHECKING:` blocks included: a
-deferred import hides a dependency, it does not remove it. `tests/test_imports.py` runs the same checks.
+deferred import hides a dependency, it does not remove it. `tests/test_house_rules.py` runs the same checks.
 """
 
 from __future__ import annotations

@@ -134,34 +134,43 @@ def test_kept_prompt_pass_gives_the_update_the_same_numbers(examples, tiny_path,
     from embodied.train.state import Run
 
     cfg = GRPOConfig(steps=3, prompts_per_step=4, group_size=4, max_new_tokens=8, kl_coef=0.04, log_every=1)
-    decide, taken, final = grpo.keeps_prefix, [], {}
-    take = groups.GroupedBatch.take_prefix
+    decide, taken, passes, final = grpo.keeps_prefix, [], [], {}
+    take, prefill = groups.PromptPass.take, groups.shared_prefill
 
     def spy(self, model):
         kept = take(self, model)
         taken.append(kept is not None)
         return kept
 
-    monkeypatch.setattr(groups.GroupedBatch, "take_prefix", spy)
+    def counted(*args):
+        passes.append(1)
+        return prefill(*args)
+
+    monkeypatch.setattr(groups.PromptPass, "take", spy)
+    monkeypatch.setattr(groups, "shared_prefill", counted)
     for keep in (False, True):
         monkeypatch.setattr(grpo, "keeps_prefix", lambda *a, keep=keep: keep and decide(*a))
         taken.clear()
+        passes.clear()
         model, processor = load_policy(tiny_path)
         grpo.train_grpo(cfg, Run(model, processor, examples, tmp_path / str(keep), progress=False))
         final[keep] = {k: v.detach().clone() for k, v in model.named_parameters()}
-        # per step: the policy's pass and the reference's; only the policy's finds a kept pass
-        assert taken == ([True, False] * 3 if keep else [False, False] * 3)
+        # per step: the update's policy pass takes the kept pass, so it runs the sampler's and the
+        # reference's prompt passes only, not its own
+        assert taken == ([True] * 3 if keep else [])
+        assert len(passes) == (2 * 3 if keep else 3 * 3)
     assert all(torch.equal(final[True][k], final[False][k]) for k in final[True])
 
 
 def test_keeps_prefix_only_where_the_update_sees_the_same_weights(tiny):
     from embodied.config import GRPOConfig
-    from embodied.rl.rollout import keeps_prefix
+    from embodied.envs.config import Turns
     from embodied.train.distributed import Processes
+    from embodied.train.grpo import keeps_prefix
 
-    model, procs = tiny[0], Processes()
-    assert keeps_prefix(model, model, GRPOConfig(), procs, None, 1)
+    model, procs, one = tiny[0], Processes(), Turns()
+    assert keeps_prefix(model, model, GRPOConfig(), procs, None, one)
     for change in ({"updates_per_rollout": 2}, {"dynamic_sampling": True}, {"micro_batch_size": 4}):
-        assert not keeps_prefix(model, model, GRPOConfig(**change), procs, None, 1), change
-    assert not keeps_prefix(model, model, GRPOConfig(), procs, None, 2)  # multi-turn episodes
-    assert not keeps_prefix(torch.nn.Identity(), model, GRPOConfig(), procs, None, 1)  # a wrapper
+        assert not keeps_prefix(model, model, GRPOConfig(**change), procs, None, one), change
+    assert not keeps_prefix(model, model, GRPOConfig(), procs, None, Turns(n=2))  # multi-turn episodes
+    assert not keeps_prefix(torch.nn.Identity(), model, GRPOConfig(), procs, None, one)  # a wrapper

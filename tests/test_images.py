@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 import torch
 
+from embodied.policy.architectures import visual_items
 from embodied.policy.model import (
     completion_logprobs,
     encode_prompts,
     generate,
-    images_per_row,
     repeat_batch,
 )
 from embodied.video import Clip, VideoConfig
@@ -36,7 +36,7 @@ def test_image_records_get_one_image_per_frame(tiny):
     _, processor = tiny
     records, clips = _mixed()
     batch = encode_prompts(processor, records, clips, VideoConfig())
-    assert images_per_row(batch).tolist() == [4, 0, 3]
+    assert visual_items(batch, "image_grid_thw", 1) == [4, 0, 3]
     # a 112 x 112 image is one 8 x 8 patch grid (16 merged tokens); the 2-frame video one temporal patch
     assert batch["image_grid_thw"].tolist() == [[1, 8, 8]] * 7
     assert batch["video_grid_thw"].tolist() == [[1, 8, 8]]

@@ -82,7 +82,6 @@ def test_a_new_estimator_and_loss_from_the_docs_train_one_step(plugin, tiny_path
 def test_the_new_loss_term_adds_its_weighted_gradient(plugin, tiny_policy, examples):
     """The loss with the term is the loss without it plus weight * term, micro-batch for micro-batch."""
     from embodied.rl.advantages import Estimate
-    from embodied.train.grpo import update
 
     model, processor = tiny_policy
     torch.manual_seed(0)
@@ -90,9 +89,9 @@ def test_the_new_loss_term_adds_its_weighted_gradient(plugin, tiny_policy, examp
     plain, weighted = grpo_config(base), grpo_config(base, loss_terms={"logp_l2": 2.0})
     ro = sample_groups(model, processor, examples[:2], VideoConfig(), varied_reward, sampling_args(plain))
     est = Estimate(torch.linspace(-1, 1, ro.ids.shape[0]))
-    a = update(grpo_step(model, processor, plain), ro, est, torch.Generator())
+    a = grpo_step(model, processor, plain).update(ro, est, torch.Generator())
     model.zero_grad(set_to_none=True)
-    b = update(grpo_step(model, processor, weighted), ro, est, torch.Generator())
+    b = grpo_step(model, processor, weighted).update(ro, est, torch.Generator())
     model.zero_grad(set_to_none=True)
     assert b["loss/total"] == pytest.approx(a["loss/total"] + 2.0 * b["loss/logp_l2"], rel=1e-5)
 

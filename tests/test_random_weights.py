@@ -292,7 +292,13 @@ def test_a_random_policy_samples_only_ids_its_tokenizer_decodes(tiny_cache, tmp_
     """`random:` with the tiny tokenizer masks the output layer past the tokenizer's length: sampled answers
     decode to text (without the mask almost every id would decode to ''), log-probs and entropies stay
     finite, the layer keeps its real size, and a saved folder is masked again when loaded."""
-    from embodied.policy.model import completion_logprobs, decode, load_policy, save_policy
+    from embodied.policy.model import (
+        completion_logprobs,
+        completion_outputs,
+        decode,
+        load_policy,
+        save_policy,
+    )
     from embodied.policy.random_weights import VOCAB_LIMIT
 
     monkeypatch.setenv("EMBODIED_CACHE", str(tiny_cache))
@@ -309,7 +315,7 @@ def test_a_random_policy_samples_only_ids_its_tokenizer_decodes(tiny_cache, tmp_
     ids, mask = generate(model, processor, batch, max_new_tokens=12, seeds=[0, 1, 2, 3])
     assert int(ids[mask.bool()].max()) < limit
     assert all(text.strip() for text in decode(processor, ids, mask))
-    logp, entropy = completion_logprobs(model, batch, ids, mask, with_entropy=True)
+    logp, entropy, _ = completion_outputs(model, batch, ids, mask, entropy="detached")
     assert torch.isfinite(logp).all() and torch.isfinite(entropy).all()
     save_policy(model, processor, tmp_path / "saved")
     again, _ = load_policy(tmp_path / "saved")

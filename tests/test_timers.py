@@ -45,3 +45,22 @@ def test_pool_calls_are_keyed_under_the_calling_path_and_summed():
     # before: one stack shared by the threads gave keys such as load>decode>decode
     assert calls == {"load": 1, "load>decode": 40, "eval": 1, "eval>decode": 1, "decode": 1}
     assert mod.leaf(0) == 1 and not hasattr(mod.leaf, "__wrapped__")  # restored
+
+
+def test_every_named_target_exists():
+    """Each call the profiler and the benches time or tap names a function that exists where it is looked up
+    (a renamed one would fail only when a profile runs)."""
+    import importlib
+
+    from embodied.bench import prefix, step, timers
+
+    named = [t[:2] for t in timers.TARGETS + timers.GENERATION_TARGETS + prefix.TIMED]
+    named += [t[:2] for t in step.SFT_TAPS + step.GRPO_TAPS + step.GRPO_TIMERS]
+    missing = []
+    for module, path in named:
+        owner = importlib.import_module(module)
+        for part in path.split("."):
+            owner = getattr(owner, part, None)
+        if owner is None:
+            missing.append(f"{module}:{path}")
+    assert not missing, missing

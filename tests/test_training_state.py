@@ -236,7 +236,6 @@ def test_seeded_samples_do_not_depend_on_the_rest_of_the_batch(tiny_policy, exam
 def test_micro_batches_give_the_same_loss_and_gradient(examples, tiny_policy):
     from embodied.rl.advantages import Estimate, compute_advantages
     from embodied.rl.rollout import sample_groups
-    from embodied.train.grpo import update
 
     model, processor = tiny_policy
     torch.manual_seed(0)
@@ -254,7 +253,7 @@ def test_micro_batches_give_the_same_loss_and_gradient(examples, tiny_policy):
         cfg.micro_batch_size = mb
         model.zero_grad(set_to_none=True)
         # the same PAPO masks for both: a fresh generator with the same seed
-        metrics = update(grpo_step(model, processor, cfg), ro, est, torch.Generator().manual_seed(0))
+        metrics = grpo_step(model, processor, cfg).update(ro, est, torch.Generator().manual_seed(0))
         grads = [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
         results.append((metrics, grads))
     model.zero_grad(set_to_none=True)
@@ -265,7 +264,7 @@ def test_micro_batches_give_the_same_loss_and_gradient(examples, tiny_policy):
 
 
 def test_ppo_values_read_the_state_before_each_token(tiny_policy, examples):
-    from embodied.policy.model import completion_logprobs, encode_prompts, repeat_batch
+    from embodied.policy.model import completion_logprobs, completion_outputs, encode_prompts, repeat_batch
     from embodied.rl.ppo import ValueHead
 
     model, processor = tiny_policy
@@ -275,13 +274,13 @@ def test_ppo_values_read_the_state_before_each_token(tiny_policy, examples):
     mask = torch.ones(2, 6, dtype=torch.long)
     torch.manual_seed(0)
     head = ValueHead(model.config.text_config.hidden_size, init_std=0.1)
-    logp, values = completion_logprobs(model, batch, ids, mask, value_head=head)
+    logp, _, values = completion_outputs(model, batch, ids, mask, value_head=head)
     assert values.shape == (2, 6) and values.requires_grad
     # the full pass the values need gives the log-probs of the grouped batch's shared-prefix pass
     assert torch.allclose(logp, completion_logprobs(model, batch, ids, mask), atol=1e-5)
     changed = ids.clone()
     changed[:, 3] = 20 + (ids[:, 3] - 20 + 7) % 70
-    _, values2 = completion_logprobs(model, batch, changed, mask, value_head=head)
+    values2 = completion_outputs(model, batch, changed, mask, value_head=head).values
     # values[:, t] is V(prompt + completion[:t]): a new token 3 leaves V_0..V_3 alone and moves V_4 on
     assert torch.allclose(values2[:, :4], values[:, :4], atol=1e-6)
     assert (values2[:, 4] - values[:, 4]).abs().min() > 1e-4
@@ -290,7 +289,6 @@ def test_ppo_values_read_the_state_before_each_token(tiny_policy, examples):
 def test_ppo_value_head_gets_gradient_and_learns_a_fixed_rollout(tiny_path, examples):
     from embodied.rl.advantages import Context
     from embodied.rl.rollout import sample_groups
-    from embodied.train.grpo import update
 
     torch.manual_seed(0)
     model, processor = load_policy(tiny_path)
@@ -305,7 +303,7 @@ def test_ppo_value_head_gets_gradient_and_learns_a_fixed_rollout(tiny_path, exam
     assert est.advantages.shape == ro.ids.shape and torch.equal(
         est.old_values, torch.zeros_like(ro.mask.float())
     )
-    update(t, ro, est, torch.Generator())
+    t.update(ro, est, torch.Generator())
     assert head.linear.weight.grad.abs().sum() > 0 and head.linear.bias.grad.abs().sum() > 0
     model.zero_grad(set_to_none=True)
     head.zero_grad(set_to_none=True)
@@ -321,7 +319,6 @@ def test_ppo_micro_batches_give_the_same_loss_and_gradient(examples, tiny_policy
     from embodied.rl.advantages import Context
     from embodied.rl.ppo import ValueHead
     from embodied.rl.rollout import sample_groups
-    from embodied.train.grpo import update
 
     model, processor = tiny_policy
     torch.manual_seed(0)
@@ -335,7 +332,7 @@ def test_ppo_micro_batches_give_the_same_loss_and_gradient(examples, tiny_policy
         cfg.micro_batch_size = mb
         model.zero_grad(set_to_none=True)
         head.zero_grad(set_to_none=True)
-        metrics = update(t, ro, est, torch.Generator())
+        metrics = t.update(ro, est, torch.Generator())
         params = [*model.parameters(), *head.parameters()]
         results.append((metrics, [p.grad.detach().clone() for p in params if p.grad is not None]))
     model.zero_grad(set_to_none=True)

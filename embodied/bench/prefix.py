@@ -20,8 +20,8 @@ builds it, with the `policy` section's precision, LoRA and checkpointing. `bench
 each variant come first, then `bench.rounds` rounds that run every variant once, the order alternated, so
 the ratio is measured under the same load. Wall-clock timers (`embodied.bench.timers`) split each update
 into vision, language-model forward, backward and optimizer, and count the shared-prefix passes that ran.
-The sampler's kept prompt pass (`keep_prefix`) is not used: the update recomputes the prompt, so its cost
-is all inside the timed update.
+The sampler's kept prompt pass (`GRPO.step`'s `PromptPass`) is not used: `learn` is given none, so the update
+recomputes the prompt and its cost is all inside the timed update.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import statistics
 import subprocess
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -49,13 +50,17 @@ from embodied.questions import LETTERS, arrow_of_time
 from embodied.rl.rollout import Rollout
 from embodied.video import Clip
 
+if TYPE_CHECKING:
+    from embodied.train.grpo import GRPO
+
 VARIANTS = ("shared", "plain")
 """shared: the grouped batch (`GroupedBatch`: prompt once per group); plain: the same rows as a plain batch
 (every row its own clip, prompt and completion)."""
 
 TIMED = [
-    ("embodied.train.grpo", "update", "update"),
-    ("embodied.train.grpo", "completion_logprobs", "logprobs"),
+    ("embodied.train.grpo", "GRPO.update", "update"),
+    ("embodied.train.grpo", "completion_outputs", "logprobs"),  # the policy's pass (and PAPO's masked one)
+    ("embodied.train.grpo", "completion_logprobs", "logprobs"),  # the reference's
     ("embodied.policy.model", "shared_prefix_logits", "shared_prefix"),
     ("embodied.policy.model", "_full_forward", "full_forward"),
     ("torch.autograd", "backward", "backward"),
@@ -175,24 +180,52 @@ def trainer(cfg, model, processor, example: Example, out: Path):
     return GRPO.build(grpo, run, Processes(), MetricsLog(out / "metrics.jsonl", "grpo"))
 
 
-def timed_update(t, ro: Rollout, step: int, micro_batch: int, timers: Timers) -> dict:
-    """One `learn` (advantages, loss, backward, AdamW) of rollout `ro`: its seconds, per-part seconds and
-    metrics."""
-    t.cfg = dataclasses.replace(t.cfg, micro_batch_size=micro_batch)
-    timers.seconds.clear()
-    timers.calls.clear()
-    t0 = time.perf_counter()
-    metrics = t.learn(ro, step)
-    seconds = time.perf_counter() - t0
-    parts = {k: round(v, 3) for k, v in timers.seconds.items()}
-    calls = dict(timers.calls)
-    return {
-        "s": round(seconds, 3),
-        "parts_s": parts,
-        "shared_prefix_passes": sum(n for k, n in calls.items() if k.endswith("shared_prefix")),
-        "loss": round(metrics["loss/total"], 6),
-        "grad_norm": round(float(metrics["optim/grad_norm"]), 6),
-    }
+@dataclasses.dataclass
+class TimedUpdates:
+    """The bench's GRPO step (`trainer`) and the timers around its updates (`_timers`)."""
+
+    grpo: GRPO
+    timers: Timers
+
+    def update(self, ro: Rollout, step: int, micro_batch: int) -> dict:
+        """One `learn` (advantages, loss, backward, AdamW) of rollout `ro` in micro-batches of `micro_batch`
+        rows: its seconds, per-part seconds and metrics."""
+        t, timers = self.grpo, self.timers
+        t.cfg = dataclasses.replace(t.cfg, micro_batch_size=micro_batch)
+        timers.seconds.clear()
+        timers.calls.clear()
+        t0 = time.perf_counter()
+        metrics = t.learn(ro, step)
+        seconds = time.perf_counter() - t0
+        parts = {k: round(v, 3) for k, v in timers.seconds.items()}
+        calls = dict(timers.calls)
+        return {
+            "s": round(seconds, 3),
+            "parts_s": parts,
+            "shared_prefix_passes": sum(n for k, n in calls.items() if k.endswith("shared_prefix")),
+            "loss": round(metrics["loss/total"], 6),
+            "grad_norm": round(float(metrics["optim/grad_norm"]), 6),
+        }
+
+    def alternate(self, ros: dict, variants: list[str], b, result: dict, out: Path, say) -> list[dict]:
+        """`b.warmup` untimed updates of each variant (kept under `result["warmup"]`), then `b.rounds` timed
+        rounds, the variants' order reversed every other round; each round's row of updates."""
+        rounds, step = [], 0
+        micro = {"shared": 0, "plain": b.prefix_plain_micro_batch}
+        partial = out / "bench_prefix_partial.json"
+        try:
+            for r in range(-b.warmup, b.rounds):
+                row: dict = {"round": r} if r >= 0 else {"warmup": r + b.warmup}
+                for v in variants if r % 2 == 0 else variants[::-1]:
+                    step += 1
+                    row[v] = self.update(ros[v], step, micro[v])
+                    say(f"  {f'round {r}' if r >= 0 else 'warm-up'} {v}: {row[v]['s']:.2f} s", flush=True)
+                    if r >= 0:  # a run cut off keeps what it measured
+                        partial.write_text(json.dumps(stamped(result | {"rounds": [*rounds, row]}), indent=1))
+                (rounds if r >= 0 else result.setdefault("warmup", [])).append(row)
+        finally:
+            self.timers.restore()
+        return rounds
 
 
 def _timers(model) -> Timers:
@@ -263,7 +296,7 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
         "formula": "(P + G*C) / (G*(P + C))",
         "model_flop_ratio": round(flop_ratio(model_shape(model), P, G, C, counts["video_grid_thw"]), 4),
     }
-    result["advantages"] = [round(float(a), 4) for a in _advantages(t, ros["shared"])]
+    result["advantages"] = [round(float(a), 4) for a in _advantages(t.cfg.advantage, ros["shared"])]
     say = print if progress else (lambda *a, **k: None)
     say(
         f"bench prefix: P={P} (visual {counts['visual_tokens']}), G={G}, C={C}; predicted ratio "
@@ -271,7 +304,7 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
         flush=True,
     )
     reset_peak(device)
-    rounds = _alternate(t, ros, variants, b, result, out, say)
+    rounds = TimedUpdates(t, _timers(model)).alternate(ros, variants, b, result, out, say)
     result["peak_memory"] = peak_memory(device)
     result["rounds"] = rounds
     result |= _summary(rounds, variants, result["predicted"]["token_ratio"])
@@ -279,32 +312,10 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
     return result
 
 
-def _alternate(t, ros: dict, variants: list[str], b, result: dict, out: Path, say) -> list[dict]:
-    """`b.warmup` untimed updates of each variant (kept under `result["warmup"]`), then `b.rounds` timed
-    rounds, the variants' order reversed every other round; each round's row of updates."""
-    model = t.run.model
-    timers, rounds, step = _timers(model), [], 0
-    micro = {"shared": 0, "plain": b.prefix_plain_micro_batch}
-    partial = out / "bench_prefix_partial.json"
-    try:
-        for r in range(-b.warmup, b.rounds):
-            row: dict = {"round": r} if r >= 0 else {"warmup": r + b.warmup}
-            for v in variants if r % 2 == 0 else variants[::-1]:
-                step += 1
-                row[v] = timed_update(t, ros[v], step, micro[v], timers)
-                say(f"  {f'round {r}' if r >= 0 else 'warm-up'} {v}: {row[v]['s']:.2f} s", flush=True)
-                if r >= 0:  # a run cut off keeps what it measured
-                    partial.write_text(json.dumps(stamped(result | {"rounds": [*rounds, row]}), indent=1))
-            (rounds if r >= 0 else result.setdefault("warmup", [])).append(row)
-    finally:
-        timers.restore()
-    return rounds
-
-
-def _advantages(t, ro: Rollout) -> torch.Tensor:
+def _advantages(advantage: str, ro: Rollout) -> torch.Tensor:
     from embodied.rl.advantages import compute_advantages
 
-    return compute_advantages(ro.rewards, t.cfg.advantage).flatten()
+    return compute_advantages(ro.rewards, advantage).flatten()
 
 
 def _summary(rounds: list[dict], variants: list[str], predicted: float) -> dict:

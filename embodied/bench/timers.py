@@ -93,17 +93,16 @@ TARGETS = [
     ("embodied.run", "evaluate", "eval"),
     ("embodied.train.sft", "train_sft", "sft"),
     ("embodied.train.grpo", "train_grpo", "grpo"),
-    ("embodied.train.grpo", "evaluate", "validate"),
-    ("embodied.train.sft", "evaluate", "validate"),
+    ("embodied.train.runner", "evaluate", "validate"),  # SFT's and GRPO's held-out points
     ("embodied.run", "save_policy", "save"),
     ("embodied.train.grpo", "sample_groups", "rollout"),
     ("embodied.rl.rollout", "encode_prompts", "encode"),
     ("embodied.policy.sampling", "encode_prompts", "encode"),  # a rollout's prompts (`group_prompts`)
     ("embodied.policy.sampling", "HFEngine.sample", "sample"),  # every Hugging Face generation
     ("embodied.rl.rollout", "score", "reward"),
-    ("embodied.train.grpo", "update", "update"),
-    ("embodied.train.sft", "encode_prompts", "encode"),
-    ("embodied.train.grpo", "compute_advantages", "advantages"),
+    ("embodied.train.grpo", "GRPO.update", "update"),
+    ("embodied.train.sft", "encode_examples", "encode"),
+    ("embodied.train.grpo", "GRPO.advantages", "advantages"),
     ("embodied.train.grpo", "apply_gradients", "optimizer"),
     ("torch.optim", "AdamW.step", "adamw"),
     ("torch.autograd", "backward", "backward"),
@@ -124,7 +123,8 @@ TARGETS = [
     ("transformers.models.qwen3_vl.modeling_qwen3_vl", "Qwen3VLTextModel.forward", "text"),
     ("transformers.models.qwen3_5.modeling_qwen3_5", "Qwen3_5VisionModel.forward", "vision"),
     ("transformers.models.qwen3_5.modeling_qwen3_5", "Qwen3_5TextModel.forward", "text"),
-    ("embodied.train.grpo", "completion_logprobs", "logprobs"),
+    ("embodied.train.grpo", "completion_outputs", "logprobs"),  # the policy's pass (and PAPO's masked one)
+    ("embodied.train.grpo", "completion_logprobs", "logprobs"),  # the reference's
     ("embodied.train.sft", "completion_logprobs", "logprobs"),
 ]
 

@@ -23,6 +23,12 @@ UNPARSEABLE_MARGIN = 0.25
 """How far below the worst executed outcome of any task an unparseable answer scores."""
 
 
+def failed_terms(terms: dict[str, float]) -> list[str]:
+    """The failure terms that fired in one answer's reward terms, without their `reward/` prefix (the
+    negative ones but the total: e.g. `["short"]` for a push that stopped short), in the terms' order."""
+    return [k.split("/", 1)[1] for k, v in terms.items() if v < 0 and k != "reward/total"]
+
+
 def unparseable_penalty() -> float:
     """``reward/total`` of an unparseable answer is minus this: ``UNPARSEABLE_MARGIN`` below the lowest
     ``WORST_OUTCOME`` of every known task, so that not answering never beats a bad action (one value for

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from embodied.envs import action_seconds, parse, render_action, task
-from embodied.envs.reward import env_reward
+from embodied.envs.reward import env_reward, failed_terms
 
 
 def _draw(frame: np.ndarray, lines: Sequence[tuple[str, tuple[int, int, int]]], scale: int) -> np.ndarray:
@@ -30,8 +30,7 @@ def outcome_words(terms: dict[str, float]) -> str:
         return "unparseable: nothing executed"
     if terms.get("reward/success"):
         return "success"
-    failed = [k.split("/", 1)[1] for k, v in terms.items() if v < 0 and k != "reward/total"]
-    return "failed: " + (", ".join(failed) or "missed")
+    return "failed: " + (", ".join(failed_terms(terms)) or "missed")
 
 
 def rollout_video(

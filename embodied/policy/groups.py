@@ -11,10 +11,11 @@ batch, plus the batch before repeating. The functions here use the latter:
   completions add up in the shared prompt activations, exactly as separate passes' would.
 
 On-policy GRPO runs that prompt pass twice with the same weights: to sample (without gradients), then in the
-update (with them). A batch marked `keep_prefix` has the sampler run it once, with gradients, and keep it
-(`GroupedBatch.prefix`); the sampler decodes from a detached copy and the update's policy pass takes the
-kept one instead of recomputing it (`take_prefix`). The numbers are the same either way; the caller marks a
-batch only when nothing changes the weights between the two (`embodied.train.grpo.keeps_prefix`).
+update (with them). Given a `PromptPass` (`GroupedBatch.prompt_pass`, set by the caller that owns it), the
+sampler runs the pass once, with gradients, and leaves it there (`sampling_prefill`); it decodes from a
+detached copy, and the caller hands the kept pass to the update's policy pass (`completion_outputs(...,
+prefix=)`), which then does not recompute it. The numbers are the same either way; the caller asks for it
+only when nothing changes the weights between the two (`embodied.train.grpo.keeps_prefix`).
 """
 
 from __future__ import annotations
@@ -50,17 +51,9 @@ class GroupedBatch(dict):
     def __init__(self, tensors: dict, unique, group: int, pixels=None):
         super().__init__(tensors)
         self.unique, self.group, self._pixels = unique, group, pixels
-        self.keep_prefix = False
-        """Set by the caller: the sampler keeps its prompt pass, with gradients, for the update."""
-        self.prefix: tuple | None = None
-        """`(model, shared_prefill(model, self))` computed with gradients, until `take_prefix` takes it."""
-
-    def take_prefix(self, model):
-        """The kept prompt pass of `model` (once: it is dropped as it is taken), or None."""
-        if self.prefix is None or self.prefix[0] is not model or not torch.is_grad_enabled():
-            return None
-        kept, self.prefix = self.prefix[1], None
-        return kept
+        self.prompt_pass: PromptPass | None = None
+        """Where the sampler leaves its pass over the prompts, run with gradients (`sampling_prefill`); set by
+        the caller that owns it (GRPO's step); None: the sampler keeps nothing."""
 
     def _lazy(self) -> list[str]:
         return [k for k in PIXEL_KEYS if k in self.unique] if self._pixels is not None else []
@@ -99,6 +92,27 @@ class GroupedBatch(dict):
 
     def get(self, key, default=None):
         return self[key] if key in self else default  # noqa: SIM401 - dict.get skips __missing__
+
+
+class PromptPass:
+    """A grouped batch's pass over its prompts (`shared_prefill`), run with gradients by the sampler and kept
+    for an update at the same weights, which takes it instead of running it again (see the module
+    docstring). It holds one pass at a time, of one model."""
+
+    def __init__(self) -> None:
+        self._model = None
+        self._kept: tuple | None = None
+
+    def keep(self, model, kept: tuple) -> None:
+        """Hold `kept`, `shared_prefill(model, batch)` computed with gradients."""
+        self._model, self._kept = model, kept
+
+    def take(self, model) -> tuple | None:
+        """The kept pass if `model` ran it (once: it is dropped as it is taken), else None."""
+        if self._kept is None or self._model is not model:
+            return None
+        kept, self._model, self._kept = self._kept, None, None
+        return kept
 
 
 def is_grouped(batch) -> bool:
@@ -148,13 +162,13 @@ def shared_prefill(model, batch: GroupedBatch):
 
 
 def sampling_prefill(model, batch: GroupedBatch):
-    """`shared_prefill` for the sampler (which runs without gradients). A batch marked `keep_prefix` gets the
-    pass run with gradients and kept on it for the update; the sampler then gets a detached copy."""
-    if not batch.keep_prefix:
+    """`shared_prefill` for the sampler (which runs without gradients). With a `batch.prompt_pass` the pass
+    runs with gradients and is kept there for the update; the sampler then gets a detached copy."""
+    if batch.prompt_pass is None:
         return shared_prefill(model, batch)
     with torch.enable_grad():
         kept = shared_prefill(model, batch)
-    batch.prefix = (model, kept)
+    batch.prompt_pass.keep(model, kept)
     cache, logits, attention, start = kept
     return _detached_cache(cache), logits.detach(), attention, start
 
@@ -227,10 +241,12 @@ def _detached_cache(cache):
     return out
 
 
-def shared_prefix_logits(model, batch: GroupedBatch, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def shared_prefix_logits(
+    model, batch: GroupedBatch, ids: torch.Tensor, mask: torch.Tensor, prefix: tuple | None = None
+) -> torch.Tensor:
     """Logits `(B*G, T, V)` predicting completion `ids (B*G, T)`, with each prompt run once (the positions
-    as in `shared_prefill`), or not at all when the sampler kept that pass (`take_prefix`)."""
-    cache, head, prompt_mask, start = batch.take_prefix(model) or shared_prefill(model, batch)
+    as in `shared_prefill`), or not at all when given that pass (`prefix`, a `PromptPass.take`)."""
+    cache, head, prompt_mask, start = prefix or shared_prefill(model, batch)
     t = ids.shape[1]
     completion_pos = architecture_of(model).continued_positions(start, torch.arange(t, device=ids.device))
     attention = torch.cat([prompt_mask, mask.to(prompt_mask.dtype)], dim=1)

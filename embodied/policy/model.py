@@ -16,6 +16,7 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
@@ -205,7 +206,8 @@ def load(cfg: PolicyConfig, command: str = ""):
     """`(model, processor)` for a `PolicyConfig`, with new layers (`expand_layers`), LoRA adapters and
     gradient checkpointing if set. With `command` (a training loop's name) an architecture that the loops do
     not take is refused in one line, a folder's before its weights load."""
-    if command and Path(cfg.path).is_dir():
+    folder = Path(cfg.path).is_dir()
+    if command and folder:  # a folder's model type is read from its config.json, before its weights
         check_trainable(model_type_of(cfg.path), cfg.path, command)
     if is_random(cfg.path):
         if cfg.dtype not in DTYPES:
@@ -214,7 +216,7 @@ def load(cfg: PolicyConfig, command: str = ""):
         model, processor = build_random_policy(*args)
     else:
         model, processor = load_policy(resolve_policy_path(cfg.path, cfg.tiny_seed), cfg.dtype, cfg.device)
-    if command:
+    if command and not folder:  # a built one's (`tiny`, `random:...`) is known once it is built
         check_trainable(model.config.model_type, cfg.path, command)
     if cfg.expand_layers:
         expand_layers(model, cfg.expand_layers)
@@ -339,14 +341,14 @@ def concat_batches(batches: Sequence, pad_id: int) -> dict:
     width = max(b["input_ids"].shape[1] for b in batches)
     out: dict = {}
     fill = {"input_ids": pad_id, "attention_mask": 0, "mm_token_type_ids": 0}
-    for key in _PER_SEQUENCE:
+    for key in PROMPT_KEYS:
         if key in batches[0]:
             parts = [
                 torch.nn.functional.pad(b[key], (width - b[key].shape[1], 0), value=fill[key])
                 for b in batches
             ]
             out[key] = torch.cat(parts)
-    for key in _VISUAL:
+    for key in VISUAL_KEYS:
         parts = [b[key] for b in batches if key in b]
         if parts:
             out[key] = torch.cat(parts)
@@ -374,7 +376,7 @@ def select_rows(batch, rows: Sequence[int], pixels: bool = True):
             )
         batch.materialize()
     index = torch.as_tensor(rows, dtype=torch.long)
-    out = {k: v[index.to(v.device)] for k, v in batch.items() if k in _PER_SEQUENCE}
+    out = {k: v[index.to(v.device)] for k, v in batch.items() if k in PROMPT_KEYS}
     for pix, grid, extra, type_id in (
         ("pixel_values_videos", "video_grid_thw", "second_per_grid_ts", 2),
         ("pixel_values", "image_grid_thw", None, 1),
@@ -402,7 +404,7 @@ def trim_left_padding(batch: dict) -> dict:
     """`batch` (left-padded prompts, e.g. rows picked by `select_rows`) without the leading columns that are
     padding on every row: the batch the processor would have made of these rows alone."""
     width = int(batch["attention_mask"].sum(1).max())
-    return {k: v[:, -width:] if k in _PER_SEQUENCE else v for k, v in batch.items()}
+    return {k: v[:, -width:] if k in PROMPT_KEYS else v for k, v in batch.items()}
 
 
 def _items_per_row(batch, grid: str, type_id: int) -> list[int]:
@@ -441,17 +443,6 @@ def repeat_batch(batch, n: int) -> GroupedBatch:
         return {k: v for k, v in select_rows(batch, rows).items() if k in PIXEL_KEYS}
 
     return GroupedBatch(select_rows(batch, rows, pixels=False), batch, n, pixels)
-
-
-def images_per_row(batch) -> torch.Tensor:
-    """`(B,)` number of images in each prompt."""
-    if "image_grid_thw" not in batch:
-        return torch.zeros(batch["input_ids"].shape[0], dtype=torch.long)
-    return torch.tensor(visual_items(batch, "image_grid_thw", 1))
-
-
-_PER_SEQUENCE = PROMPT_KEYS
-_VISUAL = VISUAL_KEYS
 
 
 def completion_mask(ids: torch.Tensor, eos_ids: Sequence[int]) -> torch.Tensor:
@@ -633,32 +624,63 @@ def _sample_shared_prefix(model, processor, batch: GroupedBatch, max_new_tokens:
     return ids, completion_mask(ids, eos)
 
 
+class CompletionOutputs(NamedTuple):
+    """What one pass over prompts + completions gives (`completion_outputs`): per completion token,
+    `(B, T)` each."""
+
+    logp: torch.Tensor
+    """The log-probs of the completion tokens."""
+    entropy: torch.Tensor | None = None
+    """The entropy of each token's distribution (asked with `entropy`; else None)."""
+    values: torch.Tensor | None = None
+    """A value head's values (asked with `value_head`; else None)."""
+
+
 def completion_logprobs(
     model,
     batch,
     ids: torch.Tensor,
     mask: torch.Tensor,
     temperature: float | torch.Tensor = 1.0,
-    with_entropy: bool = False,
-    entropy_grad: bool = False,
+    suppress: Sequence[int] = (),
+) -> torch.Tensor:
+    """Per-token log-probs `(B, T)` of completion `ids` after the prompts of `batch`: `completion_outputs`'s
+    `logp` (see there for `temperature` and `suppress`)."""
+    return completion_outputs(model, batch, ids, mask, temperature, suppress=suppress).logp
+
+
+def completion_outputs(
+    model,
+    batch,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    temperature: float | torch.Tensor = 1.0,
+    entropy: str = "",
     value_head: torch.nn.Module | None = None,
     suppress: Sequence[int] = (),
-):
-    """Per-token log-probs `(B, T)` of completion `ids` after the prompts of `batch`.
+    prefix: tuple | None = None,
+) -> CompletionOutputs:
+    """Per-token log-probs `(B, T)` of completion `ids` after the prompts of `batch`, and what else was asked.
 
     Logits are divided by `temperature` (a number, or `(B,)` per row) so that the log-probs are those of
     the distribution each row was sampled from. Only the last T+1 positions' logits are materialised.
-    With `with_entropy`, also returns the per-token entropy `(B, T)` of that distribution (detached unless
-    `entropy_grad`).
+    `entropy`: "" none; "detached" or "grad" the per-token entropy `(B, T)` of that distribution, without or
+    with its gradient.
 
     With `value_head` (a module mapping last hidden states `(B, T, H)` to `(B, T)`, e.g. `rl.ppo.ValueHead`)
-    the values `(B, T)` come last in the returned tuple: `values[:, t]` is read from the very hidden state
-    whose logits predict token t, so it is V(prompt + completion[:t]), the state before token t. This always
-    runs the full pass (the shared-prefix pass of a grouped batch keeps no hidden states).
+    the `values` `(B, T)`: `values[:, t]` is read from the very hidden state whose logits predict token t, so
+    it is V(prompt + completion[:t]), the state before token t. This always runs the full pass (the
+    shared-prefix pass of a grouped batch keeps no hidden states).
 
     `suppress`: token ids the samplers never draw (`vision_token_ids`), left out of the softmax: the
     log-probs of the distribution a sample was actually drawn from, as an engine reports them.
+
+    `prefix`: the pass over a grouped batch's prompts that the sampler kept with `model`'s weights
+    (`embodied.policy.groups.PromptPass.take`), used instead of running it again where the shared-prefix
+    pass runs; None: it runs here.
     """
+    if entropy not in ("", "detached", "grad"):
+        raise ValueError(f"entropy={entropy!r}: choose '', 'detached' or 'grad'")
     checkpointing = model.training and getattr(model, "is_activation_checkpointing", False)
     # checkpointed layers drop the KV cache the shared prefix needs; DDP must see the whole forward
     if isinstance(model, torch.nn.parallel.DistributedDataParallel) or _sharded(model):
@@ -668,7 +690,7 @@ def completion_logprobs(
         logits, hidden = _full_forward(model, batch, ids, mask, hidden=True)
         values = value_head(hidden)
     elif is_grouped(batch) and not checkpointing:
-        logits = shared_prefix_logits(model, batch, ids, mask)
+        logits = shared_prefix_logits(model, batch, ids, mask, prefix)
     else:
         logits, _ = _full_forward(model, batch, ids, mask)
     logits = logits.float()
@@ -679,13 +701,11 @@ def completion_logprobs(
         temperature = temperature.to(logits).view(-1, 1, 1)
     logp = torch.log_softmax(logits / temperature, dim=-1)
     token_logp = logp.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
-    out = [token_logp]
-    if with_entropy:
-        entropy = -(logp.exp() * logp).sum(-1)
-        out.append(entropy if entropy_grad else entropy.detach())
-    if values is not None:
-        out.append(values)
-    return out[0] if len(out) == 1 else tuple(out)
+    token_entropy = None
+    if entropy:
+        token_entropy = -(logp.exp() * logp).sum(-1)
+        token_entropy = token_entropy if entropy == "grad" else token_entropy.detach()
+    return CompletionOutputs(token_logp, token_entropy, values)
 
 
 def _full_forward(
@@ -695,7 +715,7 @@ def _full_forward(
     with `hidden` the last hidden states `(B, T, H)` (after the final norm) at the same positions."""
     grouped = is_grouped(batch)
     # the grouped batch's repeated pixels are never made here: its features come from `unique`
-    inputs = {k: batch[k] for k in _VISUAL if k in batch and not (grouped and k in PIXEL_KEYS)}
+    inputs = {k: batch[k] for k in VISUAL_KEYS if k in batch and not (grouped and k in PIXEL_KEYS)}
     if grouped:  # the vision tower runs once per prompt, not once per sample
         inputs["mm_encoder_outputs"] = shared_visual_features(model, batch)
     inputs["input_ids"] = torch.cat([batch["input_ids"], ids], dim=1)

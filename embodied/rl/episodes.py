@@ -42,6 +42,7 @@ import torch
 
 from embodied.envs import action_seconds, is_interactive, parse, render_action
 from embodied.envs.config import ONE_TURN, TURN_CLIPS, TURN_REWARDS, Turns
+from embodied.envs.reward import failed_terms
 from embodied.policy.model import concat_batches, encode_conversations
 from embodied.policy.sampling import Draw, Engine, Prompts, group_prompts, hf_engine
 from embodied.rl.rewards import RewardFn, score
@@ -60,8 +61,7 @@ def again(terms: dict, words: bool) -> str:
     from the previous turn's failure terms (e.g. "The outcome: short." for push)."""
     if not words:
         return AGAIN
-    failed = [k.split("/", 1)[1] for k, v in terms.items() if v < 0 and k != "reward/total"]
-    return f"The outcome: {', '.join(failed) or 'missed'}. {AGAIN}"
+    return f"The outcome: {', '.join(failed_terms(terms)) or 'missed'}. {AGAIN}"
 
 
 def trajectory_reward(totals: Sequence[float], turn_reward: str) -> float:
@@ -153,13 +153,14 @@ def success_after(trajectory: Sequence[tuple[str, dict]], k: int) -> float:
     return float(any(terms.get("reward/success", 0.0) for _, terms in trajectory[:k]))
 
 
-def episode_stats(episodes: Episodes, turns: int) -> dict[str, float]:
-    """`turns/success@k` (share of trajectories solved within k turns), `turns/mean` (turns taken = simulator
-    calls, for interactive records), `turns/ended_unparseable` and `reward/trajectory`."""
+def episode_stats(episodes: Episodes, turns: Turns) -> dict[str, float]:
+    """`turns/success@k` for k up to `turns.n` (share of trajectories solved within k turns), `turns/mean`
+    (turns taken = simulator calls, for interactive records), `turns/ended_unparseable` and
+    `reward/trajectory`."""
     trajs = episodes.per_trajectory()
     stats = {
         f"turns/success@{k}": float(np.mean([success_after(t, k) for t in trajs]))
-        for k in range(1, turns + 1)
+        for k in range(1, turns.n + 1)
     }
     stats["turns/mean"] = float(np.mean([len(t) for t in trajs]))
     stats["turns/ended_unparseable"] = float(
@@ -409,11 +410,12 @@ def sample_episodes(
     temps = member_temperatures(sampling.temperature, list(sampling.temperatures), len(examples), G)
     model.eval()
     ep = play(model, processor, examples, video, reward_fn, turns, sampling, temps, seeds, engine=engine)
-    return to_rollout(ep, processor, turns.n)
+    return to_rollout(ep, processor, turns)
 
 
-def to_rollout(ep: Episodes, processor, turns: int) -> Rollout:
-    """The turns of `ep` as one `Rollout` (completions right-padded to the longest, prompts left-padded)."""
+def to_rollout(ep: Episodes, processor, turns: Turns) -> Rollout:
+    """The turns of `ep`, played under `turns`, as one `Rollout` (completions right-padded to the longest,
+    prompts left-padded; `stats` its `episode_stats`)."""
     parts = ep.turns
     pad = processor.tokenizer.pad_token_id
     width = max(p.ids.shape[1] for p in parts)

@@ -14,8 +14,9 @@ import numpy as np
 import torch
 
 from embodied.data.load import Example
+from embodied.policy.groups import PromptPass
 from embodied.policy.model import (
-    completion_logprobs,
+    completion_outputs,
     encode_prompts,
     repeat_batch,
     select_rows,
@@ -43,13 +44,15 @@ def rollout_logprobs(model, ro: Rollout, micro_batch_size: int = 0, value_head=N
     """`(P * G, T)` log-probs of the rollout's tokens under `model`, in micro-batches, without grad; with
     `value_head`, `(log-probs, values)` from the same pass (values float32); `suppress`: token ids left out
     of the softmax (`completion_logprobs`)."""
-    parts = []
+    logp, values = [], []
     for idx in micro_batches(ro.ids.shape[0], micro_batch_size):
         sub, ids, mask, temp = select_rows(ro.batch, idx), ro.ids[idx], ro.mask[idx], ro.temperature[idx]
-        out = completion_logprobs(model, sub, ids, mask, temp, value_head=value_head, suppress=suppress)
-        parts.append(out if value_head is not None else (out,))
-    cols = [torch.cat(c) for c in zip(*parts)]
-    return cols[0] if value_head is None else (cols[0], cols[1].float())
+        out = completion_outputs(model, sub, ids, mask, temp, value_head=value_head, suppress=suppress)
+        logp.append(out.logp)
+        values.append(out.values)
+    if value_head is None:
+        return torch.cat(logp)
+    return torch.cat(logp), torch.cat(values).float()
 
 
 @dataclass
@@ -132,7 +135,7 @@ def sample_groups(
     reward_fn: RewardFn,
     sampling: Sampling,
     seeds: Sequence[int] | None = None,
-    keep_prefix: bool = False,
+    prompt_pass: PromptPass | None = None,
     engine: Engine | None = None,
 ) -> Rollout:
     """Sample `sampling.group_size` answers per example, at most `sampling.max_new_tokens` each, and score
@@ -140,15 +143,16 @@ def sample_groups(
 
     With `seeds` (one per example), answer g to example i is drawn with `sampling_seed(seeds[i], g)`: a
     function of that seed and the prompt alone, so splitting prompts across processes changes nothing.
-    `keep_prefix`: the sampler's pass over the prompts runs with gradients and stays on the rollout's batch
-    for an update with the same weights to take (`embodied.policy.groups`). `engine` samples (None: Hugging
-    Face on `model`, `embodied.policy.sampling`); its log-probs and policy version travel with the rollout.
+    `prompt_pass`: where the sampler leaves its pass over the prompts, run with gradients, for an update at
+    the same weights to take (`embodied.policy.groups`; GRPO's step owns it); None: nothing is kept. `engine`
+    samples (None: Hugging Face on `model`, `embodied.policy.sampling`); its log-probs and policy version
+    travel with the rollout.
     """
     G, shaping = sampling.group_size, sampling.shaping
     device = next(model.parameters()).device
     records = [e.record for e in examples]
     prompts = group_prompts(processor, records, [e.clip for e in examples], video, device, G)
-    prompts.batch.keep_prefix = keep_prefix
+    prompts.batch.prompt_pass = prompt_pass
     temps = member_temperatures(sampling.temperature, list(sampling.temperatures), len(examples), G)
     temps = temps.to(device)
     model.eval()
@@ -237,27 +241,3 @@ def dynamic_sample(
             kept += len(take)
     stats = {"sampling/rounds": rounds, "sampling/kept_groups": kept}
     return (merge(parts, keep, processor, video) if parts else None), stats
-
-
-def keeps_prefix(net, model, cfg, procs, head, turns: int) -> bool:
-    """Whether the rollout keeps its pass over the prompts for the update (`embodied.policy.groups`): only
-    when the update's policy pass sees the same weights, mode and rows. That is one update per rollout
-    (nothing steps the optimizer in between), a rollout of one draw that is not re-encoded (no dynamic
-    sampling), the whole rollout in one micro-batch, one process with no wrapper around the model (`net`: no
-    autocast), no estimator head (a critic's pass is a full one), no activation checkpointing, single-turn
-    episodes, and no dropout (the sampler runs in eval mode, the update in train mode)."""
-    dropout = any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules()) or any(
-        getattr(c, "attention_dropout", 0.0) > 0 for c in (model.config, model.config.get_text_config())
-    )
-    rows = cfg.prompts_per_step * cfg.group_size
-    return (
-        cfg.updates_per_rollout == 1
-        and not cfg.dynamic_sampling
-        and (cfg.micro_batch_size == 0 or cfg.micro_batch_size >= rows)
-        and procs.world == 1
-        and net is model
-        and head is None
-        and not getattr(model, "is_activation_checkpointing", False)
-        and turns == 1
-        and not dropout
-    )

@@ -20,7 +20,9 @@ from typing import NamedTuple
 
 import torch
 
-from embodied.policy.model import completion_logprobs, select_rows
+from embodied.envs.config import Turns
+from embodied.policy.groups import PromptPass
+from embodied.policy.model import completion_logprobs, completion_outputs, select_rows
 from embodied.policy.sampling import sync_engine
 from embodied.rl.advantages import ESTIMATORS, Context, Estimate, Estimator
 from embodied.rl.critic import check_ppo  # importing it registers grpo.advantage=gae
@@ -44,7 +46,6 @@ from embodied.rl.rollout import (
     Sampling,
     dynamic_sample,
     engine_metrics,
-    keeps_prefix,
     micro_batches,
     rollout_logprobs,
     sample_groups,
@@ -64,7 +65,6 @@ from embodied.train.metrics import MetricsLog
 from embodied.train.reference import Reference
 from embodied.train.runner import Cadence, Runner
 from embodied.train.state import Run
-from embodied.video import VideoConfig
 
 CHOICES = {
     "loss_agg": LOSS_AGGREGATIONS,
@@ -178,12 +178,35 @@ class LastStep(NamedTuple):
     rollout_s: float = 0.0
 
 
+class Update(NamedTuple):
+    """What every micro-batch of one update shares (`GRPO.update`, `GRPO.loss`)."""
+
+    ro: Rollout
+    mask: torch.Tensor
+    """`(B, T)` the tokens the loss sees (`loss_mask`)."""
+    est: Estimate
+    """The advantages (`(B,)` or `(B, T)`) and the sampling policy's log-probs (None: on-policy)."""
+    gen: torch.Generator
+    """PAPO's masks and any token picks, drawn from `(seed, step)`."""
+    learns: bool
+    """False under a critic's warm-up: the policy loss is left out, only the estimator's own loss acts."""
+    head: torch.nn.Module | None
+    """The estimator's head on the policy's hidden states (PPO's value head), or None."""
+    rows: int
+    """Rows of the whole update, summed over processes: every micro-batch's loss is normalised by it."""
+    tokens: int
+    """Loss tokens of the whole update, summed over processes."""
+    prefix: tuple | None = None
+    """The sampler's pass over the rollout's prompts, taken for the policy pass (None: it runs again)."""
+
+
 @dataclass
 class GRPO:
     """The GRPO step (`embodied.train.runner.Algorithm`): the policy as the loss sees it (`net`, wrapped
     under DDP or FSDP), the frozen reference of the KL term (`ref`: under LoRA the adapters off, no copy),
     the advantage estimator, the optimizer, the reward, the rollouts' sampling settings, whether the update
-    takes the sampler's prompt pass, the batch order and the counters its checkpoints save."""
+    takes the sampler's prompt pass (`keeps_prefix`), the batch order and the counters its checkpoints
+    save."""
 
     cfg: GRPOConfig
     run: Run
@@ -212,7 +235,7 @@ class GRPO:
         net, estimator = procs.wrap(model), ESTIMATORS[cfg.advantage](cfg, model)
         reward_fn = run.reward_fn or mcq_rewards(cfg.accuracy_weight, cfg.format_weight, cfg.order_credit)
         order = index_batches(len(run.train), cfg.prompts_per_step, run.seed)
-        keep = keeps_prefix(net, model, cfg, procs, estimator.head(True), run.turns.n)
+        keep = keeps_prefix(net, model, cfg, procs, estimator.head(True), run.turns)
         optimizer = make_optimizer(model, estimator, cfg)
         return cls(
             cfg, run, procs, net, ref, estimator, optimizer, reward_fn, sampling_args(cfg), keep, order, log
@@ -223,17 +246,45 @@ class GRPO:
         return self.estimator.modules or None
 
     def step(self, step: int) -> None:
-        """One rollout, then (unless every group drawn had equal rewards) the updates on it."""
+        """One step, in cleanrl's order: the rollout (every answer scored as it is drawn: the rewards), then
+        on it the advantages and the updates (`learn`); the runner asks `report` for the metrics next. With
+        `keep_prefix` the sampler runs its pass over the prompts with gradients and leaves it in
+        `prompt_pass`, and the update's policy pass takes it instead of running it again."""
         t0 = time.perf_counter()
-        ro, sampled = rollout(self.draw, self.cfg, self.run.processor, self.run.video)
+        prompt_pass = PromptPass() if self.keep_prefix else None
+        ro, sampled = self.rollout(prompt_pass)
         t_rollout, metrics = time.perf_counter() - t0, {}
-        if ro is None:  # nothing to learn from this step
+        if ro is None:  # every group drawn had equal rewards: nothing to learn from this step
             self.empty_steps += 1
         else:
-            metrics = self.learn(ro, step) | sync_engine(self.run.engine, self.run.model)  # next rollout
+            metrics = self.learn(ro, step, prompt_pass)
+            metrics |= sync_engine(self.run.engine, self.run.model)  # the next rollout samples these weights
         self.last = LastStep(ro, metrics, sampled, t_rollout)
 
-    def draw(self) -> Rollout:
+    def learn(self, ro: Rollout, step: int, prompt_pass: PromptPass | None = None) -> dict:
+        """The advantages of `ro`, then the updates on them (masks and token picks drawn from `(seed, step)`):
+        the last update's metrics, the estimator's, and how far the sampling engine's log-probs are from the
+        trainer's before any update (`engine_metrics`)."""
+        model = self.run.model
+        gen = _generator(self.run.seed, step, 1)
+        drift = engine_metrics(model, self.run.processor, ro, self.cfg.micro_batch_size)
+        model.train()
+        est, ctx = self.advantages(ro)
+        metrics = self.updates(ro, est, gen, step, prompt_pass)
+        after = self.estimator.after_update(ro, ctx, est, step)
+        model.eval()
+        return metrics | est.metrics | after | drift
+
+    def rollout(self, prompt_pass: PromptPass | None = None) -> tuple[Rollout | None, dict]:
+        """This step's rollout: one draw (its prompt pass left in `prompt_pass`, if given), or DAPO's dynamic
+        sampling, with its statistics (`keeps_prefix` is off there: the kept groups are re-encoded)."""
+        cfg, run = self.cfg, self.run
+        if cfg.dynamic_sampling:
+            rounds = (cfg.prompts_per_step, cfg.max_sampling_rounds)
+            return dynamic_sample(self.draw, *rounds, run.processor, run.video)
+        return self.draw(prompt_pass), {}
+
+    def draw(self, prompt_pass: PromptPass | None = None) -> Rollout:
         """This process's share of the next `prompts_per_step` prompts, answered and scored: G answers per
         prompt, or G trajectories with `run.turns`."""
         run = self.run
@@ -244,26 +295,32 @@ class GRPO:
         policy = (run.model, run.processor, [run.train[i] for i in idx], run.video, self.reward_fn)
         if run.turns.n > 1:
             return sample_episodes(*policy, run.turns, self.sampling, seeds, run.engine)
-        return sample_groups(*policy, self.sampling, seeds, self.keep_prefix, run.engine)
+        return sample_groups(*policy, self.sampling, seeds, prompt_pass, run.engine)
 
-    def learn(self, ro: Rollout, step: int) -> dict:
-        """The estimator's advantages, then `updates_per_rollout` optimizer steps against the sampling
-        policy's log-probs (masks and token picks drawn from `(seed, step)`; with `target_kl`, fewer once the
-        policy drifted that far); the last update's metrics, the drift gauges and the estimator's."""
-        cfg, model, estimator, proc = self.cfg, self.run.model, self.estimator, self.run.processor
-        gen, drift = _generator(self.run.seed, step, 1), engine_metrics(model, proc, ro, cfg.micro_batch_size)
-        model.train()
+    def advantages(self, ro: Rollout) -> tuple[Estimate, Context]:
+        """The estimator's advantages of `ro` (and the context it estimated in), with the sampling policy's
+        log-probs when several updates move the policy away from it (one update: the sampling policy is the
+        current one, so the loss takes its own detached log-probs)."""
+        cfg, model = self.cfg, self.run.model
         all_sum = self.procs.sum if self.procs.world > 1 else None
         ctx = Context(model, self.ref, loss_mask(ro, cfg), cfg.micro_batch_size, all_sum, ro.owner)
-        est = estimator.estimate(ro, ctx)
-        mu = cfg.updates_per_rollout
-        if est.old_logp is None and mu > 1:  # mu = 1: the sampling policy is the current one
+        est = self.estimator.estimate(ro, ctx)
+        if est.old_logp is None and cfg.updates_per_rollout > 1:
             est.old_logp = rollout_logprobs(model, ro, cfg.micro_batch_size)
-        learns, mods = estimator.policy_learns(step), list(estimator.modules.values())
+        return est, ctx
+
+    def updates(
+        self, ro: Rollout, est: Estimate, gen, step: int, prompt_pass: PromptPass | None = None
+    ) -> dict:
+        """`updates_per_rollout` optimizer steps against the sampling policy's log-probs (with `target_kl`,
+        fewer once the policy drifted that far): the last update's metrics, with cleanrl's approx_kl and clip
+        fraction over the updates that ran. Under a critic's warm-up only the estimator's modules step."""
+        cfg, model, mu = self.cfg, self.run.model, self.cfg.updates_per_rollout
+        learns, mods = self.estimator.policy_learns(step), list(self.estimator.modules.values())
         stepped = model if not mods else torch.nn.ModuleList([model, *mods] if learns else mods)
         gauges = []
         for _ in range(mu):
-            metrics = update(self, ro, est, gen, learns)
+            metrics = self.update(ro, est, gen, learns, prompt_pass)
             loss = torch.tensor(metrics["loss/total"])
             metrics["optim/grad_norm"] = apply_gradients(
                 stepped, self.optimizer, loss, cfg.grad_clip, self.guard, step
@@ -273,12 +330,101 @@ class GRPO:
                 kl = torch.tensor(gauges[-1][0])  # the stop: one decision over every process's share
                 if cfg.target_kl is not None and float(self.procs.sum(kl)) > cfg.target_kl:
                     break
-        if gauges:  # cleanrl's approx_kl and clip fraction, over the updates that ran
+        if gauges:
             metrics |= {"drift/approx_kl": gauges[-1][0], "optim/updates": len(gauges)}
             metrics["drift/clip_fraction_mean"] = sum(c for _, c in gauges) / len(gauges)
-        after = estimator.after_update(ro, ctx, est, step)
-        model.eval()
-        return metrics | est.metrics | after | drift
+        return metrics
+
+    def update(
+        self, ro: Rollout, est: Estimate, gen, learns: bool = True, prompt_pass: PromptPass | None = None
+    ) -> dict:
+        """Accumulate the loss's gradient over micro-batches of the rollout (no optimizer step) through `net`.
+        `est` holds the advantages (`(B,)` or `(B, T)`) and the sampling policy's log-probs (None: on-policy);
+        with `learns` False (a critic's warm-up) the policy loss is left out and only the estimator's own loss
+        acts, on its module alone. `prompt_pass`: the sampler's pass over the prompts, taken by the policy
+        pass of an update that runs the whole rollout in one micro-batch (`keeps_prefix`).
+
+        Every micro-batch loss is normalised by whole-rollout sizes (summed over processes), so the summed
+        gradient equals the whole-batch one. Returns this process's share of the detached metrics, summed the
+        same way (clip fractions and drift token-weighted); summing them over processes gives the global
+        values.
+        """
+        cfg, procs = self.cfg, self.procs
+        mask = loss_mask(ro, cfg)
+        rows, tokens = int(procs.sum(torch.tensor(mask.shape[0]))), int(procs.sum(mask.sum()))
+        parts = micro_batches(mask.shape[0], cfg.micro_batch_size)
+        # the kept pass is of every prompt of the rollout: only a pass over all its rows can take it
+        prefix = prompt_pass.take(self.net) if prompt_pass is not None and len(parts) == 1 else None
+        u = Update(ro, mask, est, gen, learns, self.estimator.head(learns), rows, tokens, prefix)
+        totals: dict[str, float] = {}
+        for idx, last in with_last(parts):
+            with procs.grad_sync(self.net, last):  # DDP all-reduces once, after the last micro-batch
+                loss, terms, entropy = self.loss(u, idx)
+                procs.backward(loss)
+            m = mask[idx]
+            share = float(m.sum()) / max(tokens, 1)
+            for k, v in terms.items():
+                weight = share if k.startswith(("clip/", "drift/")) else 1.0  # token-weighted fractions
+                totals[k] = totals.get(k, 0.0) + float(v) * weight
+            totals["loss/total"] = totals.get("loss/total", 0.0) + float(loss.detach())
+            totals["entropy/mean"] = (
+                totals.get("entropy/mean", 0.0) + float(masked_mean(entropy.detach(), m)) * share
+            )
+        return totals
+
+    def loss(self, u: Update, idx: list[int]) -> tuple[torch.Tensor, dict, torch.Tensor]:
+        """The loss of the micro-batch of rows `idx` of update `u` (policy, estimator, perception and
+        registered terms), its terms and its tokens' entropies."""
+        cfg, ro, est, spec = self.cfg, u.ro, u.est, loss_spec(self.cfg)
+        sub, ids, m, temp = select_rows(ro.batch, idx), ro.ids[idx], u.mask[idx], ro.temperature[idx]
+        papo = cfg.papo.enabled and cfg.papo.entropy_real > 0
+        entropy_grad = cfg.entropy_coef > 0 or papo or bool(cfg.loss_terms)
+        mode = "grad" if entropy_grad else "detached"
+        logp, entropy, values = completion_outputs(self.net, sub, ids, m, temp, mode, u.head, prefix=u.prefix)
+        ref_logp = None
+        if self.ref is not None and spec.kl_coef > 0:
+            with torch.no_grad(), self.ref.active() as ref:
+                ref_logp = completion_logprobs(ref, sub, ids, m, temp)
+        old = logp.detach() if est.old_logp is None else est.old_logp[idx]
+        ent = entropy if cfg.entropy_coef > 0 else None
+        if not u.learns:
+            loss, terms = torch.zeros((), device=logp.device), {}
+        else:
+            args = (spec, ent, u.gen, u.rows, u.tokens)
+            loss, terms = grpo_loss(logp, old, est.advantages[idx], m, ref_logp, *args)
+        if (own := self.estimator.loss(values, idx, est)) is not None:
+            loss, terms = loss + own[0], terms | own[1]
+        if cfg.papo.enabled and u.learns:
+            p_loss, p_terms = self.perception(u, sub, ids, m, temp, logp, entropy)
+            loss, terms = loss + p_loss, terms | p_terms
+        if cfg.loss_terms and u.learns:
+            inputs = LossInputs(logp, old, ref_logp, est.advantages[idx], m, entropy, **self.sizes(u))
+            for name, weight in cfg.loss_terms.items():
+                value = LOSSES[name](inputs)
+                loss, terms = loss + weight * value, terms | {f"loss/{name}": value.detach()}
+        if cfg.updates_per_rollout > 1:  # cleanrl's approx_kl: KL(sampling || current), k3, before the step
+            terms["drift/approx_kl"] = masked_mean(k3_kl(old, logp.detach()), m)
+        return loss, terms, entropy
+
+    def sizes(self, u: Update) -> dict:
+        """The loss aggregation and the whole-update sizes it normalises by."""
+        cfg = self.cfg
+        return {
+            "agg": cfg.loss_agg,
+            "agg_norm": cfg.max_new_tokens,
+            "num_seqs": u.rows,
+            "num_tokens": u.tokens,
+        }
+
+    def perception(self, u: Update, sub, ids, m, temp, logp, entropy) -> tuple[torch.Tensor, dict]:
+        """PAPO's perception loss: the same answers' log-probs with the video masked."""
+        p = self.cfg.papo
+        masked = masked_batch(sub, self.run.processor, p.mask_prob, p.consistent, u.gen)
+        with torch.set_grad_enabled(p.masked_grad):
+            mode = "grad" if p.masked_grad else "detached"
+            m_logp, m_ent, _ = completion_outputs(self.net, masked, ids, m, temp, mode)
+        weights = (p.entropy_real, p.entropy_masked)
+        return perception_loss(logp, m_logp, m, p.gamma, entropy, m_ent, weights, **self.sizes(u))
 
     def report(self, step: int, due: bool, step_s: float) -> dict:
         """Every `log_every` steps (and the last) the step's metrics (`step_metrics`); the estimator's
@@ -287,13 +433,30 @@ class GRPO:
         row = {}
         if due:
             counts = {"train/skipped_steps": self.guard.total, "train/empty_steps": self.empty_steps}
-            row = step_metrics(self, metrics | sampled | counts, ro, step)
+            row = self.step_metrics(metrics | sampled | counts, ro, step)
             row |= {"time/step": step_s, "time/rollout": t_rollout}
         elif self.estimator.every_step and metrics:
             row = {k: v for k, v in metrics.items() if k.startswith(self.estimator.every_step)}
         if self.procs.main:
             self.log.log_rollout(step, ro)  # every log.samples_every steps: frames, answers, rewards, truth
         return row
+
+    def step_metrics(self, metrics: dict, ro: Rollout | None, step: int) -> dict:
+        """A logged step's metrics: the update's and the rollout's, reduced over processes, plus PAPO's
+        masked-input accuracy (its masks drawn from `(seed, step)`)."""
+        if ro is not None:
+            metrics |= {
+                **mean_terms(ro.terms),
+                "reward/group_spread": (ro.rewards.amax(1) > ro.rewards.amin(1)).float().mean(),
+                "rollout/len": ro.mask.sum(1).float().mean(),
+                "rollout/truncated": ro.truncated.float().mean(),
+                **ro.stats,
+            }
+            metrics = self.procs.reduce_metrics(metrics, summed=UPDATE_SUMS)
+        if self.procs.all_forward and ro is not None and self.cfg.papo.enabled:
+            gen, run = _generator(self.run.seed, step, 2), self.run
+            metrics |= masked_input_accuracy(run.model, run.processor, ro, self.cfg, self.reward_fn, gen)
+        return metrics
 
     def postfix(self, row: dict) -> dict:
         return {"r": f"{row['reward/total']:.2f}"} if "reward/total" in row else {}
@@ -312,130 +475,6 @@ class GRPO:
 
     def summary(self) -> dict:
         return {"skipped_steps": self.guard.total}
-
-
-def update(t: GRPO, ro: Rollout, est: Estimate, gen, learns: bool = True) -> dict:
-    """Accumulate the loss's gradient over micro-batches of the rollout (no optimizer step) through `t.net`.
-    `est` holds the advantages (`(B,)` or `(B, T)`) and the sampling policy's log-probs (None: on-policy);
-    with `learns` False (a critic's warm-up) the policy loss is left out and only the estimator's own loss
-    acts, on its module alone.
-
-    Every micro-batch loss is normalised by whole-rollout sizes (summed over processes), so the summed
-    gradient equals the whole-batch one. Returns this process's share of the detached metrics, summed the
-    same way (clip fractions and drift token-weighted); summing them over processes gives the global values.
-    """
-    cfg, procs = t.cfg, t.procs
-    mask = loss_mask(ro, cfg)
-    rows, tokens = int(procs.sum(torch.tensor(mask.shape[0]))), int(procs.sum(mask.sum()))
-    part = _MicroBatch(t, ro, mask, est, gen, learns, t.estimator.head(learns), rows, tokens)
-    totals: dict[str, float] = {}
-    for idx, last in with_last(micro_batches(mask.shape[0], cfg.micro_batch_size)):
-        with procs.grad_sync(t.net, last):  # DDP all-reduces once, after the last micro-batch
-            loss, terms, entropy = part.loss(idx)
-            procs.backward(loss)
-        m = mask[idx]
-        share = float(m.sum()) / max(tokens, 1)
-        for k, v in terms.items():
-            totals[k] = totals.get(k, 0.0) + float(v) * (share if k.startswith(("clip/", "drift/")) else 1.0)
-        totals["loss/total"] = totals.get("loss/total", 0.0) + float(loss.detach())
-        totals["entropy/mean"] = (
-            totals.get("entropy/mean", 0.0) + float(masked_mean(entropy.detach(), m)) * share
-        )
-    return totals
-
-
-@dataclass
-class _MicroBatch:
-    """One `update`'s rollout, estimate and the whole-rollout sizes every micro-batch's loss is normalised
-    by; `loss(idx)` is the loss of the rows `idx`."""
-
-    t: GRPO
-    ro: Rollout
-    mask: torch.Tensor
-    est: Estimate
-    gen: torch.Generator
-    learns: bool
-    head: torch.nn.Module | None
-    rows: int
-    tokens: int
-
-    def loss(self, idx: list[int]) -> tuple[torch.Tensor, dict, torch.Tensor]:
-        """The loss of the micro-batch of rows `idx` (policy, estimator, perception and registered terms),
-        its terms and its tokens' entropies."""
-        cfg, ro, est, spec = self.t.cfg, self.ro, self.est, loss_spec(self.t.cfg)
-        sub, ids, m, temp = select_rows(ro.batch, idx), ro.ids[idx], self.mask[idx], ro.temperature[idx]
-        papo = cfg.papo.enabled and cfg.papo.entropy_real > 0
-        need_entropy_grad = cfg.entropy_coef > 0 or papo or bool(cfg.loss_terms)
-        logp, entropy, *values = completion_logprobs(
-            self.t.net, sub, ids, m, temp, True, need_entropy_grad, self.head
-        )
-        ref_logp = None
-        if self.t.ref is not None and spec.kl_coef > 0:
-            with torch.no_grad(), self.t.ref.active() as ref:
-                ref_logp = completion_logprobs(ref, sub, ids, m, temp)
-        old = logp.detach() if est.old_logp is None else est.old_logp[idx]
-        ent = entropy if cfg.entropy_coef > 0 else None
-        if not self.learns:
-            loss, terms = torch.zeros((), device=logp.device), {}
-        else:
-            args = (spec, ent, self.gen, self.rows, self.tokens)
-            loss, terms = grpo_loss(logp, old, est.advantages[idx], m, ref_logp, *args)
-        if (own := self.t.estimator.loss(values[0] if values else None, idx, est)) is not None:
-            loss, terms = loss + own[0], terms | own[1]
-        if cfg.papo.enabled and self.learns:
-            p_loss, p_terms = self.perception(sub, ids, m, temp, logp, entropy)
-            loss, terms = loss + p_loss, terms | p_terms
-        if cfg.loss_terms and self.learns:
-            inputs = LossInputs(logp, old, ref_logp, est.advantages[idx], m, entropy, **self.sizes())
-            for name, weight in cfg.loss_terms.items():
-                value = LOSSES[name](inputs)
-                loss, terms = loss + weight * value, terms | {f"loss/{name}": value.detach()}
-        if cfg.updates_per_rollout > 1:  # cleanrl's approx_kl: KL(sampling || current), k3, before the step
-            terms["drift/approx_kl"] = masked_mean(k3_kl(old, logp.detach()), m)
-        return loss, terms, entropy
-
-    def sizes(self) -> dict:
-        cfg = self.t.cfg
-        return {
-            "agg": cfg.loss_agg,
-            "agg_norm": cfg.max_new_tokens,
-            "num_seqs": self.rows,
-            "num_tokens": self.tokens,
-        }
-
-    def perception(self, sub, ids, m, temp, logp, entropy) -> tuple[torch.Tensor, dict]:
-        """PAPO's perception loss: the same answers' log-probs with the video masked."""
-        p = self.t.cfg.papo
-        masked = masked_batch(sub, self.t.run.processor, p.mask_prob, p.consistent, self.gen)
-        with torch.set_grad_enabled(p.masked_grad):
-            m_logp, m_ent = completion_logprobs(self.t.net, masked, ids, m, temp, True, p.masked_grad)
-        weights = (p.entropy_real, p.entropy_masked)
-        return perception_loss(logp, m_logp, m, p.gamma, entropy, m_ent, weights, **self.sizes())
-
-
-def rollout(draw, cfg, processor, video: VideoConfig) -> tuple[Rollout | None, dict]:
-    """This step's rollout: one draw, or DAPO's dynamic sampling (with its statistics)."""
-    if cfg.dynamic_sampling:
-        return dynamic_sample(draw, cfg.prompts_per_step, cfg.max_sampling_rounds, processor, video)
-    return draw(), {}
-
-
-def step_metrics(t: GRPO, metrics: dict, ro: Rollout | None, step: int) -> dict:
-    """A logged step's metrics: the update's and the rollout's, reduced over processes, plus PAPO's
-    masked-input accuracy (its masks drawn from `(seed, step)`)."""
-    if ro is not None:
-        metrics |= {
-            **mean_terms(ro.terms),
-            "reward/group_spread": (ro.rewards.amax(1) > ro.rewards.amin(1)).float().mean(),
-            "rollout/len": ro.mask.sum(1).float().mean(),
-            "rollout/truncated": ro.truncated.float().mean(),
-            **ro.stats,
-        }
-        metrics = t.procs.reduce_metrics(metrics, summed=UPDATE_SUMS)
-    if t.procs.all_forward and ro is not None and t.cfg.papo.enabled:
-        gen = _generator(t.run.seed, step, 2)
-        metrics |= masked_input_accuracy(t.run.model, t.run.processor, ro, t.cfg, t.reward_fn, gen)
-    return metrics
 
 
 def train_grpo(cfg: GRPOConfig, run: Run) -> dict:
@@ -470,3 +509,28 @@ def check_run(cfg: GRPOConfig, run: Run, procs: Processes) -> None:
             f"grpo.updates_per_rollout=1 with {', '.join(inert)}: these settings never act ({why})",
             stacklevel=4,
         )
+
+
+def keeps_prefix(net, model, cfg: GRPOConfig, procs: Processes, head, turns: Turns) -> bool:
+    """Whether a GRPO step keeps the sampler's pass over the prompts for its update (`GRPO.step`'s
+    `PromptPass`, `embodied.policy.groups`): only when the update's policy pass sees the same weights, mode
+    and rows. That is one update per rollout
+    (nothing steps the optimizer in between), a rollout of one draw that is not re-encoded (no dynamic
+    sampling), the whole rollout in one micro-batch, one process with no wrapper around the model (`net`: no
+    autocast), no estimator head (a critic's pass is a full one), no activation checkpointing, single-turn
+    episodes, and no dropout (the sampler runs in eval mode, the update in train mode)."""
+    dropout = any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules()) or any(
+        getattr(c, "attention_dropout", 0.0) > 0 for c in (model.config, model.config.get_text_config())
+    )
+    rows = cfg.prompts_per_step * cfg.group_size
+    return (
+        cfg.updates_per_rollout == 1
+        and not cfg.dynamic_sampling
+        and (cfg.micro_batch_size == 0 or cfg.micro_batch_size >= rows)
+        and procs.world == 1
+        and net is model
+        and head is None
+        and not getattr(model, "is_activation_checkpointing", False)
+        and turns.n == 1
+        and not dropout
+    )
