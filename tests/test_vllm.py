@@ -248,16 +248,119 @@ def test_embodied_eval_through_the_engine_gives_hugging_faces_greedy_predictions
     assert results["vllm"]["accuracy"] == results["hf"]["accuracy"]
 
 
-def test_an_architecture_whose_prompts_vllm_changes_is_refused_in_one_line():
-    """Qwen3-VL's video prompts come out of vLLM with a vision start/end pair more per timestamp than the
-    trainer's (measured: 124 ids against 105): refused before an engine starts."""
-    from embodied.policy.config import PolicyConfig
-    from embodied.policy.model import load
+# Qwen3-VL and Qwen3.5: a video's frames each carry a timestamp and a vision start/end pair of their own,
+# which vLLM writes again from the video's metadata; the engine sends each video folded to one placeholder.
+
+
+@pytest.fixture(scope="module")
+def qwen3_vl():
+    """The shipped tiny Qwen3-VL base (float32) and a vLLM engine on it."""
     from embodied.policy.vllm_engine import VLLMEngine
 
-    model, processor = load(PolicyConfig(path="tiny:qwen3-vl"))
-    with pytest.raises(ValueError, match=r"vLLM's qwen3-vl prompts differ from the ids the trainer scores"):
+    model, processor = load_policy(resolve_policy_path("tiny-base-qwen3-vl"))
+    return model, processor, VLLMEngine(model, processor, max_model_len=2048)
+
+
+def engine_prompt_ids(engine, prompts, row: int) -> list[int]:
+    """The prompt ids vLLM itself makes of row `row`'s request (its own expansion of each video)."""
+    from vllm import SamplingParams
+
+    request, _ = engine.request(prompts, row)
+    (out,) = engine.llm.generate([request], SamplingParams(max_tokens=1), use_tqdm=False)
+    return list(out.prompt_token_ids)
+
+
+def scored_prompt_ids(ro, row: int) -> list[int]:
+    """The prompt ids the update scores for rollout row `row` (its rows of the rollout's batch)."""
+    from embodied.policy.model import select_rows
+
+    sub = select_rows(ro.batch, [row])
+    return sub["input_ids"][0][sub["attention_mask"][0].bool()].tolist()
+
+
+def test_qwen3_vl_video_prompt_ids_the_update_scores_are_the_engines(qwen3_vl, examples):
+    """A Qwen3-VL video prompt: the ids vLLM builds (its own timestamps and frame markers) equal the ids the
+    update scores, row by row of a GRPO rollout; greedy answers equal Hugging Face's and sampling log-probs
+    the trainer's (float32, measured 4e-6)."""
+    model, processor, engine = qwen3_vl
+    engine.sync(model)
+    ro = sample_groups(
+        model,
+        processor,
+        examples[:4],
+        VideoConfig(),
+        mcq_rewards(),
+        Sampling(2, 16),
+        [0, 1, 2, 3],
+        engine=engine,
+    )
+    prompts = group_prompts(
+        processor, [e.record for e in examples[:4]], [e.clip for e in examples[:4]], VideoConfig(), "cpu", 2
+    )
+    for row in range(8):
+        ids = engine_prompt_ids(engine, prompts, row)
+        assert ids == scored_prompt_ids(ro, row)
+    text = processor.tokenizer.decode(ids)
+    assert text.count(" seconds>") == 2 and text.count("<|vision_start|>") == 3  # 2 frames' pairs + outer
+    ours, theirs, gap = agreement(engine, model, processor, examples[:8])
+    assert ours == theirs and gap < TOLERANCE, gap
+
+
+def test_qwen3_vl_after_grpo_steps_the_engine_answers_as_the_trained_weights_do(qwen3_vl, examples, tmp_path):
+    model, processor, engine = qwen3_vl
+    model, _, rows = _train(engine, (model, processor), examples, tmp_path, steps=2)
+    assert all(r["rollout/logprob_diff_max"] < TOLERANCE for r in rows)
+    ours, theirs, gap = agreement(engine, model, processor, examples[:8])
+    assert ours == theirs and gap < TOLERANCE, gap
+
+
+def test_qwen3_5_prompt_ids_equal_and_bfloat16_drift_is_bounded(examples, tmp_path):
+    """Qwen3.5 (linear-attention layers): vLLM's CPU kernels take bfloat16 and head dims of 64 and up, so the
+    tiny model is built wider (linear head dim 64). The prompt ids equal the trainer's row by row; the
+    sampling log-probs differ by bfloat16's rounding (measured max 0.022), not by a different prompt."""
+    from embodied.policy.tiny import TinySpec, build_tiny_policy
+    from embodied.policy.vllm_engine import VLLMEngine
+
+    spec = TinySpec(text_hidden=256, text_heads=2, text_kv_heads=2)
+    path = build_tiny_policy(tmp_path / "q35", spec, architecture="qwen3.5")
+    model, processor = load_policy(path, dtype="bfloat16")
+    engine = VLLMEngine(model, processor, max_model_len=2048)
+    ro = sample_groups(
+        model,
+        processor,
+        examples[:3],
+        VideoConfig(),
+        mcq_rewards(),
+        Sampling(2, 16, temperatures=[0.7, 1.3]),
+        [0, 1, 2],
+        engine=engine,
+    )
+    prompts = group_prompts(
+        processor, [e.record for e in examples[:3]], [e.clip for e in examples[:3]], VideoConfig(), "cpu", 2
+    )
+    assert all(engine_prompt_ids(engine, prompts, r) == scored_prompt_ids(ro, r) for r in range(6))
+    trainer = rollout_logprobs(model, ro, suppress=vision_token_ids(processor))
+    assert float(((trainer.float() - ro.engine_logprobs).abs() * ro.mask).max()) < 0.1
+
+
+def test_what_vllm_cannot_run_here_is_refused_in_one_line(monkeypatch):
+    """A float32 Qwen3.5 on a CPU (vLLM's linear-attention kernels are bfloat16 only), and an architecture
+    whose prompts are not checked against vLLM's: refused before an engine starts."""
+    from embodied.policy.architectures import Architecture
+    from embodied.policy.config import PolicyConfig
+    from embodied.policy.model import load
+    from embodied.policy.vllm_engine import VLLMEngine, check_architecture
+
+    model, processor = load(PolicyConfig(path="tiny:qwen3.5"))
+    with pytest.raises(ValueError, match=r"bfloat16 with head dims of 64 and up, not float32 with \[16\]"):
         VLLMEngine(model, processor)
+
+    class Other(Architecture):
+        name = "other"
+
+    monkeypatch.setattr("embodied.policy.vllm_engine.architecture_of", lambda processor: Other())
+    with pytest.raises(ValueError, match=r"other prompts are not checked against vLLM's"):
+        check_architecture(processor)
 
 
 def test_quickstart_through_the_engine_logs_its_syncs_and_drift(tmp_path, monkeypatch):

