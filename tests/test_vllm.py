@@ -143,6 +143,26 @@ def test_after_grpo_steps_the_engine_answers_as_the_trained_weights_do(engine, b
     assert ours == theirs and gap < TOLERANCE, gap
 
 
+def test_a_lora_policy_is_synced_with_its_adapters_merged(engine, base, examples, tmp_path):
+    """LoRA (rank 4, the adapters trained by GRPO's entropy bonus): each sync sends every weight with the
+    adapters merged, as TRL's colocated sync does; afterwards the engine answers as the adapted policy."""
+    from embodied.policy.lora import adapters_are_zero, apply_lora, lora_layers
+
+    model = apply_lora(copy.deepcopy(base[0]), rank=4, alpha=8)
+    engine.sync(model)
+    cfg = GRPOConfig(steps=2, prompts_per_step=4, group_size=4, max_new_tokens=16, lr=3e-2, kl_coef=0.0)
+    cfg.entropy_coef, cfg.log_every, cfg.checkpoint_every = 0.05, 1, 0
+    train_grpo(cfg, Run(model, base[1], examples, tmp_path, progress=False, engine=engine))
+    assert not adapters_are_zero(lora_layers(model))  # the adapters trained
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["rollout/logprob_diff_max"] < TOLERANCE for r in rows)
+    ours, theirs, gap = agreement(engine, model, base[1], examples[:8])
+    assert ours == theirs and gap < TOLERANCE, gap
+    engine.sync(base[0])  # back to the base: a stale adapter would now show
+    ours, _, gap = agreement(engine, base[0], base[1], examples[:8])
+    assert gap < TOLERANCE, gap
+
+
 class SkipsSyncs:
     """The real engine, but the syncs numbered `skip` (1: the one before training) never reach it: the stale
     engine the checks above must catch."""

@@ -33,15 +33,12 @@ def make_engine(cfg, model, processor) -> Engine | None:
 
 def check_vllm(cfg) -> None:
     """Refuse, in one line, what the vLLM engine does not do (yet): temperatures above 2 (vLLM's bound),
-    LoRA adapters (it syncs full weights), several processes (one engine per process is not built), and
-    min-p retries (vLLM applies min-p after the temperature, the framework before it)."""
+    several processes (one engine per process is not built), and min-p retries (vLLM applies min-p after
+    the temperature, the framework before it). A LoRA policy is synced with its adapters merged."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     temps = [cfg.grpo.temperature, *cfg.grpo.temperatures, cfg.expert.temperature, cfg.env.retry_temperature]
     refused = {
         f"a sampling temperature of {max(temps)} (vLLM samples at 2 at most)": max(temps) > 2.0,
-        "policy.lora_rank > 0 (the vllm engine syncs full weights; merge the adapters or use hf)": (
-            cfg.policy.lora_rank > 0
-        ),
         f"{world} processes (one vllm engine per process is not built)": world > 1,
         "env.retry_min_p > 0 (vllm applies min-p after the temperature)": cfg.env.retry_min_p > 0,
     }

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -55,13 +55,10 @@ def _merge(layer, base: torch.Tensor) -> Callable[[], torch.Tensor]:
     return make
 
 
-def merged_layout(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], dict[int, Callable]]:
-    """`(state, merges)`: the tensors `save_pretrained` would write for `model` with its adapters merged,
-    under the names it would write them (tied weights dropped, conversions reverted), where an adapted layer's
-    entry is its base weight standing in for the merged one; `merges[id(entry)]` computes the merged one."""
-    from transformers.core_model_loading import revert_weight_conversion
-    from transformers.modeling_utils import remove_tied_weights_from_state_dict
-
+def live_state(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], dict[int, Callable]]:
+    """`model.state_dict()` as if its adapters were merged, under the live module names: an adapted layer's
+    `weight` (and `bias`) entry is its base layer's tensor, the adapters' own entries are left out; the
+    merged weight of entry `t` is `merges[id(t)]()` (`merges`, the second value)."""
     adapted = set(lora_layers(model))  # once: rebuilt per module it walked every module again (quadratic)
     layers = {name: m for name, m in model.named_modules() if m in adapted}
     state, merges = {}, {}
@@ -76,6 +73,26 @@ def merged_layout(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], dict
             state[f"{owner}.{field}"] = value
             if field == "weight":
                 merges[id(value)] = _merge(layers[owner], value)
+    return state, merges
+
+
+def merged_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every weight of `model` with its adapters merged (W + B A * scale), under the live names, one merged
+    weight computed at a time: what a colocated engine is sent after each step (`model`'s own tensors,
+    detached, where nothing is adapted)."""
+    state, merges = live_state(model)
+    for key, value in state.items():
+        yield key, merges[id(value)]() if id(value) in merges else value.detach()
+
+
+def merged_layout(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], dict[int, Callable]]:
+    """`(state, merges)`: the tensors `save_pretrained` would write for `model` with its adapters merged,
+    under the names it would write them (tied weights dropped, conversions reverted), where an adapted layer's
+    entry is its base weight standing in for the merged one; `merges[id(entry)]` computes the merged one."""
+    from transformers.core_model_loading import revert_weight_conversion
+    from transformers.modeling_utils import remove_tied_weights_from_state_dict
+
+    state, merges = live_state(model)
     state = remove_tied_weights_from_state_dict(state, model)
     renamed = revert_weight_conversion(model, state)
     if {id(t) for t in renamed.values()} != {id(t) for t in state.values()}:

@@ -35,6 +35,7 @@ from embodied.policy.model import (
     vision_token_ids,
 )
 from embodied.policy.sampling import Draw, Prompts, Samples
+from embodied.policy.saving import merged_weights
 from embodied.video import VideoConfig
 
 _LIVE: dict[tuple, tuple] = {}
@@ -101,12 +102,12 @@ class VLLMEngine:
         _LIVE[key] = (self.llm, folder)
 
     def sync(self, model) -> dict[str, float]:
-        """Every weight of `model` (the tied head included: a state dict names it) reloaded in place, then
-        the encoder and prefix caches dropped (a cached image's features or a prompt's KV were computed by
-        the old weights; a stale encoder entry also hangs the next request)."""
+        """Every weight of `model` (the tied head included: a state dict names it; a LoRA policy's adapted
+        layers merged, one at a time) reloaded in place, then the encoder and prefix caches dropped (a
+        cached image's features or a prompt's KV were computed by the old weights; a stale encoder entry
+        also hangs the next request)."""
         t0 = time.perf_counter()
-        weights = [(k, v.detach()) for k, v in model.state_dict().items()]  # copied in, not aliased
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": merged_weights(model)})
         self.llm.llm_engine.reset_encoder_cache()
         self.llm.reset_prefix_cache()
         self.version += 1
