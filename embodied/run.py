@@ -330,11 +330,10 @@ def _eval_env(cfg: Config, source, examples, skipped, out: Path, progress: bool)
             "without eval.baseline; put MCQs and episodes in separate datasets"
         )
     how = EnvEval.of(cfg)  # eval.*, env.backend, env.format_weight, env.turns... and the seed
-    if cfg.rollout.engine != "hf":
-        raise ValueError(f"rollout.engine={cfg.rollout.engine}: interactive episodes are evaluated with hf")
     if isinstance(source, tuple):
         model, processor = source
-        result = evaluate_env(model, processor, examples, cfg.video, how, progress)
+        engine = make_engine(cfg, model, processor)
+        result = evaluate_env(model, processor, examples, cfg.video, how, progress, engine=engine)
     else:
         result = evaluate_env_answers(source, examples, how, progress)
         result["endpoint"] = _endpoint_record(source, time.perf_counter() - t0, result)

@@ -268,6 +268,30 @@ def test_embodied_eval_through_the_engine_gives_hugging_faces_greedy_predictions
     assert results["vllm"]["accuracy"] == results["hf"]["accuracy"]
 
 
+def test_embodied_eval_of_interactive_episodes_through_the_engine_equals_hugging_face(tmp_path):
+    """`embodied eval rollout.engine=vllm` on push episodes (`env.turns=2`): every greedy answer and its
+    simulated terms equal the Hugging Face engine's. The tiny base's answers do not parse, so each episode
+    ends at turn 1; a later turn's two-video conversation is checked above."""
+    from embodied.cli import main
+
+    root = tmp_path / "push"
+    args = ["generate", "--episodes", "env.tasks=[push]", f"env.root={root}", "env.n_train=0", "env.n_test=4"]
+    assert main([*args, "env.workers=0", "-q"]) == 0
+    results = {}
+    for name in ("hf", "vllm"):
+        common = [f"data.root={root}", "eval.split=test", "env.turns=2", "eval.max_new_tokens=24", "-q"]
+        assert main(["eval", *common, f"run_dir={tmp_path / name}", f"rollout.engine={name}"]) == 0
+        results[name] = json.loads((tmp_path / name / "eval_test.json").read_text())
+    hf, vl = ({p["id"]: p for p in r["predictions"]} for r in (results["hf"], results["vllm"]))
+    assert len(hf) == 4 and hf.keys() == vl.keys()
+    for q in hf:
+        assert json.dumps(vl[q].get("turns"), sort_keys=True) == json.dumps(
+            hf[q].get("turns"), sort_keys=True
+        )
+        assert vl[q]["response"] == hf[q]["response"]
+    assert results["vllm"]["success"] == results["hf"]["success"]
+
+
 # Qwen3-VL and Qwen3.5: a video's frames each carry a timestamp and a vision start/end pair of their own,
 # which vLLM writes again from the video's metadata; the engine sends each video folded to one placeholder.
 

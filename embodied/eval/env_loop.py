@@ -89,7 +89,7 @@ class EnvEval:
 @torch.no_grad()
 def evaluate_env(
     model, processor, examples: Sequence, video, how: EnvEval = EnvEval(), progress: bool = False,
-    desc: str = "eval env",
+    desc: str = "eval env", engine=None,
 ) -> dict:  # fmt: skip
     """Greedy answers to ``examples`` (``embodied.data.load.Example``), scored by simulation (`EnvEval`
     says how); with ``how.samples`` > 0 also best-of-N and majority vote for each N in ``how.k`` (see the
@@ -99,14 +99,15 @@ def evaluate_env(
 
     With ``how.turns`` > 1 every episode is also played as a multi-turn episode (`embodied.rl.episodes`):
     the greedy answer is turn 1, a failed one is followed by greedy later turns, each row keeping its turns
-    in ``row["turns"]``; with ``samples``, also ``samples`` sampled trajectories per episode.
+    in ``row["turns"]``; with ``samples``, also ``samples`` sampled trajectories per episode. ``engine``
+    (`rollout.engine`; None: Hugging Face `generate` on the model) answers every turn.
     ``result["turns"]`` (`turn_summary`) holds the success after each turn beside best-of-N at the same
     simulator calls."""
     if how.samples:
         torch.manual_seed(how.seed)
     was_training = model.training
     model.eval()
-    answerer = LocalAnswerer(model, processor, video, how.max_new_tokens, how.media)
+    answerer = LocalAnswerer(model, processor, video, how.max_new_tokens, how.media, engine)
     try:
         return evaluate_env_answers(answerer, examples, how, progress, desc)
     finally:
