@@ -72,8 +72,8 @@ def test_the_counts_are_the_prompts_and_the_advantages_are_not_zero(measured):
 
     cfg, r = measured
     _, processor = load(cfg.policy)
-    example = prefix.clip_example(cfg.bench, cfg.video, cfg.seed)
-    batch = encode_prompts(processor, [example.record], [example.clip], prefix.clip_video(cfg))
+    example = prefix.clip_example(cfg.bench.prefix_frames, cfg.bench.prefix_size, cfg.video.fps, cfg.seed)
+    batch = encode_prompts(processor, [example.record], [example.clip], prefix.prefix_video(cfg))
     assert r["tokens"]["P_prompt_tokens"] == batch["input_ids"].shape[1]
     # tiny-base (Qwen2.5-VL): 112 px = 8 x 8 patches of 14 px, merged 2 x 2, 4 frames = 2 temporal patches
     assert r["tokens"]["visual_tokens"] == 2 * 4 * 4 == int((batch["mm_token_type_ids"] == 2).sum())

@@ -96,6 +96,18 @@ class BenchConfig:
     """prefix: `grpo.micro_batch_size` of the plain update (0: the whole group in one pass). One row a pass
     bounds its activation memory (8 rows of 1,000+ tokens do not fit 24 GiB at 0.8B) at the same FLOPs. The
     shared update always runs the group in one pass."""
+    rollout_frames: int = 20
+    """rollout: frames of the one clip (at `video.fps`: 20 frames are 10 s at 2 fps)."""
+    rollout_size: int = 320
+    """rollout: the clip's frames are squares of this many pixels. Qwen3-VL / Qwen3.5 at 320 px: 10 x 10
+    merged patches of 32 px, 2 frames per temporal patch, so 20 frames give 10 x 100 = 1,000 visual tokens
+    (Qwen2.5-VL: 12 x 12 of 28 px, 1,440)."""
+    rollout_group: int = 8
+    """rollout: completions sampled per prompt (G)."""
+    rollout_tokens: int = 64
+    """rollout: the most tokens per completion (C)."""
+    rollout_engines: list[str] = field(default_factory=lambda: ["hf", "vllm"])
+    """rollout: the engines timed side by side (`rollout.engine` values)."""
     env_episodes: int = 64
     """`embodied bench envs`: answers per task run on the CPU backend (4 answers per episode), for its
     episodes/s and as the reference the batched backends' success labels are compared with."""

@@ -88,12 +88,10 @@ def flop_ratio(shape, prompt: int, group: int, completion: int, items) -> float:
     return shared / plain
 
 
-def clip_example(b, video, seed: int) -> Example:
-    """One arrow-of-time question on a clip of `b.prefix_frames` noise frames of `b.prefix_size` px squares
-    at `video.fps`."""
+def clip_example(frames: int, size: int, fps: float, seed: int) -> Example:
+    """One arrow-of-time question on a clip of `frames` noise frames of `size` px squares at `fps`."""
     rng = np.random.default_rng(seed)
-    size = b.prefix_size
-    frames = rng.integers(0, 256, (b.prefix_frames, size, size, 3), dtype=np.uint8)
+    pixels = rng.integers(0, 256, (frames, size, size, 3), dtype=np.uint8)
     record = {
         "id": "prefix-0",
         "video": "prefix-0.mp4",
@@ -102,16 +100,20 @@ def clip_example(b, video, seed: int) -> Example:
         "options": list(arrow_of_time.OPTIONS),
         "answer": LETTERS[0],
     }
-    return Example(record, Clip(frames, video.fps))
+    return Example(record, Clip(pixels, fps))
 
 
-def clip_video(cfg):
-    """`cfg.video` with its pixel budgets raised to hold the bench's clip at its own size (never lowered), so
-    the frames are encoded at `bench.prefix_size` px."""
-    b, v = cfg.bench, cfg.video
-    area = b.prefix_size * b.prefix_size
-    clip = max(v.video_max_pixels, b.prefix_frames * area)
+def clip_video(v, frames: int, size: int):
+    """The video settings `v` with their pixel budgets raised to hold a clip of `frames` squares of `size` px
+    at its own size (never lowered), so the frames are encoded at `size` px."""
+    area = size * size
+    clip = max(v.video_max_pixels, frames * area)
     return dataclasses.replace(v, max_pixels=max(v.max_pixels, area), video_max_pixels=clip)
+
+
+def prefix_video(cfg):
+    """The video settings of this bench's clip: `clip_video` at `bench.prefix_frames` and `prefix_size`."""
+    return clip_video(cfg.video, cfg.bench.prefix_frames, cfg.bench.prefix_size)
 
 
 def random_completions(processor, rows: int, length: int, seed: int) -> torch.Tensor:
@@ -130,7 +132,7 @@ def rollouts(cfg, processor, example: Example, device) -> tuple[dict, dict]:
     """The two variants' rollouts of one group (same prompt, completions and rewards) and their counts."""
     b = cfg.bench
     G, C = b.prefix_group, b.prefix_tokens
-    prompts = encode_prompts(processor, [example.record], [example.clip], clip_video(cfg), device)
+    prompts = encode_prompts(processor, [example.record], [example.clip], prefix_video(cfg), device)
     grouped = repeat_batch(prompts, G)
     ids = random_completions(processor, G, C, cfg.seed).to(device)
     texts = processor.tokenizer.batch_decode(ids, skip_special_tokens=True)
@@ -176,7 +178,7 @@ def trainer(cfg, model, processor, example: Example, out: Path):
         checkpoint_every=0,
     )
     out.mkdir(parents=True, exist_ok=True)
-    run = Run(model, processor, [example], out, clip_video(cfg), seed=cfg.seed, progress=False)
+    run = Run(model, processor, [example], out, prefix_video(cfg), seed=cfg.seed, progress=False)
     return GRPO.build(grpo, run, Processes(), MetricsLog(out / "metrics.jsonl", "grpo"))
 
 
@@ -286,7 +288,7 @@ def run(cfg, out: Path, progress: bool = True) -> dict:
     t_start = time.perf_counter()
     model, processor = load(cfg.policy)
     device = next(model.parameters()).device
-    example = clip_example(b, cfg.video, cfg.seed)
+    example = clip_example(b.prefix_frames, b.prefix_size, cfg.video.fps, cfg.seed)
     ros, counts = rollouts(cfg, processor, example, device)
     t = trainer(cfg, model, processor, example, out / "trainer")
     P, G, C = counts["P_prompt_tokens"], b.prefix_group, b.prefix_tokens
@@ -352,7 +354,7 @@ def _header(cfg, counts: dict, variants: list[str]) -> dict:
     import transformers
 
     p, b = cfg.policy, cfg.bench
-    video = clip_video(cfg)
+    video = prefix_video(cfg)
     return {
         "benchmark": "prefix",
         "commit": _commit(),
