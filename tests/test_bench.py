@@ -85,3 +85,17 @@ def test_sft_bench_times_both_contenders_and_counts_the_padding_it_skips(tmp_pat
     assert whole["median_s_per_step"] > 0 and micro["median_s_per_step"] > 0 and r["speedup"] > 0
     # never more positions than the whole batch's; fewer where the prompts differ in length
     assert 0 < micro["prompt_positions_first_batch"] <= whole["prompt_positions_first_batch"]
+
+
+def test_rollout_bench_without_vllm_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    """`embodied bench rollout` where vLLM is not installed (the main `.venv`): one line naming the setup
+    script and the environment that runs it, before any model loads."""
+    from embodied.cli import main
+
+    monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` raises ImportError, as in `.venv`
+    assert main(["bench", "rollout", f"run_dir={tmp_path}", "-q"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "scripts/setup_vllm.sh, then .venv-vllm/bin/embodied bench rollout" in err
+    assert len(err.splitlines()) == 1, err
+    assert main(["bench", "rollout", "bench.rollout_engines=[hf, hf]", f"run_dir={tmp_path}", "-q"]) == 1
+    assert "name each engine once" in capsys.readouterr().err

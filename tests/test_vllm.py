@@ -407,6 +407,24 @@ def test_what_vllm_cannot_run_here_is_refused_in_one_line(monkeypatch):
         check_architecture(processor)
 
 
+def test_bench_rollout_times_both_engines_side_by_side(tmp_path):
+    """`embodied bench rollout` at tiny size: both engines sample every round (order alternated), the
+    engine is synced before each of its groups and its tokens agree with the trainer's, and the ratio is
+    reported against the target."""
+    from embodied.cli import main
+
+    sizes = ["bench.rollout_frames=4", "bench.rollout_size=112", "bench.rollout_group=2"]
+    rest = ["bench.rollout_tokens=8", "bench.rounds=2", "bench.warmup=1", "policy.path=tiny-base"]
+    assert main(["bench", "rollout", "-q", *sizes, *rest, f"run_dir={tmp_path}"]) == 0
+    result = json.loads((tmp_path / "bench_rollout.json").read_text())
+    assert [list(r) for r in result["rounds"]] == [["hf", "vllm"], ["vllm", "hf"]]
+    vllm = result["engines"]["vllm"]
+    assert vllm["sync_s"] > 0 and vllm["logprob_diff_max"] < TOLERANCE
+    assert result["engines"]["hf"]["tokens_per_group"] > 0 and result["startup_s"]["vllm"] > 0
+    assert result["vllm_over_hf"] > 0 and result["target"]["vllm_over_hf"] == 0.5
+    assert result["visual_tokens"] == 32 and "environment" in result
+
+
 def test_quickstart_through_the_engine_logs_its_syncs_and_drift(tmp_path, monkeypatch):
     """`embodied quickstart rollout.engine=vllm`, shortened: its GRPO rows carry the sync time, the policy
     version and the engine-trainer drift within the bound, and it ends with a model and a summary."""
