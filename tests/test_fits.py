@@ -92,6 +92,23 @@ def test_the_plan_item_by_item():
     assert fits.plan(SHAPES, fits.replace(full, cpu=False)).items["process"] == 0
 
 
+def test_the_vllm_engine_adds_its_weights_kv_cache_and_start_up():
+    """`rollout.engine=vllm`: a second copy of the weights, the KV cache as set, and the start-up plus an
+    encoder cache of `max_model_len` embeddings; a refusal offers a smaller cache and the hf engine."""
+    gib = fits.GIB
+    s = fits.Settings(dtype="bfloat16", train=True, lora_rank=8, lora_targets=("up_proj",), rows=2)
+    hf = fits.plan(SHAPES, s).items
+    vllm = fits.replace(s, engine="vllm", kv_cache_gb=4.0, max_model_len=4096)
+    p = fits.plan(SHAPES, vllm).items
+    assert p["engine weights"] == 2e9 and p["engine KV cache"] == 4 * gib
+    assert p["engine"] == int(0.25 * gib) + 4096 * 1024 * 2
+    assert fits.Plan(p).total == fits.Plan(hf).total + 2e9 + 4 * gib + p["engine"]
+    have = int(fits.Plan(hf).total + 2e9 + 1.5 * gib)  # room for the engine with a 1 GiB cache only
+    out = fits.ways_out(SHAPES, vllm, have, "grpo")
+    assert any(w.startswith("rollout.kv_cache_gb=1 (") for w in out), out
+    assert any(w.startswith("rollout.engine=hf (") for w in out), out
+
+
 def test_a_refusal_names_only_what_applies_and_fits():
     gib = fits.GIB
     eval_s = fits.Settings(dtype="float32", train=False, rows=64, prompt_tokens=100, completion_tokens=48)
