@@ -94,6 +94,9 @@ class VLLMEngine:
             skip_mm_profiling=True,  # profiling a maximum-size video at start-up takes minutes on a CPU
             logprobs_mode="processed_logprobs",  # after allowed_token_ids and temperature, as sampled
             limit_mm_per_prompt={"video": 8, "image": 32},
+            # on a GPU the KV cache is sized as on the CPU (`rollout.kv_cache_gb`, which the memory plan
+            # counts), not as a share of the device: colocated, the trainer holds the rest (untested: no GPU)
+            **({"kv_cache_memory_bytes": int(kv_cache_gb * 2**30)} if torch.cuda.is_available() else {}),
             # pixels normalised by the processor, as the trainer's are: vLLM's in-model normalisation of
             # Qwen3-VL frames differs from the processor's (tiny Qwen3-VL: log-prob gap 2.8 in float32)
             mm_device_do_normalize=False,
