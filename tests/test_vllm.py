@@ -163,6 +163,26 @@ def test_a_lora_policy_is_synced_with_its_adapters_merged(engine, base, examples
     assert gap < TOLERANCE, gap
 
 
+def test_a_masked_head_is_masked_in_the_engine_too(base, examples):
+    """A `random:` policy's output layer is masked past its tokenizer by a forward hook vLLM never runs; the
+    engine samples only below the limit, so its log-probs are the trainer's (at real size, before this, the
+    engine sampled masked ids and the gap was 9,980 nats)."""
+    from embodied.policy.random_weights import mask_undecodable
+    from embodied.policy.vllm_engine import VLLMEngine
+
+    model = copy.deepcopy(base[0])
+    assert mask_undecodable(model, 600) == 600
+    engine = VLLMEngine(model, base[1], max_model_len=2048)  # its own: the config names the limit
+    assert max(engine.allowed) < 600
+    prompts = group_prompts(
+        base[1], [e.record for e in examples[:4]], [e.clip for e in examples[:4]], VideoConfig(), "cpu", 2
+    )
+    drawn = engine.sample(prompts, Draw(24, 2.0, list(range(8))))
+    assert int(drawn.ids[drawn.mask.bool()].max()) < 600
+    ours, theirs, gap = agreement(engine, model, base[1], examples[:4])
+    assert ours == theirs and gap < TOLERANCE, gap
+
+
 class SkipsSyncs:
     """The real engine, but the syncs numbered `skip` (1: the one before training) never reach it: the stale
     engine the checks above must catch."""

@@ -34,6 +34,7 @@ from embodied.policy.model import (
     save_policy,
     vision_token_ids,
 )
+from embodied.policy.random_weights import VOCAB_LIMIT
 from embodied.policy.sampling import Draw, Prompts, Samples
 from embodied.policy.saving import merged_weights
 from embodied.video import VideoConfig
@@ -69,7 +70,9 @@ class VLLMEngine:
         self.processor, self.version = processor, 0
         self.eos = eos_token_ids(model, processor)
         self.pad = processor.tokenizer.pad_token_id
-        vocab = model.config.get_text_config().vocab_size
+        # a random: policy's head is masked past its tokenizer (`random_weights.mask_undecodable`, a hook vLLM
+        # does not run): without the limit vLLM samples ids the trainer scores at -1e4 (a gap of 9,980 nats)
+        vocab = getattr(model.config, VOCAB_LIMIT, None) or model.config.get_text_config().vocab_size
         banned = set(vision_token_ids(processor))
         self.allowed = [i for i in range(vocab) if i not in banned]  # the placeholders are never sampled
         dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
