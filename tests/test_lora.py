@@ -218,3 +218,16 @@ def test_keep_best_under_lora_keeps_the_adapters_only(tiny_path):
             p.add_(1.0)
     best.restore(model)
     assert all(torch.equal(p, kept[n]) for n, p in lora.items())
+
+
+def test_is_checkpointing_reads_either_name_transformers_gave_it(tiny_path):
+    """Off on a fresh model, on after `enable_gradient_checkpointing`, under the installed transformers
+    (`is_activation_checkpointing` in 5.2x, `is_gradient_checkpointing` in 5.19, which `.venv-vllm` runs:
+    read as off there, the update took the shared-prefix path and transformers dropped its cache)."""
+    from embodied.policy.lora import enable_gradient_checkpointing, is_checkpointing
+    from embodied.policy.model import load_policy
+
+    model, _ = load_policy(tiny_path)
+    assert not is_checkpointing(model)
+    enable_gradient_checkpointing(model)
+    assert is_checkpointing(model)

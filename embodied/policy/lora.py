@@ -103,6 +103,14 @@ def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
+def is_checkpointing(model: torch.nn.Module) -> bool:
+    """Whether gradient checkpointing is on (`is_activation_checkpointing` since transformers' rename,
+    `is_gradient_checkpointing` before it: 5.19, which `.venv-vllm` runs). Under it transformers drops a
+    training pass's cache, so the shared-prefix paths cannot be taken."""
+    on = getattr(model, "is_activation_checkpointing", None)
+    return bool(on if on is not None else getattr(model, "is_gradient_checkpointing", False))
+
+
 def lora_layers(model: torch.nn.Module) -> list:
     """The modules of `model` that hold LoRA adapters (peft `LoraLayer`s), in module order."""
     if "peft" not in sys.modules:

@@ -38,6 +38,7 @@ from embodied.policy.lora import (
     apply_lora,
     enable_gradient_checkpointing,
     has_lora,
+    is_checkpointing,
 )
 from embodied.policy.random_weights import (
     build_random_policy,
@@ -681,7 +682,7 @@ def completion_outputs(
     """
     if entropy not in ("", "detached", "grad"):
         raise ValueError(f"entropy={entropy!r}: choose '', 'detached' or 'grad'")
-    checkpointing = model.training and getattr(model, "is_activation_checkpointing", False)
+    checkpointing = model.training and is_checkpointing(model)
     # checkpointed layers drop the KV cache the shared prefix needs; DDP must see the whole forward
     if isinstance(model, torch.nn.parallel.DistributedDataParallel) or _sharded(model):
         batch = dict(batch)  # a plain batch: every row runs its own full forward

@@ -22,6 +22,7 @@ import torch
 
 from embodied.envs.config import Turns
 from embodied.policy.groups import PromptPass
+from embodied.policy.lora import is_checkpointing
 from embodied.policy.model import completion_logprobs, completion_outputs, select_rows
 from embodied.policy.sampling import sync_engine
 from embodied.rl.advantages import ESTIMATORS, Context, Estimate, Estimator
@@ -530,7 +531,7 @@ def keeps_prefix(net, model, cfg: GRPOConfig, procs: Processes, head, turns: Tur
         and procs.world == 1
         and net is model
         and head is None
-        and not getattr(model, "is_activation_checkpointing", False)
+        and not is_checkpointing(model)
         and turns.n == 1
         and not dropout
     )
