@@ -489,3 +489,134 @@ def test_papo_masks_whole_patches_with_black():
     row = out[m.nonzero()[0, 0]]
     assert torch.equal(row, torch.tensor([-1.0] * 8 + [-2.0] * 8 + [-3.0] * 8))
     assert torch.equal(out[~m], pix[~m])
+
+
+# --- the sampler/trainer correction: importance weights against a rollout engine's log-probs ----------
+
+
+def _engine_example():
+    """Three rows, 6 loss tokens; gaps d = logp_old - logp_engine chosen so every ratio is a round number.
+    Past the mask the gaps are garbage (+5, and an old log-prob of -inf) that must change nothing."""
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0]])
+    engine = torch.tensor([[-1.0, -2.0, -0.5], [-1.5, -0.3, 0.0], [-0.7, 0.0, 0.0]], dtype=torch.float64)
+    d = torch.tensor([[LN(2), LN(4), -LN(4)], [LN(2), LN(2), 5.0], [-LN(4), 0.0, 0.0]], dtype=torch.float64)
+    old = engine + d
+    old[2, 1] = -math.inf
+    return old, engine, mask
+
+
+def test_engine_is_weights_per_token_by_hand():
+    from embodied.rl.losses import engine_is_weights
+
+    old, engine, mask = _engine_example()
+    # token ratios r_t = exp(d_t): row 0 [2, 4, 0.25], row 1 [2, 2], row 2 [0.25]; mean 10.5 / 6 = 1.75, max 4
+    w, s = engine_is_weights(old, engine, mask, "token_truncate", cap=3.0)
+    # truncated IS: min(r, 3) -> [2, 3, 0.25], [2, 2, 0], [0.25, 0, 0] (0 past the mask); 1 of 6 truncated
+    want = torch.tensor([[2.0, 3.0, 0.25], [2.0, 2.0, 0.0], [0.25, 0.0, 0.0]], dtype=torch.float64)
+    assert torch.allclose(w, want, atol=1e-12)
+    assert s["rollout/is_ratio_mean"].item() == pytest.approx(1.75, abs=1e-12)
+    assert s["rollout/is_ratio_max"].item() == pytest.approx(4.0, abs=1e-12)
+    assert s["rollout/is_weight_mean"].item() == pytest.approx(9.5 / 6, abs=1e-12)
+    assert s["rollout/is_truncated_frac"].item() == pytest.approx(1 / 6, abs=1e-12)
+    # masked IS in [0.5, 3]: 4 (above the cap) and the two 0.25 (below the floor) get 0; 3 of 6 masked
+    w, s = engine_is_weights(old, engine, mask, "token_mask", cap=3.0, floor=0.5)
+    want = torch.tensor([[2.0, 0.0, 0.0], [2.0, 2.0, 0.0], [0.0, 0.0, 0.0]], dtype=torch.float64)
+    assert torch.allclose(w, want, atol=1e-12)
+    assert s["rollout/is_masked_frac"].item() == pytest.approx(0.5, abs=1e-12)
+    assert s["rollout/is_weight_mean"].item() == pytest.approx(1.0, abs=1e-12)
+    # without a floor (TRL's default) only the 4 is masked
+    _, s = engine_is_weights(old, engine, mask, "token_mask", cap=3.0)
+    assert s["rollout/is_masked_frac"].item() == pytest.approx(1 / 6, abs=1e-12)
+
+
+def test_engine_is_weights_per_sequence_by_hand():
+    from embodied.rl.losses import engine_is_weights
+
+    old, engine, mask = _engine_example()
+    # r = exp(sum of the row's gaps over its mask) = product of its token ratios: 2 * 4 * 0.25 = 2, 2 * 2 = 4
+    # (the +5 past the mask left out), 0.25; over rows: mean 6.25 / 3, max 4
+    w, s = engine_is_weights(old, engine, mask, "sequence_truncate", cap=3.0)
+    want = torch.tensor([[2.0, 2.0, 2.0], [3.0, 3.0, 0.0], [0.25, 0.0, 0.0]], dtype=torch.float64)
+    assert torch.allclose(w, want, atol=1e-12)  # min(r, 3) on every token of the row
+    assert s["rollout/is_ratio_mean"].item() == pytest.approx(6.25 / 3, abs=1e-12)
+    assert s["rollout/is_ratio_max"].item() == pytest.approx(4.0, abs=1e-12)
+    assert s["rollout/is_weight_mean"].item() == pytest.approx(5.25 / 3, abs=1e-12)
+    assert s["rollout/is_truncated_frac"].item() == pytest.approx(1 / 3, abs=1e-12)
+    # masked in [0.5, 3]: row 1 (4) and row 2 (0.25) drop out whole
+    w, s = engine_is_weights(old, engine, mask, "sequence_mask", cap=3.0, floor=0.5)
+    want = torch.tensor([[2.0, 2.0, 2.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]], dtype=torch.float64)
+    assert torch.allclose(w, want, atol=1e-12)
+    assert s["rollout/is_masked_frac"].item() == pytest.approx(2 / 3, abs=1e-12)
+    assert s["rollout/is_weight_mean"].item() == pytest.approx(2 / 3, abs=1e-12)
+    _, s = engine_is_weights(old, engine, mask, "sequence_mask", cap=3.0)  # no floor: row 2 keeps 0.25
+    assert s["rollout/is_masked_frac"].item() == pytest.approx(1 / 3, abs=1e-12)
+    with pytest.raises(ValueError, match="token_truncate"):
+        engine_is_weights(old, engine, mask, "sequence")
+
+
+def test_engine_is_weights_bounds_are_inclusive_and_a_faithful_engine_weighs_one():
+    from embodied.rl.losses import IS_CORRECTIONS, engine_is_weights
+
+    lp = torch.tensor([[-1.0, -2.0], [-0.5, -3.0]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1], [1, 0]])
+    for mode in IS_CORRECTIONS[1:]:  # r = exp(0) = 1 exactly: kept with cap = floor = 1 (floor <= r <= cap)
+        w, s = engine_is_weights(lp, lp.clone(), mask, mode, cap=1.0, floor=1.0)
+        assert torch.equal(w, mask.to(w.dtype)), mode
+        frac = [v for k, v in s.items() if k.endswith("_frac")]
+        assert frac == [0.0] and s["rollout/is_ratio_max"].item() == 1.0
+    # just past either bound is masked (and, above the cap, truncated to it)
+    w, _ = engine_is_weights(lp + 1e-9, lp, mask, "token_mask", cap=1.0)
+    assert w.abs().sum().item() == 0.0
+    w, _ = engine_is_weights(lp - 1e-9, lp, mask, "token_mask", cap=3.0, floor=1.0)
+    assert w.abs().sum().item() == 0.0
+    w, _ = engine_is_weights(lp + 1e-9, lp, mask, "token_truncate", cap=1.0)
+    assert torch.equal(w, mask.to(w.dtype))
+    # a huge gap is bounded before the exp: no inf in the statistics, the same weight at the cap
+    w, s = engine_is_weights(lp + 100.0, lp, mask, "sequence_truncate", cap=3.0)
+    assert math.isfinite(s["rollout/is_ratio_max"].item()) and w.max().item() == 3.0
+
+
+def test_engine_is_weights_statistics_add_up_over_micro_batches():
+    from embodied.rl.losses import engine_is_weights
+
+    torch.manual_seed(0)
+    B, T = 7, 5
+    engine = -torch.rand(B, T, dtype=torch.float64) * 3
+    old = engine + 0.6 * torch.randn(B, T, dtype=torch.float64)
+    mask = (torch.rand(B, T) > 0.3).long()
+    mask[:, 0] = 1
+    for mode in ("token_truncate", "sequence_mask"):
+        w_full, s_full = engine_is_weights(old, engine, mask, mode, cap=1.5, floor=0.7)
+        sums, top, parts = {}, -math.inf, []
+        for idx in ([0, 1], [2], [3, 4, 5, 6]):
+            w, s = engine_is_weights(old[idx], engine[idx], mask[idx], mode, 1.5, 0.7, B, int(mask.sum()))
+            parts.append(w)
+            top = max(top, s.pop("rollout/is_ratio_max").item())
+            sums = {k: sums.get(k, 0.0) + v.item() for k, v in s.items()}
+        assert torch.equal(torch.cat(parts), w_full)
+        assert top == s_full.pop("rollout/is_ratio_max").item()
+        assert sums == pytest.approx({k: v.item() for k, v in s_full.items()}, abs=1e-12)
+
+
+def test_grpo_loss_weights_only_the_policy_term_by_hand():
+    logprobs, old, adv, mask = _hand_example()
+    # per-token policy losses (test_grpo_loss_by_hand): row 0 [-1.2, -1.0, -0.5], row 1 [2.2, 1.6]
+    # weights [2, 1, 0] and [0.5, 1] (9 past the mask): row 0 (-2.4 - 1.0) / 3, row 1 (1.1 + 1.6) / 2
+    w = torch.tensor([[2.0, 1.0, 0.0], [0.5, 1.0, 9.0]], requires_grad=True)
+    want = (-3.4 / 3 + 2.7 / 2) / 2  # 0.108333
+    loss, m = grpo_loss(logprobs, old, adv, mask, spec=LossSpec(clip_eps=0.2), is_weight=w)
+    assert loss.item() == pytest.approx(want, abs=1e-6)
+    # the KL term is not weighted: the same k3 as in test_grpo_loss_with_k3_kl_by_hand is added whole
+    d = torch.tensor([[0.0, LN(2.0), -LN(2.0)], [LN(2.0), 0.0, 3.0]])
+    kl_expected = (0.5 / 3 + (1 - LN(2.0)) / 2) / 2
+    spec = LossSpec(clip_eps=0.2, kl_coef=0.1)
+    lp = logprobs.clone().requires_grad_(True)
+    loss, m = grpo_loss(lp, old, adv, mask, ref_logprobs=logprobs + d, spec=spec, is_weight=w)
+    assert loss.item() == pytest.approx(want + 0.1 * kl_expected, abs=1e-6)
+    assert m["loss/kl"].item() == pytest.approx(kl_expected, abs=1e-6)
+    loss.backward()
+    assert w.grad is None and lp.grad is not None  # the weight carries no gradient
+    # None: bit for bit the loss without a correction
+    a, _ = grpo_loss(logprobs, old, adv, mask, spec=spec, ref_logprobs=logprobs + d)
+    b, _ = grpo_loss(logprobs, old, adv, mask, spec=spec, ref_logprobs=logprobs + d, is_weight=None)
+    assert torch.equal(a, b)

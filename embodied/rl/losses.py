@@ -158,6 +158,74 @@ def kl_cov_select(cov: torch.Tensor, mask: torch.Tensor, ratio: float) -> torch.
     return out.view_as(cov)
 
 
+IS_CORRECTIONS = ("off", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+IS_LOG_BOUND = 20.0
+"""|log r| is clamped here before the exp (verl's SAFETY_BOUND): no inf in the statistics, and a cap below
+exp(20) = 4.9e8 or a floor above exp(-20) acts on the clamped ratio as on the exact one."""
+
+
+def engine_is_weights(
+    old_logprobs: torch.Tensor,
+    engine_logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str,
+    cap: float = 3.0,
+    floor: float = 0.0,
+    num_seqs: int | None = None,
+    num_tokens: int | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """`(B, T)` detached weights correcting a rollout engine's sampler/trainer mismatch, and their statistics.
+
+    The engine (vLLM) samples from pi_engine, not quite the trainer's pi_old at the same weights (kernels,
+    bf16), so the policy-gradient term of each token is multiplied by an importance weight built from
+    r = pi_old / pi_engine (Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL
+    training"; TRL's `vllm_importance_sampling_correction`, verl's `algorithm.rollout_correction`):
+
+    - `token_*`: per token, r_t = exp(logp_old_t - logp_engine_t);
+    - `sequence_*`: per sequence, r = exp(sum_t (logp_old_t - logp_engine_t)) over its `mask` tokens (the
+      product of the token ratios, as TRL and verl: a sum, not GSPO's length-normalised mean), broadcast to
+      every token of the sequence;
+    - `*_truncate` (TIS): w = min(r, cap), from above only (Yao et al., verl's truncate);
+    - `*_mask` (MIS, TRL's `sequence_mask`, OpenRLHF's icepop / seq-mask): w = r if floor <= r <= cap, else 0.
+      A masked token stays in the loss's denominator with weight 0, as in TRL.
+
+    The weight carries no gradient and is 0 past `mask`. Statistics are over the loss's tokens (`token_*`)
+    or its rows (`sequence_*`; a row without tokens has ratio exactly 1, as in TRL), divided by whole-batch
+    `num_tokens` / `num_seqs` when given, so that micro-batch means add up to the batch's (as `aggregate`):
+    `rollout/is_ratio_mean` and `rollout/is_ratio_max` of r (before the cap), `rollout/is_weight_mean` of w,
+    and `rollout/is_truncated_frac` (r > cap) or `rollout/is_masked_frac` (r outside [floor, cap]).
+    """
+    if mode not in IS_CORRECTIONS[1:]:
+        raise ValueError(f"unknown IS correction {mode!r}; choose one of {IS_CORRECTIONS[1:]}")
+    level, bound = mode.split("_")
+    m = mask.bool()
+    gap = torch.where(m, old_logprobs.detach() - engine_logprobs, 0.0)  # past the mask: 0, even from -inf
+    gap = gap.to(torch.promote_types(gap.dtype, torch.float32))  # bf16 log-probs: the ratio in fp32
+    if level == "sequence":
+        gap = gap.sum(1, keepdim=True)
+    ratio = torch.exp(gap.clamp(-IS_LOG_BOUND, IS_LOG_BOUND))
+    if bound == "truncate":
+        acted = ratio > cap
+        weight = ratio.clamp(max=cap)
+    else:
+        acted = (ratio < floor) | (ratio > cap)
+        weight = ratio.masked_fill(acted, 0.0)
+    if level == "token":
+        units, count = m, m.sum() if num_tokens is None else num_tokens
+    else:
+        units = torch.ones_like(ratio, dtype=torch.bool)
+        count = ratio.shape[0] if num_seqs is None else num_seqs
+    count = max(float(count), 1.0)
+    r, acted_name = ratio[units], "truncated" if bound == "truncate" else "masked"
+    stats = {
+        "rollout/is_ratio_mean": r.sum() / count,
+        "rollout/is_ratio_max": r.max() if r.numel() else torch.ones(()),
+        "rollout/is_weight_mean": weight[units].sum() / count,
+        f"rollout/is_{acted_name}_frac": acted[units].to(ratio.dtype).sum() / count,
+    }
+    return torch.where(m, weight.expand_as(m), 0.0), stats
+
+
 @dataclass(frozen=True)
 class LossSpec:
     """The switches of `grpo_loss`: one value per recipe choice, fixed for a run (`GRPOConfig` fields of the
@@ -203,6 +271,7 @@ def grpo_loss(
     generator: torch.Generator | None = None,
     num_seqs: int | None = None,
     num_tokens: int | None = None,
+    is_weight: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped policy-gradient objective of GRPO (DeepSeekMath, Shao et al. 2024, Eq. 3), negated.
 
@@ -226,6 +295,7 @@ def grpo_loss(
         mask: `(B, T)` 1 for completion tokens, 0 for padding (and for masked-out truncated samples).
         ref_logprobs: `(B, T)` under the frozen reference policy; required when `kl_coef > 0`.
         num_seqs, num_tokens: whole-batch sizes when this is one micro-batch (see `aggregate`).
+        is_weight: `(B, T)` `engine_is_weights`, on the policy-gradient term only (not KL nor entropy).
 
     Returns:
         Scalar loss and detached metrics (`loss/policy`, `loss/kl`, `loss/entropy`, `clip/fraction`,
@@ -250,6 +320,8 @@ def grpo_loss(
         per_token, selected, is_clipped = _cov_control(
             per_token, unclipped, is_clipped, logprobs, old_logprobs, advantages, mask, s, generator
         )
+    if is_weight is not None:  # the sampler/trainer correction (TRL: per_token_loss * importance ratio)
+        per_token = per_token * is_weight.detach()
     sizes = {"num_seqs": num_seqs, "num_tokens": num_tokens}
     policy_loss = aggregate(per_token, mask, agg, agg_norm, **sizes)
     zero = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)

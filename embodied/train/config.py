@@ -216,6 +216,19 @@ class GRPOConfig:
     the tiny policy collapsed to one letter within 50 steps (docs/perception.md)."""
     ratio_level: str = "token"
     """token (PPO/GRPO importance ratio per token) | sequence (GSPO's length-normalised sequence ratio)."""
+    is_correction: str = "sequence_mask"
+    """The sampler/trainer importance-sampling correction under a rollout engine with log-probs of its own
+    (`rollout.engine=vllm`; `rl.losses.engine_is_weights`): off | token_truncate | token_mask |
+    sequence_truncate | sequence_mask (TRL's default). Each token's policy-gradient term is weighted by
+    r = pi_old / pi_engine, per token or per sequence (the product over its tokens), truncated at `is_cap`
+    or masked (0) outside [`is_floor`, `is_cap`]. With `rollout.engine=hf` the sampler is the trained model:
+    there is nothing to correct and the loss is computed exactly as with `off` (docs/training.md,
+    "Off-policy correction")."""
+    is_cap: float = 3.0
+    """The correction's upper bound on r (>= 1): truncated to it, or masked above it (TRL's 3.0)."""
+    is_floor: float = 0.0
+    """The `*_mask` modes' lower bound on r (0 to 1): a token or sequence below it gets weight 0. 0: none
+    (TRL's default; OpenRLHF's icepop uses 0.5). Truncation caps from above only."""
     entropy_coef: float = 0.0
     """Entropy bonus: the loss subtracts entropy_coef * entropy of the sampling distribution."""
     dynamic_sampling: bool = False

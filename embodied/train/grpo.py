@@ -30,11 +30,13 @@ from embodied.rl.critic import check_ppo  # importing it registers grpo.advantag
 from embodied.rl.episodes import sample_episodes
 from embodied.rl.losses import (
     COV_MODES,
+    IS_CORRECTIONS,
     LOSS_AGGREGATIONS,
     LOSSES,
     RATIO_LEVELS,
     LossInputs,
     LossSpec,
+    engine_is_weights,
     grpo_loss,
     k3_kl,
     masked_mean,
@@ -70,6 +72,7 @@ from embodied.train.state import Run
 CHOICES = {
     "loss_agg": LOSS_AGGREGATIONS,
     "ratio_level": RATIO_LEVELS,
+    "is_correction": IS_CORRECTIONS,
     "cov.mode": COV_MODES,
     "overlong.mode": ("off", "hard", "soft"),
 }
@@ -94,6 +97,9 @@ def check_config(cfg, world: int = 1) -> None:
         )
     if cfg.target_kl is not None and cfg.target_kl <= 0:
         bad.append(f"grpo.target_kl={cfg.target_kl} must be > 0 (or null: no stop)")
+    if not 0.0 <= cfg.is_floor <= 1.0 <= cfg.is_cap:
+        bounds = f"grpo.is_floor={cfg.is_floor}, grpo.is_cap={cfg.is_cap}"
+        bad.append(f"{bounds}: need 0 <= is_floor <= 1 <= is_cap")
     bad += check_ppo(cfg, world)
     if world > 1 and cfg.dynamic_sampling:
         bad.append("grpo.dynamic_sampling with several processes is not supported yet: run it in one")
@@ -103,12 +109,12 @@ def check_config(cfg, world: int = 1) -> None:
 
 def inert_settings(cfg) -> list[str]:
     """The clip and stop settings of `cfg` that cannot act because `updates_per_rollout` is 1: the loss's old
-    log-probs are the trainer's own at the sampled weights (under `rollout.engine=vllm` too: the engine's are
-    only logged, as `rollout/importance_ratio`), so every importance ratio is exactly 1 and a ratio clip never
-    binds; with PPO's critic the values are likewise the rollout's own, so the value clip never binds either,
-    and a `target_kl` has no later update to stop. Only settings a recipe chose are named (a non-default clip,
-    clip-higher, dual clip, GSPO's sequence ratio, PPO's value clip, target_kl), so a plain GRPO run stays
-    quiet. Empty when `updates_per_rollout` > 1."""
+    log-probs are the trainer's own at the sampled weights (under `rollout.engine=vllm` too: the engine's
+    enter only the sampler's correction, `grpo.is_correction`), so every PPO ratio is exactly 1 and a ratio
+    clip never binds; with PPO's critic the values are likewise the rollout's own, so the value clip never
+    binds either, and a `target_kl` has no later update to stop. Only settings a recipe chose are named (a
+    non-default clip, clip-higher, dual clip, GSPO's sequence ratio, PPO's value clip, target_kl), so a plain
+    GRPO run stays quiet. Empty when `updates_per_rollout` > 1."""
     if cfg.updates_per_rollout > 1:
         return []
     default = {f.name: f.default for f in dataclasses.fields(cfg)}["clip_eps"]
@@ -122,6 +128,23 @@ def inert_settings(cfg) -> list[str]:
         f"grpo.ppo.value_clip={cfg.ppo.value_clip}" if value_clip else "",
     ]
     return [n for n in named if n]
+
+
+def inert_correction(cfg, engine) -> list[str]:
+    """The sampler-correction settings of `cfg` (`grpo.is_*`) that cannot act, each with why: all of them
+    with no engine log-probs to correct against (`engine` None: `rollout.engine=hf`, the sampler is the
+    trained model), the bounds with the correction off, the floor under truncation (it caps from above
+    only). As `inert_settings`, only the settings a recipe chose (not the defaults) are named."""
+    default = {f.name: f.default for f in dataclasses.fields(cfg)}
+    chosen = [k for k in ("is_correction", "is_cap", "is_floor") if getattr(cfg, k) != default[k]]
+    off = cfg.is_correction == "off"
+    if off or engine is None:
+        why = "grpo.is_correction=off" if off else "rollout.engine=hf samples with the trained model itself"
+        named = [k for k in chosen if not (off and k == "is_correction")]
+        return [f"grpo.{k}={getattr(cfg, k)} ({why}: no correction)" for k in named]
+    if "is_floor" in chosen and cfg.is_correction.endswith("_truncate"):
+        return [f"grpo.is_floor={cfg.is_floor} (grpo.is_correction={cfg.is_correction} caps from above only)"]
+    return []
 
 
 def _generator(seed: int, step: int, salt: int) -> torch.Generator:
@@ -365,6 +388,9 @@ class GRPO:
             m = mask[idx]
             share = float(m.sum()) / max(tokens, 1)
             for k, v in terms.items():
+                if k.endswith("_max"):  # a maximum over the micro-batches (`rollout/is_ratio_max`)
+                    totals[k] = max(totals.get(k, -float("inf")), float(v))
+                    continue
                 weight = share if k.startswith(("clip/", "drift/")) else 1.0  # token-weighted fractions
                 totals[k] = totals.get(k, 0.0) + float(v) * weight
             totals["loss/total"] = totals.get("loss/total", 0.0) + float(loss.detach())
@@ -390,9 +416,11 @@ class GRPO:
         ent = entropy if cfg.entropy_coef > 0 else None
         if not u.learns:
             loss, terms = torch.zeros((), device=logp.device), {}
-        else:
-            args = (spec, ent, u.gen, u.rows, u.tokens)
+        else:  # the policy loss, each token's policy-gradient term weighted by the sampler's correction
+            weight, is_terms = self.correction(u, idx, old, m)
+            args = (spec, ent, u.gen, u.rows, u.tokens, weight)
             loss, terms = grpo_loss(logp, old, est.advantages[idx], m, ref_logp, *args)
+            terms |= is_terms
         if (own := self.estimator.loss(values, idx, est)) is not None:
             loss, terms = loss + own[0], terms | own[1]
         if cfg.papo.enabled and u.learns:
@@ -406,6 +434,17 @@ class GRPO:
         if cfg.updates_per_rollout > 1:  # cleanrl's approx_kl: KL(sampling || current), k3, before the step
             terms["drift/approx_kl"] = masked_mean(k3_kl(old, logp.detach()), m)
         return loss, terms, entropy
+
+    def correction(self, u: Update, idx: list[int], old: torch.Tensor, m: torch.Tensor) -> tuple:
+        """The sampler/trainer importance weights `(B, T)` of the micro-batch of rows `idx` (the loss's old
+        log-probs `old` against the engine's: `engine_is_weights`, `grpo.is_*`) and their statistics; None
+        and {} with the correction off or no engine log-probs (`rollout.engine=hf`): the loss is then computed
+        exactly as without the correction, with no weight of ones multiplied in."""
+        cfg, engine_logp = self.cfg, u.ro.engine_logprobs
+        if cfg.is_correction == "off" or engine_logp is None:
+            return None, {}
+        bounds = (cfg.is_cap, cfg.is_floor, u.rows, u.tokens)
+        return engine_is_weights(old, engine_logp[idx].to(old.device), m, cfg.is_correction, *bounds)
 
     def sizes(self, u: Update) -> dict:
         """The loss aggregation and the whole-update sizes it normalises by."""
@@ -495,13 +534,16 @@ def train_grpo(cfg: GRPOConfig, run: Run) -> dict:
 
 def check_run(cfg: GRPOConfig, run: Run, procs: Processes) -> None:
     """Fail before any work on settings that cannot run together (`check_config` and the turns); warn on
-    clip and stop settings that cannot act (`inert_settings`)."""
+    clip and stop settings that cannot act (`inert_settings`) and on sampler-correction settings that cannot
+    (`inert_correction`)."""
     check_config(cfg, procs.world)
     if run.turns.n > 1 and (cfg.dynamic_sampling or cfg.advantage == "gae" or procs.world > 1):
         raise ValueError(
             f"env.turns={run.turns.n} runs with the group estimators in one process: not with "
             "grpo.dynamic_sampling, grpo.advantage=gae or several processes (yet)"
         )
+    for setting in inert_correction(cfg, run.engine):
+        warnings.warn(f"{setting}: this setting never acts", stacklevel=4)
     if inert := inert_settings(cfg):
         why = "the policy that sampled is the one updated: every importance ratio is exactly 1, no clip binds"
         if cfg.target_kl is not None:
