@@ -139,6 +139,7 @@ def test_after_grpo_steps_the_engine_answers_as_the_trained_weights_do(engine, b
     for r in rows:
         assert r["time/sync"] > 0 and r["rollout/logprob_diff_max"] < TOLERANCE
         assert abs(r["rollout/importance_ratio"] - 1) < TOLERANCE
+        assert r["rollout/is_masked_frac"] == 0  # the default correction (sequence_mask, cap 3) keeps all
     ours, theirs, gap = agreement(engine, model, processor, examples)
     assert ours == theirs and gap < TOLERANCE, gap
 
@@ -205,6 +206,7 @@ def test_a_skipped_sync_fails_the_checks(engine, base, examples, tmp_path):
     model, processor, rows = _train(SkipsSyncs(engine, {3, 4}), base, examples, tmp_path)
     assert rows[1]["rollout/logprob_diff_max"] < TOLERANCE  # step 2 still sampled in sync
     assert rows[2]["rollout/logprob_diff_max"] > 10 * TOLERANCE, rows[2]  # step 3: a stale engine
+    assert rows[2]["rollout/is_masked_frac"] > rows[1]["rollout/is_masked_frac"], rows[2]  # the correction acts
     ours, theirs, gap = agreement(engine, model, processor, examples)
     assert gap > 10 * TOLERANCE, gap
     engine.sync(model)
