@@ -100,10 +100,14 @@ def test_the_vllm_engine_adds_its_weights_kv_cache_and_start_up():
     hf = fits.plan(SHAPES, s).items
     vllm = fits.replace(s, engine="vllm", kv_cache_gb=4.0, max_model_len=4096)
     p = fits.plan(SHAPES, vllm).items
-    assert p["engine weights"] == 2e9 and p["engine KV cache"] == 4 * gib
-    assert p["engine"] == int(0.25 * gib) + 4096 * 1024 * 2
-    assert fits.Plan(p).total == fits.Plan(hf).total + 2e9 + 4 * gib + p["engine"]
-    have = int(fits.Plan(hf).total + 2e9 + 1.5 * gib)  # room for the engine with a 1 GiB cache only
+    assert p["engine weights"] == 4e9 and p["engine KV cache"] == 4 * gib  # on a CPU: repacked, 2 copies
+    assert p["engine"] == int(0.25 * gib) + 4096 * 1024 * 2 and p["engine sync"] == 2e9
+    # the sync's transient copy (2 GB) exceeds the update's activations: it is the largest transient item
+    assert p["activations"] < p["engine sync"]
+    extra = p["engine sync"] - max(hf["loading"], hf["activations"])
+    assert fits.Plan(p).total == fits.Plan(hf).total + 4e9 + 4 * gib + p["engine"] + extra
+    assert fits.plan(SHAPES, fits.replace(vllm, cpu=False)).items["engine weights"] == 2e9  # a GPU: one
+    have = int(fits.Plan(hf).total + 6e9 + 1.5 * gib)  # room for the engine with a 1 GiB cache only
     out = fits.ways_out(SHAPES, vllm, have, "grpo")
     assert any(w.startswith("rollout.kv_cache_gb=1 (") for w in out), out
     assert any(w.startswith("rollout.engine=hf (") for w in out), out
