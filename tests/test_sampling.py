@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from embodied.config import Config
-from embodied.policy.engines import make_engine
+from embodied.policy.engines import check_vllm, make_engine
 from embodied.policy.model import decode, encode_prompts, generate, repeat_batch
 from embodied.policy.sampling import Draw, HFEngine, Prompts, group_prompts, repeat_prompts
 from embodied.rl.rewards import mcq_rewards
@@ -64,9 +64,8 @@ def test_engine_settings_are_refused_in_one_line():
     cfg.rollout.engine = "vllm"
     with pytest.raises(ValueError, match=r"`embodied sft` samples no rollouts"):
         refuse_unread(cfg, "sft")
-    cfg.policy.lora_rank = 8  # refused before vLLM is imported: this environment need not hold it
-    with pytest.raises(ValueError, match=r"rollout.engine=vllm cannot run with policy.lora_rank > 0"):
-        make_engine(cfg, None, None)
-    cfg.policy.lora_rank, cfg.env.retry_min_p = 0, 0.1
+    cfg.policy.lora_rank = 8
+    check_vllm(cfg)  # LoRA is taken: the engine syncs the adapters merged (tests/test_vllm.py)
+    cfg.policy.lora_rank, cfg.env.retry_min_p = 0, 0.1  # refused before vLLM is imported
     with pytest.raises(ValueError, match=r"cannot run with env.retry_min_p > 0"):
         make_engine(cfg, None, None)
