@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from embodied.train.metrics import finish_curves
+
 CRITIC_CURVES = {
     "explained_variance": "critic/explained_variance",
     "explained_variance_fit": "critic/explained_variance_fit",
@@ -184,10 +186,4 @@ def plot_recipes(rows: list[dict], path: Path, target: float) -> None:
         axes[4].axhline(0, color="grey", ls="--", lw=0.8)
         axes[4].set_ylim(-1.05, 1.05)
     xlabels = ("RL step", "RL seconds (mean over seeds)", "step", "step", "step")
-    for ax, title, xl in zip(axes, titles, xlabels):
-        ax.set(title=title, xlabel=xl)
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    finish_curves(fig, axes, titles, xlabels, path)

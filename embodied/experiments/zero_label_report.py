@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from embodied.train.metrics import finish_curves
+
 
 def summarise(rows: list[dict], starts: list[str]) -> dict:
     """Per start: mean and min/max over seeds of the start's and the final test accuracy."""
@@ -79,10 +81,4 @@ def plot(rows: list[dict], path: Path, target: float) -> None:
         ax.axhline(target, color="grey", ls="--", lw=0.8)
         ax.set_ylim(0, 1.02)
     titles = ("val accuracy", "val accuracy", "reward/accuracy", "groups with spread", "entropy (nats)")
-    for ax, title, xl in zip(axes, titles, ("GRPO step", "GRPO seconds", "step", "step", "step")):
-        ax.set(title=title, xlabel=xl)
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    finish_curves(fig, axes, titles, ("GRPO step", "GRPO seconds", "step", "step", "step"), path)

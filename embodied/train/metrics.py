@@ -157,3 +157,17 @@ def plot_curves(rows: Sequence[dict], out: str | Path, keys: Sequence[str] | Non
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+def finish_curves(fig, axes, titles: Sequence[str], xlabels: Sequence[str], path: str | Path) -> None:
+    """The tail every experiment report's curves figure shares: each of `axes` gets its title, x label and a
+    grid, the first the legend; then `fig` is laid out, written to `path` at 110 dpi and closed."""
+    import matplotlib.pyplot as plt
+
+    for ax, title, xlabel in zip(axes, titles, xlabels):
+        ax.set(title=title, xlabel=xlabel)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
