@@ -23,6 +23,16 @@ def drift(run: Path) -> float | None:
     return max(gaps) if gaps else None
 
 
+def val_curve(run: Path) -> list[tuple[int, float]]:
+    """GRPO's validation accuracy at each evaluated step (the first row of a step that has one)."""
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    out: dict[int, float] = {}
+    for r in rows:
+        if r.get("stage") == "grpo" and "eval/accuracy" in r:
+            out.setdefault(r["step"], r["eval/accuracy"])
+    return sorted(out.items())
+
+
 def main(runs: Path, commit: str) -> dict:
     out: dict = {"commit": commit, "environment": ".venv-vllm (locks/vllm.txt)", "runs": []}
     for run in sorted(runs.glob("*-s*")):
@@ -34,7 +44,7 @@ def main(runs: Path, commit: str) -> dict:
         out["runs"].append({
             "engine": engine, "seed": int(seed), "accuracy": grpo["accuracy"], "ci95": grpo["ci95"],
             "n": grpo["n"], "wall_s": summary["wall_s"], "logprob_diff_max": drift(run),
-            "environment": grpo["environment"],
+            "val_curve": val_curve(run), "environment": grpo["environment"],
         })  # fmt: skip
     for engine in sorted({r["engine"] for r in out["runs"]}):
         rows = [r for r in out["runs"] if r["engine"] == engine]
